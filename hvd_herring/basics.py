@@ -1,0 +1,224 @@
+"""The engine front shared by every framework adapter: one engine per process.
+
+HerringBasics offers what Horovod's HorovodBasics offers (init, shutdown, rank, size, process
+sets...), so Horovod's own Python layers run unchanged on top of it."""
+
+import atexit
+import threading
+
+from horovod.common import process_sets as _hvd_process_sets
+from horovod.common.exceptions import HorovodInternalError
+from horovod.common.process_sets import ProcessSet, global_process_set
+
+from hvd_herring import _native, bootstrap
+
+OP_TYPES = _native.OP_TYPES
+DTYPES = _native.DTYPES
+
+
+class HerringBasics:
+    """Owns this process's engine. Frameworks share one instance (`basics`)."""
+
+    def __init__(self):
+        self._engine = None
+        self._epoch = 0
+        self._lock = threading.Lock()
+        self._atexit_registered = False
+        self._process_set_changes = 0
+        ops = _native.REDUCE_OPS
+        self.Average = ops["Average"]
+        self.Sum = ops["Sum"]
+        self.Adasum = ops["Adasum"]
+        self.Min = ops["Min"]
+        self.Max = ops["Max"]
+        self.Product = ops["Product"]
+
+    # --- lifecycle -------------------------------------------------------------------------
+    def init(self, comm=None, process_sets=None):
+        """Horovod's hvd.init(comm=None, process_sets=None)."""
+        with self._lock:
+            if self._engine is not None and self._engine.running:
+                return
+            if comm is not None and not (isinstance(comm, (list, tuple)) and len(comm) == 0):
+                if not _is_world(comm):
+                    raise NotImplementedError(
+                        "hvd_herring runs collectives over all launched ranks: init(comm=...) with a "
+                        "subset is not supported; use process sets instead")
+            static_sets = []
+            if isinstance(process_sets, str):
+                if process_sets.lower() != "dynamic":
+                    raise ValueError(f"process_sets must be a list or 'dynamic', not {process_sets!r}")
+                import os
+                os.environ["HOROVOD_DYNAMIC_PROCESS_SETS"] = "1"
+            elif process_sets:
+                static_sets = list(process_sets)
+                for ps in static_sets:
+                    if ps.ranks is None:
+                        raise NotImplementedError("process sets defined by MPI communicators are not supported")
+            self._engine = _native.Engine([list(ps.ranks) for ps in static_sets], self._epoch,
+                                          bootstrap.exchange_function())
+            self._epoch += 1
+            if not self._atexit_registered:
+                atexit.register(self.shutdown)
+                self._atexit_registered = True
+        _hvd_process_sets._setup(self)
+        _hvd_process_sets._init_process_sets(static_sets)
+        for i, ps in enumerate(static_sets):
+            if ps.process_set_id is None:
+                raise ValueError(
+                    f"Horovod could not be initialized because process_sets entry number {i} is a duplicate: {ps}")
+
+    def shutdown(self):
+        with self._lock:
+            engine, self._engine = self._engine, None
+        if engine is not None:
+            engine.shutdown()
+
+    def is_initialized(self):
+        return self._engine is not None and self._engine.running
+
+    def engine(self):
+        """The running engine; raises ValueError (as Horovod does) before init."""
+        e = self._engine
+        if e is None:
+            raise ValueError("Horovod has not been initialized; use hvd.init().")
+        return e
+
+    # --- topology ---------------------------------------------------------------------------
+    def size(self):
+        return self.engine().size
+
+    def local_size(self):
+        return self.engine().local_size
+
+    def cross_size(self):
+        return self.engine().cross_size
+
+    def rank(self):
+        return self.engine().rank
+
+    def local_rank(self):
+        return self.engine().local_rank
+
+    def cross_rank(self):
+        return self.engine().cross_rank
+
+    def is_homogeneous(self):
+        e = self.engine()
+        hosts = e.hostnames
+        counts = {h: hosts.count(h) for h in hosts}
+        return len(set(counts.values())) == 1
+
+    # --- what was built ----------------------------------------------------------------------
+    def mpi_threads_supported(self):
+        return False
+
+    def mpi_enabled(self):
+        return bootstrap.launched_by_mpirun()
+
+    def mpi_built(self):
+        return False
+
+    def gloo_enabled(self):
+        return self.is_initialized()
+
+    def gloo_built(self):
+        # horovodrun --gloo checks this before launching: the herring engine takes gloo's place.
+        return True
+
+    def nccl_built(self):
+        return False
+
+    def ddl_built(self):
+        return False
+
+    def ccl_built(self):
+        return False
+
+    def cuda_built(self):
+        return False
+
+    def rocm_built(self):
+        return False
+
+    def start_timeline(self, file_path, mark_cycles=False):
+        raise NotImplementedError("the herring timeline is configured with HOROVOD_TIMELINE")
+
+    def stop_timeline(self):
+        raise NotImplementedError("the herring timeline is configured with HOROVOD_TIMELINE")
+
+    # --- collectives plumbing -----------------------------------------------------------------
+    def enqueue(self, op_type, name, process_set_id, dtype, reduce_op, prescale, postscale, root, tensors,
+                set_ranks=(), set_id=-1):
+        try:
+            return self.engine().enqueue(OP_TYPES[op_type], name or "", process_set_id, dtype, reduce_op,
+                                         float(prescale), float(postscale), int(root), tensors,
+                                         list(set_ranks), int(set_id))
+        except _native.HerringError as e:
+            raise HorovodInternalError(str(e)) from e
+
+    def wait(self, handle, dtype=0, timeout=None):
+        """Blocks (without the GIL) until the collective completes; returns
+        (output capsules, output shapes, received splits, value)."""
+        try:
+            return self.engine().wait_and_take(handle, -1.0 if timeout is None else float(timeout), dtype)
+        except _native.HerringError as e:
+            raise HorovodInternalError(str(e)) from e
+
+    def poll(self, handle):
+        return self.engine().poll(handle)
+
+    def counters(self):
+        return dict(self.engine().counters())
+
+    # --- process sets (the interface horovod.common.process_sets expects) -------------------
+    def _process_set_size(self, process_set_id):
+        return len(self._ranks_of(process_set_id))
+
+    def _process_set_rank(self, process_set_id):
+        ranks = self._ranks_of(process_set_id)
+        me = self.rank()
+        if me not in ranks:
+            raise ValueError("Process is not part of provided process set.")
+        return ranks.index(me)
+
+    def _ranks_of(self, process_set_id):
+        try:
+            return list(self.engine().process_set_ranks(int(process_set_id)))
+        except ValueError:
+            raise ValueError("Process set does not exist or has not been registered.")
+
+    def _get_process_set_ids_and_ranks(self):
+        e = self.engine()
+        return {i: list(e.process_set_ranks(i)) for i in e.process_set_ids()}
+
+    def _comm_process_set_id(self, comm):
+        raise NotImplementedError("process sets defined by MPI communicators are not supported")
+
+    def _add_process_set_impl(self, ranks):
+        value = self._change_process_sets("add_process_set", set_ranks=sorted(int(r) for r in ranks))
+        return None if value < 0 else value
+
+    def _remove_process_set_impl(self, process_set_id):
+        value = self._change_process_sets("remove_process_set", set_id=int(process_set_id))
+        return None if value < 0 else value
+
+    def _change_process_sets(self, op_type, set_ranks=(), set_id=-1):
+        # A collective of every rank: ranks must call add/remove in the same order.
+        self._process_set_changes += 1
+        name = f"process_set.{op_type}.{self._process_set_changes}"
+        handle = self.enqueue(op_type, name, 0, DTYPES["uint8"], self.Sum, 1.0, 1.0, -1, [], set_ranks, set_id)
+        return self.wait(handle)[3]
+
+
+def _is_world(comm):
+    try:
+        from mpi4py import MPI
+        return comm == MPI.COMM_WORLD or comm.Get_size() == MPI.COMM_WORLD.Get_size()
+    except ImportError:
+        return False
+
+
+basics = HerringBasics()
+
+__all__ = ["basics", "HerringBasics", "ProcessSet", "global_process_set", "HorovodInternalError"]

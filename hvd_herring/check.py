@@ -1,0 +1,78 @@
+"""python -m hvd_herring.check: what was built and what can run here, like
+`horovodrun --check-build`. With --knobs-markdown, prints the README's table of knobs."""
+
+import argparse
+import importlib.util
+import os
+import shutil
+import sys
+
+
+def _which(tool):
+    """A tool on PATH, or beside this interpreter (a venv's bin/ need not be on PATH)."""
+    return shutil.which(tool) or shutil.which(tool, path=os.path.dirname(sys.executable))
+
+
+def _available(module):
+    return importlib.util.find_spec(module) is not None
+
+
+def _version(module):
+    try:
+        mod = __import__(module)
+        return getattr(mod, "__version__", "installed")
+    except Exception as e:  # noqa: BLE001 - report, don't fail the check
+        return f"broken ({type(e).__name__}: {e})"
+
+
+def knobs_markdown():
+    from hvd_herring import _native
+    lines = ["| Knob | Default | Kind | Must match on every rank | Meaning |",
+             "| --- | --- | --- | --- | --- |"]
+    for k in _native.KNOBS:
+        default = f"`{k['default']}`" if k["default"] else "(unset)"
+        lines.append(f"| `{k['name']}` | {default} | {k['kind']} | "
+                     f"{'yes' if k['must_match_across_ranks'] else 'no'} | {k['description']} |")
+    return "\n".join(lines)
+
+
+def report():
+    from hvd_herring import __version__, _native, switch
+    mark = lambda ok: "[X]" if ok else "[ ]"  # noqa: E731
+    print(f"hvd_herring v{__version__}")
+    print(f"  native core: {_native.__file__}")
+    print(f"  dtypes: {', '.join(_native.DTYPES)}")
+    print(f"  reduce ops: {', '.join(k for k in _native.REDUCE_OPS if k != 'Adasum')}")
+    print()
+    print("Available frameworks:")
+    print(f"    {mark(_available('torch'))} PyTorch {_version('torch') if _available('torch') else ''}")
+    print(f"    {mark(_available('tensorflow'))} TensorFlow {'' if not _available('tensorflow') else '(not yet wired)'}")
+    print()
+    print("Available launch paths:")
+    print(f"    {mark(_which('horovodrun') is not None)} horovodrun --gloo (HTTP rendezvous store)")
+    mpi = _which("mpirun") is not None and _available("mpi4py")
+    print(f"    {mark(mpi)} mpirun / horovodrun --mpi (Open MPI + mpi4py)")
+    print("    [X] single process (no launcher)")
+    print()
+    print("Allreduce implementations: herring (parameter servers, hierarchical), ring, local")
+    print(f"HOROVOD_BACKEND=herring switch: {'active' if switch.enabled() else 'inactive'} in this process "
+          f"(horovod {'installed' if _available('horovod') else 'NOT installed'})")
+    knobs = _native.resolved_knobs()
+    changed = {k: v for k, v in knobs.items() if os.environ.get(k)}
+    if changed:
+        print("Knobs set in the environment: " + ", ".join(f"{k}={v}" for k, v in sorted(changed.items())))
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--knobs-markdown", action="store_true", help="print the README's table of knobs")
+    args = parser.parse_args(argv)
+    if args.knobs_markdown:
+        print(knobs_markdown())
+    else:
+        report()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

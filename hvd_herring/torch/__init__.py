@@ -1,0 +1,50 @@
+"""Horovod's PyTorch API on the herring engine.
+
+This package *is* `horovod.torch` when HOROVOD_BACKEND=herring (see hvd_herring.switch), and is
+also importable directly as `hvd_herring.torch`. Horovod's own pure-Python layers
+(DistributedOptimizer, broadcast_parameters, elastic state, SyncBatchNorm...) are loaded from the
+installed Horovod and run unchanged on top of hvd_herring.torch.mpi_ops, which takes the place of
+Horovod's compiled library."""
+
+import os
+import sys
+
+import horovod
+
+# Horovod's pure-Python torch modules are found through this package's path, under their usual
+# names (horovod.torch.optimizer...), while mpi_ops resolves to ours first.
+_HOROVOD_TORCH_DIR = os.path.join(os.path.dirname(horovod.__file__), "torch")
+__path__.append(_HOROVOD_TORCH_DIR)
+sys.modules["horovod.torch"] = sys.modules[__name__]
+horovod.torch = sys.modules[__name__]
+
+from hvd_herring.torch import mpi_ops  # noqa: E402
+
+sys.modules["horovod.torch.mpi_ops"] = mpi_ops
+
+from horovod.torch import elastic  # noqa: E402,F401
+from horovod.torch.compression import Compression  # noqa: E402,F401
+from horovod.torch.functions import (  # noqa: E402,F401
+    allgather_object, broadcast_object, broadcast_optimizer_state, broadcast_parameters)
+from hvd_herring.torch.mpi_ops import (  # noqa: E402,F401
+    allreduce, allreduce_async, allreduce_, allreduce_async_,
+    grouped_allreduce, grouped_allreduce_async, grouped_allreduce_, grouped_allreduce_async_,
+    sparse_allreduce_async,
+    allgather, allgather_async, grouped_allgather, grouped_allgather_async,
+    broadcast, broadcast_async, broadcast_, broadcast_async_,
+    alltoall, alltoall_async,
+    reducescatter, reducescatter_async, grouped_reducescatter, grouped_reducescatter_async,
+    join, barrier, poll, synchronize,
+    init, shutdown, is_initialized, start_timeline, stop_timeline,
+    size, local_size, cross_size, rank, local_rank, cross_rank,
+    mpi_threads_supported, mpi_enabled, mpi_built, gloo_enabled, gloo_built,
+    nccl_built, ddl_built, ccl_built, cuda_built, rocm_built,
+    ProcessSet, global_process_set, add_process_set, remove_process_set,
+    Average, Sum, Adasum, Min, Max, Product,
+    HorovodInternalError)
+from horovod.torch.optimizer import DistributedOptimizer  # noqa: E402,F401
+from horovod.torch.sync_batch_norm import SyncBatchNorm  # noqa: E402,F401
+
+
+def _check_has_gpu():
+    return False

@@ -1,0 +1,509 @@
+"""Horovod's torch collectives (the API of horovod.torch.mpi_ops) on the herring engine.
+
+Adapters only enqueue: each function hands tensor addresses to the engine and gets a handle;
+synchronize() waits without the GIL. The tensors are kept alive in _handle_map until then.
+"""
+
+import torch
+import torch.utils.dlpack
+
+from horovod.common.exceptions import HorovodInternalError
+from horovod.common.process_sets import ProcessSet, global_process_set, add_process_set, remove_process_set
+from horovod.common.process_sets import _setup as _setup_process_sets
+from horovod.common.util import get_average_backwards_compatibility_fun
+from horovod.torch.compression import Compression
+
+from hvd_herring.basics import basics as _basics, DTYPES as _DTYPES
+
+_TORCH_DTYPES = {
+    torch.uint8: "uint8", torch.int8: "int8", torch.int16: "int16", torch.int32: "int32",
+    torch.int64: "int64", torch.float16: "float16", torch.bfloat16: "bfloat16",
+    torch.float32: "float32", torch.float64: "float64", torch.bool: "bool",
+}
+
+is_initialized = _basics.is_initialized
+start_timeline = _basics.start_timeline
+stop_timeline = _basics.stop_timeline
+size = _basics.size
+local_size = _basics.local_size
+cross_size = _basics.cross_size
+rank = _basics.rank
+local_rank = _basics.local_rank
+cross_rank = _basics.cross_rank
+mpi_threads_supported = _basics.mpi_threads_supported
+mpi_enabled = _basics.mpi_enabled
+mpi_built = _basics.mpi_built
+gloo_enabled = _basics.gloo_enabled
+gloo_built = _basics.gloo_built
+nccl_built = _basics.nccl_built
+ddl_built = _basics.ddl_built
+ccl_built = _basics.ccl_built
+cuda_built = _basics.cuda_built
+rocm_built = _basics.rocm_built
+is_homogeneous = _basics.is_homogeneous
+
+Average = _basics.Average
+Sum = _basics.Sum
+Adasum = _basics.Adasum
+Min = _basics.Min
+Max = _basics.Max
+Product = _basics.Product
+
+handle_average_backwards_compatibility = get_average_backwards_compatibility_fun(_basics)
+_setup_process_sets(_basics)
+
+# handle -> (inputs kept alive, outputs or a function building them from the engine's result)
+_handle_map = {}
+
+
+def init(*args, **kwargs):
+    global _handle_map
+    _handle_map = {}
+    _basics.init(*args, **kwargs)
+    _setup_process_sets(_basics)
+
+
+def shutdown(*args, **kwargs):
+    return _basics.shutdown(*args, **kwargs)
+
+
+# --- plumbing ------------------------------------------------------------------------------------
+
+def _dtype_code(tensor):
+    name = _TORCH_DTYPES.get(tensor.dtype)
+    if name is None:
+        raise ValueError(f"Tensor type {tensor.type()} is not supported.")
+    return _DTYPES[name]
+
+
+def _check_device(tensor):
+    if tensor.device.type != "cpu":
+        raise ValueError(f"hvd_herring reduces CPU tensors; got a tensor on {tensor.device}")
+
+
+def _input(tensor):
+    """The tensor the engine reads: a contiguous view or copy (out-of-place ops accept any layout)."""
+    _check_device(tensor)
+    return tensor if tensor.is_contiguous() else tensor.contiguous()
+
+
+def _inplace(tensor):
+    _check_device(tensor)
+    if not tensor.is_contiguous():
+        raise ValueError("Tensor is required to be contiguous.")
+    return tensor
+
+
+def _common_dtype(tensors):
+    codes = {_dtype_code(t) for t in tensors}
+    if len(codes) != 1:
+        raise ValueError("tensors of a group must all have the same dtype")
+    return codes.pop()
+
+
+def _enqueue(op_type, name, tensors, outputs, process_set, op=None, prescale=1.0, postscale=1.0,
+             root=-1, splits=None, finish=None):
+    """Queues one (possibly grouped) collective and records what synchronize() returns."""
+    dtype = _common_dtype(tensors)
+    args = []
+    for i, t in enumerate(tensors):
+        out = outputs[i] if outputs is not None else None
+        args.append((t.data_ptr(), out.data_ptr() if out is not None else 0, list(t.shape),
+                     list(splits[i]) if splits is not None else []))
+    handle = _basics.enqueue(op_type, name, process_set.process_set_id, dtype,
+                             Sum if op is None else op, prescale, postscale, root, args)
+    # Keep inputs and outputs alive until synchronize(): the engine holds their addresses.
+    _handle_map[handle] = (tuple(tensors), outputs, dtype, finish)
+    return handle
+
+
+def _tensors_from(capsules):
+    return [torch.utils.dlpack.from_dlpack(c) for c in capsules]
+
+
+def poll(handle):
+    """True once the collective behind `handle` completed (synchronize() will not block)."""
+    return _basics.poll(handle)
+
+
+def synchronize(handle):
+    """Waits for the collective and returns its output (a tensor, or a list for groups)."""
+    if handle not in _handle_map:
+        return None
+    _, outputs, dtype, finish = _handle_map[handle]
+    try:
+        capsules, shapes, received_splits, value = _basics.wait(handle, dtype)
+    finally:
+        _handle_map.pop(handle, None)
+    return finish(capsules, received_splits, value)
+
+
+# --- allreduce -----------------------------------------------------------------------------------
+
+def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor, process_set):
+    if op == Adasum:
+        raise NotImplementedError("Adasum is not supported by the herring backend")
+    return _enqueue("allreduce", name, [_input(tensor)], [output], process_set, op, prescale_factor,
+                    postscale_factor, finish=lambda *_: output)
+
+
+def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+                    process_set=global_process_set):
+    """Asynchronous average (or sum, min, max, product) of `tensor` over the process set;
+    `tensor` is not modified. Returns a handle for poll() / synchronize()."""
+    op = handle_average_backwards_compatibility(op, average)
+    output = torch.empty_like(tensor, memory_format=torch.contiguous_format)
+    return _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor, process_set)
+
+
+class HorovodAllreduce(torch.autograd.Function):
+    """allreduce as an autograd function: the gradient is allreduced the same way."""
+
+    @staticmethod
+    def forward(ctx, tensor, average, name, op, prescale_factor, postscale_factor, process_set):
+        ctx.average, ctx.op, ctx.process_set = average, op, process_set
+        ctx.prescale_factor, ctx.postscale_factor = prescale_factor, postscale_factor
+        return synchronize(allreduce_async(tensor, average, name, op, prescale_factor, postscale_factor,
+                                           process_set))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        return allreduce(grad_output, average=ctx.average, op=ctx.op, prescale_factor=ctx.prescale_factor,
+                         postscale_factor=ctx.postscale_factor,
+                         process_set=ctx.process_set), None, None, None, None, None, None
+
+
+def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None,
+              prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
+    """Average (or sum, min, max, product) of `tensor` over the process set, differentiable."""
+    tensor_compressed, cctx = compression.compress(tensor)
+    reduced = HorovodAllreduce.apply(tensor_compressed, average, name, op, prescale_factor, postscale_factor,
+                                     process_set)
+    return compression.decompress(reduced, cctx)
+
+
+def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+                     process_set=global_process_set):
+    """In-place asynchronous allreduce of `tensor`."""
+    op = handle_average_backwards_compatibility(op, average)
+    return _allreduce_async(_inplace(tensor), tensor, name, op, prescale_factor, postscale_factor, process_set)
+
+
+def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+               process_set=global_process_set):
+    """In-place allreduce of `tensor`."""
+    return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor,
+                                        process_set))
+
+
+def _grouped_allreduce_async(tensors, outputs, name, op, prescale_factor, postscale_factor, process_set):
+    if op == Adasum:
+        raise NotImplementedError("Adasum is not supported by the herring backend")
+    return _enqueue("allreduce", name, [_input(t) for t in tensors], outputs, process_set, op, prescale_factor,
+                    postscale_factor, finish=lambda *_: list(outputs))
+
+
+def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                            postscale_factor=1.0, process_set=global_process_set):
+    """Asynchronous allreduce of a list of tensors, negotiated and reduced as one unit."""
+    op = handle_average_backwards_compatibility(op, average)
+    outputs = [torch.empty_like(t, memory_format=torch.contiguous_format) for t in tensors]
+    return _grouped_allreduce_async(tensors, outputs, name, op, prescale_factor, postscale_factor, process_set)
+
+
+class HorovodGroupedAllreduce(torch.autograd.Function):
+    """grouped_allreduce as an autograd function."""
+
+    @staticmethod
+    def forward(ctx, average, name, op, prescale_factor, postscale_factor, process_set, *tensors):
+        ctx.average, ctx.op, ctx.process_set = average, op, process_set
+        ctx.prescale_factor, ctx.postscale_factor = prescale_factor, postscale_factor
+        return tuple(synchronize(grouped_allreduce_async(list(tensors), average, name, op, prescale_factor,
+                                                         postscale_factor, process_set)))
+
+    @staticmethod
+    def backward(ctx, *grad_output):
+        grad_reduced = grouped_allreduce(list(grad_output), average=ctx.average, op=ctx.op,
+                                         prescale_factor=ctx.prescale_factor,
+                                         postscale_factor=ctx.postscale_factor, process_set=ctx.process_set)
+        return (None, None, None, None, None, None, *grad_reduced)
+
+
+def grouped_allreduce(tensors, average=None, name=None, compression=Compression.none, op=None,
+                      prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
+    """Allreduce of a list of tensors as one unit (never split across fusion buffers or cycles)."""
+    compressed, cctxs = zip(*[compression.compress(t) for t in tensors]) if tensors else ((), ())
+    reduced = HorovodGroupedAllreduce.apply(average, name, op, prescale_factor, postscale_factor, process_set,
+                                            *compressed)
+    return [compression.decompress(t, c) for t, c in zip(reduced, cctxs)]
+
+
+def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                             postscale_factor=1.0, process_set=global_process_set):
+    """In-place asynchronous grouped allreduce."""
+    op = handle_average_backwards_compatibility(op, average)
+    tensors = [_inplace(t) for t in tensors]
+    return _grouped_allreduce_async(tensors, tensors, name, op, prescale_factor, postscale_factor, process_set)
+
+
+def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+                       process_set=global_process_set):
+    """In-place grouped allreduce."""
+    return synchronize(grouped_allreduce_async_(tensors, average, name, op, prescale_factor, postscale_factor,
+                                                process_set))
+
+
+def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
+    """Sparse gradients: allgather indices and values, as Horovod does. Returns a callable handle."""
+    t = tensor
+    indices_handle = allgather_async(t._indices().transpose(0, 1).contiguous(), name=f"{name}.indices",
+                                     process_set=process_set)
+    values_handle = allgather_async(t._values(), name=f"{name}.values", process_set=process_set)
+
+    def handle():
+        values = synchronize(values_handle)
+        indices = synchronize(indices_handle)
+        values = (values / process_set.size()) if op == Average else values
+        if indices.dim() == 0 or values.dim() == 0:
+            return t.new().resize_as_(t)
+        return t.new(indices.transpose(0, 1), values, t.size())
+
+    return handle
+
+
+# --- allgather -----------------------------------------------------------------------------------
+
+def allgather_async(tensor, name=None, process_set=global_process_set):
+    """Asynchronous concatenation of `tensor` from every member along the first dimension (which
+    may differ per rank)."""
+    return _enqueue("allgather", name, [_input(tensor)], None, process_set,
+                    finish=lambda caps, *_: _tensors_from(caps)[0])
+
+
+class HorovodAllgather(torch.autograd.Function):
+    """allgather as an autograd function: the gradient is the averaged slice of this rank."""
+
+    @staticmethod
+    def forward(ctx, tensor, name, process_set):
+        ctx.dim = tensor.shape[0]
+        ctx.process_set = process_set
+        return synchronize(allgather_async(tensor, name, process_set))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        grad_reduced = allreduce(grad_output, average=True, process_set=ctx.process_set)
+        dims = allgather(torch.IntTensor([ctx.dim]), process_set=ctx.process_set).view(ctx.process_set.size())
+        r = ctx.process_set.rank()
+        offset = torch.sum(dims.narrow(0, 0, r)).item() if r != 0 else 0
+        return grad_reduced.narrow(0, offset, ctx.dim), None, None
+
+
+def allgather(tensor, name=None, process_set=global_process_set):
+    """Concatenation of `tensor` from every member along the first dimension, differentiable."""
+    return HorovodAllgather.apply(tensor, name, process_set)
+
+
+def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
+    """Asynchronous allgather of a list of tensors as one unit."""
+    return _enqueue("allgather", name, [_input(t) for t in tensors], None, process_set,
+                    finish=lambda caps, *_: _tensors_from(caps))
+
+
+class HorovodGroupedAllgather(torch.autograd.Function):
+    """grouped_allgather as an autograd function."""
+
+    @staticmethod
+    def forward(ctx, name, process_set, *tensors):
+        ctx.dims = [t.shape[0] for t in tensors]
+        ctx.process_set = process_set
+        return tuple(synchronize(grouped_allgather_async(list(tensors), name, process_set)))
+
+    @staticmethod
+    def backward(ctx, *grad_output):
+        grad_reduced = grouped_allreduce(list(grad_output), average=True, process_set=ctx.process_set)
+        dims = [d.view(ctx.process_set.size())
+                for d in grouped_allgather([torch.IntTensor([dim]) for dim in ctx.dims],
+                                           process_set=ctx.process_set)]
+        r = ctx.process_set.rank()
+        offsets = [torch.sum(d.narrow(0, 0, r)).item() if r != 0 else 0 for d in dims]
+        return (None, None, *[g.narrow(0, o, d) for g, o, d in zip(grad_reduced, offsets, ctx.dims)])
+
+
+def grouped_allgather(tensors, name=None, process_set=global_process_set):
+    """Allgather of a list of tensors as one unit, differentiable."""
+    return list(HorovodGroupedAllgather.apply(name, process_set, *tensors))
+
+
+# --- broadcast -----------------------------------------------------------------------------------
+
+def _broadcast_async(tensor, output, root_rank, name, process_set):
+    return _enqueue("broadcast", name, [tensor], [output], process_set, root=root_rank,
+                    finish=lambda *_: output)
+
+
+def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
+    """Asynchronous broadcast of `tensor` from `root_rank`; `tensor` is not modified."""
+    src = _input(tensor)
+    return _broadcast_async(src, torch.empty_like(src), root_rank, name, process_set)
+
+
+class HorovodBroadcast(torch.autograd.Function):
+    """broadcast as an autograd function: the root gets the averaged gradient, others zero."""
+
+    @staticmethod
+    def forward(ctx, tensor, root_rank, name, process_set):
+        ctx.root_rank = root_rank
+        ctx.process_set = process_set
+        return synchronize(broadcast_async(tensor, root_rank, name, process_set))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        grad_reduced = allreduce(grad_output, average=True, process_set=ctx.process_set)
+        if rank() != ctx.root_rank:
+            grad_reduced *= 0
+        return grad_reduced, None, None, None
+
+
+def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
+    """Broadcast of `tensor` from `root_rank`, differentiable."""
+    return HorovodBroadcast.apply(tensor, root_rank, name, process_set)
+
+
+def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
+    """In-place asynchronous broadcast."""
+    t = _inplace(tensor)
+    return _broadcast_async(t, t, root_rank, name, process_set)
+
+
+def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
+    """In-place broadcast."""
+    return synchronize(broadcast_async_(tensor, root_rank, name, process_set))
+
+
+# --- alltoall ------------------------------------------------------------------------------------
+
+def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
+    """Asynchronous alltoall: rows splits[i] go to member i (even split when splits is None).
+    synchronize() returns (output, received_splits)."""
+    src = _input(tensor)
+    if splits is not None:
+        split_list = [int(s) for s in (splits.tolist() if isinstance(splits, torch.Tensor) else splits)]
+    else:
+        split_list = []
+    return _enqueue("alltoall", name, [src], None, process_set, splits=[split_list],
+                    finish=lambda caps, received, _: (_tensors_from(caps)[0],
+                                                      torch.tensor(received, dtype=torch.int32)))
+
+
+class HorovodAlltoall(torch.autograd.Function):
+    """alltoall as an autograd function: the gradient travels back along the received splits."""
+
+    @staticmethod
+    def forward(ctx, tensor, splits, name, process_set):
+        output, received_splits = synchronize(alltoall_async(tensor, splits, name, process_set))
+        ctx.process_set = process_set
+        ctx.recvsplits = received_splits
+        if splits is None:
+            return output
+        ctx.mark_non_differentiable(received_splits)
+        return output, received_splits
+
+    @staticmethod
+    def backward(ctx, grad_output, *dead_gradients):
+        grad_wrt_tensor, _ = alltoall(grad_output, splits=ctx.recvsplits, process_set=ctx.process_set)
+        return grad_wrt_tensor, None, None, None
+
+
+def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
+    """alltoall; returns output, or (output, received_splits) when splits are given."""
+    return HorovodAlltoall.apply(tensor, splits, name, process_set)
+
+
+# --- reducescatter -------------------------------------------------------------------------------
+
+def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set, prescale_factor=1.0,
+                        postscale_factor=1.0):
+    """Asynchronous reduction over the members, each receiving its slice of the first dimension
+    (the first dim % size members get one extra row)."""
+    return _enqueue("reducescatter", name, [_input(tensor)], None, process_set, op, prescale_factor,
+                    postscale_factor, finish=lambda caps, *_: _tensors_from(caps)[0])
+
+
+class HorovodReducescatter(torch.autograd.Function):
+    """reducescatter as an autograd function: the gradient is allgathered."""
+
+    @staticmethod
+    def forward(ctx, tensor, name, op, process_set, prescale_factor, postscale_factor):
+        ctx.op, ctx.process_set = op, process_set
+        ctx.prescale_factor, ctx.postscale_factor = prescale_factor, postscale_factor
+        return synchronize(reducescatter_async(tensor, name, op, process_set, prescale_factor, postscale_factor))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        if ctx.op == Sum:
+            grad_output = grad_output * ctx.process_set.size()
+        if ctx.prescale_factor != 1.0:
+            grad_output = grad_output * ctx.prescale_factor
+        if ctx.postscale_factor != 1.0:
+            grad_output = grad_output * ctx.postscale_factor
+        return allgather(grad_output, process_set=ctx.process_set), None, None, None, None, None
+
+
+def reducescatter(tensor, name=None, compression=Compression.none, op=Average, process_set=global_process_set,
+                  prescale_factor=1.0, postscale_factor=1.0):
+    """reducescatter, differentiable."""
+    tensor_compressed, cctx = compression.compress(tensor)
+    reduced = HorovodReducescatter.apply(tensor_compressed, name, op, process_set, prescale_factor,
+                                         postscale_factor)
+    return compression.decompress(reduced, cctx)
+
+
+def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=global_process_set,
+                                prescale_factor=1.0, postscale_factor=1.0):
+    """Asynchronous reducescatter of a list of tensors as one unit."""
+    return _enqueue("reducescatter", name, [_input(t) for t in tensors], None, process_set, op,
+                    prescale_factor, postscale_factor, finish=lambda caps, *_: _tensors_from(caps))
+
+
+class HorovodGroupedReducescatter(torch.autograd.Function):
+    """grouped_reducescatter as an autograd function."""
+
+    @staticmethod
+    def forward(ctx, name, op, process_set, prescale_factor, postscale_factor, *tensors):
+        ctx.op, ctx.process_set = op, process_set
+        ctx.prescale_factor, ctx.postscale_factor = prescale_factor, postscale_factor
+        return tuple(synchronize(grouped_reducescatter_async(list(tensors), name, op, process_set,
+                                                             prescale_factor, postscale_factor)))
+
+    @staticmethod
+    def backward(ctx, *grad_output):
+        scale = 1.0
+        if ctx.op == Sum:
+            scale *= ctx.process_set.size()
+        scale *= ctx.prescale_factor * ctx.postscale_factor
+        grads = [g * scale if scale != 1.0 else g for g in grad_output]
+        return (None, None, None, None, None, *grouped_allgather(grads, process_set=ctx.process_set))
+
+
+def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=Average,
+                          process_set=global_process_set, prescale_factor=1.0, postscale_factor=1.0):
+    """reducescatter of a list of tensors as one unit, differentiable."""
+    compressed, cctxs = zip(*[compression.compress(t) for t in tensors]) if tensors else ((), ())
+    reduced = HorovodGroupedReducescatter.apply(name, op, process_set, prescale_factor, postscale_factor,
+                                                *compressed)
+    return [compression.decompress(t, c) for t, c in zip(reduced, cctxs)]
+
+
+# --- synchronization points ----------------------------------------------------------------------
+
+def join(device=-1) -> int:
+    """Declares that this rank has no more data: until every rank joined, it takes part in the
+    others' allreduces with zeros. Returns the rank that joined last."""
+    handle = _basics.enqueue("join", "join", 0, _DTYPES["uint8"], Sum, 1.0, 1.0, -1, [])
+    return int(_basics.wait(handle)[3])
+
+
+def barrier(process_set=global_process_set):
+    """Blocks until every member of the process set reached the barrier."""
+    handle = _basics.enqueue("barrier", "", process_set.process_set_id, _DTYPES["uint8"], Sum, 1.0, 1.0, -1, [])
+    _basics.wait(handle)

@@ -1,0 +1,147 @@
+// The Python module `hvd_herring._native`: the engine object and every constant Python needs
+// (dtypes, reduce ops, op types, knobs), so that none is written twice.
+#include <pybind11/functional.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include "bindings/dlpack_export.h"
+#include "common/dtype.h"
+#include "common/knobs.h"
+#include "common/reduce_op.h"
+#include "engine/engine.h"
+
+namespace py = pybind11;
+using namespace herring;
+
+namespace {
+
+// One tensor as Python hands it over: (input address, output address, shape, splits).
+using TensorArg = std::tuple<uintptr_t, uintptr_t, std::vector<int64_t>, std::vector<int64_t>>;
+
+int64_t EnqueueFromPython(Engine& e, int op_type, const std::string& name, int process_set, int dtype,
+                          int reduce_op, double prescale, double postscale, int root,
+                          const std::vector<TensorArg>& tensors, const std::vector<int32_t>& set_ranks,
+                          int set_id) {
+  if (op_type < 0 || op_type >= kNumOpTypes) throw Error(Status::InvalidArgument("bad op type"));
+  if (!IsValidDataType(dtype)) throw Error(Status::InvalidArgument("bad dtype"));
+  if (!IsValidReduceOp(reduce_op)) throw Error(Status::InvalidArgument("bad reduce op"));
+  Request req;
+  req.meta.type = static_cast<OpType>(op_type);
+  req.meta.name = name;
+  req.meta.process_set = process_set;
+  req.meta.dtype = static_cast<DataType>(dtype);
+  req.meta.reduce_op = static_cast<ReduceOp>(reduce_op);
+  req.meta.prescale = prescale;
+  req.meta.postscale = postscale;
+  req.meta.root = root;
+  req.meta.set_ranks = set_ranks;
+  req.meta.set_id = set_id;
+  for (const auto& t : tensors) {
+    req.meta.tensors.push_back({std::get<2>(t), std::get<3>(t)});
+    req.buffers.push_back({reinterpret_cast<const void*>(std::get<0>(t)), reinterpret_cast<void*>(std::get<1>(t))});
+  }
+  return e.Enqueue(std::move(req));
+}
+
+// Waits (without the GIL), then returns (outputs as DLPack capsules, shapes, received splits,
+// value) or raises the operation's error.
+py::tuple WaitAndTake(Engine& e, int64_t handle, double timeout_seconds, int dtype) {
+  Status s;
+  {
+    py::gil_scoped_release release;
+    s = e.Wait(handle, timeout_seconds < 0 ? Deadline::Never() : Deadline::AfterSeconds(timeout_seconds));
+  }
+  if (!s.ok()) throw Error(s);  // still pending: the handle stays valid
+  OpResult r = e.Take(handle);
+  if (!r.status.ok()) throw Error(r.status);
+  py::list outputs;
+  for (size_t i = 0; i < r.outputs.size(); ++i) {
+    outputs.append(ExportDLPack(r.outputs[i], r.output_shapes[i], static_cast<DataType>(dtype)));
+  }
+  return py::make_tuple(outputs, r.output_shapes, r.received_splits, r.value);
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_native, m) {
+  m.doc() = "hvd_herring native core";
+
+  static py::exception<Error> herring_error(m, "HerringError", PyExc_RuntimeError);
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const Error& e) {
+      const Status& s = e.status();
+      if (s.code() == StatusCode::kInvalidArgument) {
+        PyErr_SetString(PyExc_ValueError, s.message().c_str());
+      } else if (s.code() == StatusCode::kTimeout && s.message().rfind("handle ", 0) == 0) {
+        PyErr_SetString(PyExc_TimeoutError, s.message().c_str());
+      } else {
+        py::object exc = herring_error;
+        py::object instance = exc(s.message());
+        instance.attr("code") = StatusCodeName(s.code());
+        PyErr_SetObject(herring_error.ptr(), instance.ptr());
+      }
+    }
+  });
+
+  py::dict dtypes;
+  for (int i = 0; i < kNumDataTypes; ++i) dtypes[DataTypeName(static_cast<DataType>(i))] = i;
+  m.attr("DTYPES") = dtypes;
+  py::dict ops;
+  for (int i = 0; i < kNumReduceOps; ++i) ops[ReduceOpName(static_cast<ReduceOp>(i))] = i;
+  m.attr("REDUCE_OPS") = ops;
+  py::dict op_types;
+  for (int i = 0; i < kNumOpTypes; ++i) op_types[OpTypeName(static_cast<OpType>(i))] = i;
+  m.attr("OP_TYPES") = op_types;
+  py::list knobs;
+  for (const auto& k : AllKnobs()) {
+    py::dict d;
+    d["name"] = k.name;
+    d["default"] = k.default_value;
+    d["kind"] = k.kind;
+    d["description"] = k.description;
+    d["must_match_across_ranks"] = k.must_match_across_ranks;
+    knobs.append(d);
+  }
+  m.attr("KNOBS") = knobs;
+  m.def("resolved_knobs", [] { return Config::FromProcessEnvironment().resolved; },
+        "Every knob's value as this process would use it.");
+
+  py::class_<Engine>(m, "Engine")
+      .def(py::init([](std::vector<std::vector<int>> process_sets, int epoch,
+                       std::function<std::vector<std::string>(const std::string&)> exchange) {
+             EngineOptions o;
+             o.process_sets = std::move(process_sets);
+             o.epoch = epoch;
+             o.exchange = std::move(exchange);
+             return std::make_unique<Engine>(std::move(o));
+           }),
+           py::arg("process_sets"), py::arg("epoch"), py::arg("exchange") = nullptr,
+           py::call_guard<py::gil_scoped_release>())
+      .def("shutdown", &Engine::Shutdown, py::call_guard<py::gil_scoped_release>())
+      .def_property_readonly("running", &Engine::running)
+      .def_property_readonly("rank", &Engine::rank)
+      .def_property_readonly("size", &Engine::size)
+      .def_property_readonly("local_rank", &Engine::local_rank)
+      .def_property_readonly("local_size", &Engine::local_size)
+      .def_property_readonly("cross_rank", &Engine::cross_rank)
+      .def_property_readonly("cross_size", &Engine::cross_size)
+      .def_property_readonly("launcher", &Engine::launcher)
+      .def_property_readonly("hostnames",
+                             [](const Engine& e) {
+                               std::vector<std::string> h;
+                               for (int r = 0; r < e.size(); ++r) h.push_back(e.topology().hostname(e.topology().host_of(r)));
+                               return h;
+                             })
+      .def("enqueue", &EnqueueFromPython, py::arg("op_type"), py::arg("name"), py::arg("process_set"),
+           py::arg("dtype"), py::arg("reduce_op"), py::arg("prescale"), py::arg("postscale"), py::arg("root"),
+           py::arg("tensors"), py::arg("set_ranks") = std::vector<int32_t>(), py::arg("set_id") = -1)
+      .def("poll", &Engine::Poll)
+      .def("wait_and_take", &WaitAndTake, py::arg("handle"), py::arg("timeout_seconds") = -1.0,
+           py::arg("dtype") = 0)
+      .def("process_set_ids", &Engine::ProcessSetIds)
+      .def("process_set_ranks", &Engine::ProcessSetRanks)
+      .def("counters", &Engine::CountersSnapshot)
+      .def("failure", [](const Engine& e) { return e.failure().message(); });
+}

@@ -1,0 +1,146 @@
+#include "common/knobs.h"
+
+#include <cstdlib>
+#include <sstream>
+
+#include "common/status.h"
+
+extern char** environ;
+
+namespace herring {
+
+const std::vector<KnobSpec>& AllKnobs() {
+  static const std::vector<KnobSpec> knobs = {
+      {"HOROVOD_BACKEND", "", "enum",
+       "`herring` makes `import horovod.torch` (and the other Horovod frameworks) run on this "
+       "engine; unset, Horovod behaves as installed.", false},
+      {"HOROVOD_FUSION_THRESHOLD", "134217728", "bytes",
+       "Largest fused buffer; tensors ready in the same cycle are packed up to this size "
+       "(a group is never split). 0 disables fusion.", true},
+      {"HOROVOD_CYCLE_TIME", "1", "ms",
+       "Least time between two negotiation cycles started by a rank's own new work.", false},
+      {"HOROVOD_CACHE_CAPACITY", "1024", "int",
+       "Entries of the response cache; in steady state one bit-vector AND per cycle replaces the "
+       "coordinator. 0 disables the cache.", true},
+      {"HOROVOD_DYNAMIC_PROCESS_SETS", "0", "bool",
+       "Allow hvd.add_process_set / remove_process_set after init.", true},
+      {"HOROVOD_LOG_LEVEL", "WARNING", "enum", "TRACE, DEBUG, INFO, WARNING, ERROR or FATAL.", false},
+      {"HERRING_ALLREDUCE", "herring", "enum",
+       "Allreduce implementation tried first: `herring` (hierarchical parameter-server reduction) "
+       "or `ring`.", true},
+      {"HERRING_NUM_SERVERS", "0", "int",
+       "Server shards the fused buffers are cut over; 0 means one per rank, colocated.", true},
+      {"HERRING_TCP_STREAMS", "2", "int", "TCP streams per peer for bulk data.", true},
+      {"HERRING_TIMEOUT_SECONDS", "30", "seconds",
+       "Deadline of every blocking step; a peer silent for this long is declared lost.", false},
+      {"HERRING_START_TIMEOUT_SECONDS", "60", "seconds",
+       "Deadline for rendezvous and connecting to every peer at init.", false},
+      {"HERRING_IFACE", "", "string",
+       "Network interface to listen on and advertise (default: HOROVOD_GLOO_IFACE from "
+       "horovodrun, else loopback for single-host jobs).", false},
+      {"HERRING_HOSTNAME", "", "string",
+       "Host name this rank reports (default HOROVOD_HOSTNAME, else gethostname()). Ranks with the "
+       "same name share memory; different names on one machine simulate separate hosts.", false},
+      {"HERRING_SHM_SLOT_BYTES", "16777216", "bytes",
+       "Per-rank shared-memory staging slot; larger buffers stream through it in chunks.", true},
+      {"HERRING_CHUNK_BYTES", "1048576", "bytes",
+       "Unit in which bulk TCP messages are striped over the streams.", false},
+  };
+  return knobs;
+}
+
+namespace {
+
+const KnobSpec& Spec(const std::string& name) {
+  for (const auto& k : AllKnobs()) {
+    if (name == k.name) return k;
+  }
+  throw Error(Status::Internal("unknown knob " + name));
+}
+
+class KnobReader {
+ public:
+  explicit KnobReader(const std::map<std::string, std::string>& env) : env_(env) {}
+
+  std::string Raw(const std::string& name) const {
+    auto it = env_.find(name);
+    if (it != env_.end() && !it->second.empty()) return it->second;
+    return Spec(name).default_value;
+  }
+  int64_t Int(const std::string& name, int64_t min_value) const {
+    std::string v = Raw(name);
+    char* end = nullptr;
+    long long x = std::strtoll(v.c_str(), &end, 10);
+    if (end == v.c_str() || *end != '\0' || x < min_value) Bad(name, v, ">= " + std::to_string(min_value));
+    return x;
+  }
+  double Double(const std::string& name, double min_value) const {
+    std::string v = Raw(name);
+    char* end = nullptr;
+    double x = std::strtod(v.c_str(), &end);
+    if (end == v.c_str() || *end != '\0' || !(x >= min_value)) Bad(name, v, "a number >= " + std::to_string(min_value));
+    return x;
+  }
+  bool Bool(const std::string& name) const {
+    std::string v = Raw(name);
+    if (v == "1" || v == "true" || v == "True" || v == "TRUE") return true;
+    if (v == "0" || v == "false" || v == "False" || v == "FALSE") return false;
+    Bad(name, v, "0 or 1");
+    return false;
+  }
+  [[noreturn]] static void Bad(const std::string& name, const std::string& v, const std::string& want) {
+    throw Error(Status::InvalidArgument(name + "='" + v + "' is not valid: expected " + want));
+  }
+
+ private:
+  const std::map<std::string, std::string>& env_;
+};
+
+}  // namespace
+
+Config Config::FromEnvironment(const std::map<std::string, std::string>& env) {
+  KnobReader r(env);
+  Config c;
+  c.fusion_threshold_bytes = r.Int("HOROVOD_FUSION_THRESHOLD", 0);
+  c.cycle_time_ms = r.Double("HOROVOD_CYCLE_TIME", 0.0);
+  c.cache_capacity = r.Int("HOROVOD_CACHE_CAPACITY", 0);
+  c.dynamic_process_sets = r.Bool("HOROVOD_DYNAMIC_PROCESS_SETS");
+  std::string algo = r.Raw("HERRING_ALLREDUCE");
+  if (algo == "herring") {
+    c.allreduce = AllreduceAlgorithm::kHerring;
+  } else if (algo == "ring") {
+    c.allreduce = AllreduceAlgorithm::kRing;
+  } else {
+    KnobReader::Bad("HERRING_ALLREDUCE", algo, "herring or ring");
+  }
+  c.num_servers = static_cast<int>(r.Int("HERRING_NUM_SERVERS", 0));
+  c.tcp_streams = static_cast<int>(r.Int("HERRING_TCP_STREAMS", 1));
+  c.timeout_seconds = r.Double("HERRING_TIMEOUT_SECONDS", 0.001);
+  c.start_timeout_seconds = r.Double("HERRING_START_TIMEOUT_SECONDS", 0.001);
+  c.iface = r.Raw("HERRING_IFACE");
+  c.hostname = r.Raw("HERRING_HOSTNAME");
+  c.shm_slot_bytes = r.Int("HERRING_SHM_SLOT_BYTES", 4096);
+  c.chunk_bytes = r.Int("HERRING_CHUNK_BYTES", 4096);
+  for (const auto& k : AllKnobs()) c.resolved[k.name] = r.Raw(k.name);
+  return c;
+}
+
+Config Config::FromProcessEnvironment() {
+  std::map<std::string, std::string> env;
+  for (char** e = environ; e && *e; ++e) {
+    std::string kv(*e);
+    auto eq = kv.find('=');
+    if (eq != std::string::npos) env[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  return FromEnvironment(env);
+}
+
+std::string Config::MustMatchFingerprint() const {
+  std::ostringstream s;
+  for (const auto& k : AllKnobs()) {
+    if (k.must_match_across_ranks) s << k.name << "=" << resolved.at(k.name) << ";";
+  }
+  return s.str();
+}
+
+}  // namespace herring

@@ -1,0 +1,51 @@
+// Every knob of the product, in one table. Config reads them from the environment; the bindings
+// export the table so that Python (README check, `python -m hvd_herring.check`) never repeats a
+// name or a default.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace herring {
+
+struct KnobSpec {
+  const char* name;
+  const char* default_value;  // as a user would write it in the environment
+  const char* kind;           // bytes | int | ms | seconds | bool | enum | string | path
+  const char* description;
+  bool must_match_across_ranks;  // checked at init: ranks that differ fail with a clear error
+};
+
+const std::vector<KnobSpec>& AllKnobs();
+
+enum class AllreduceAlgorithm { kHerring, kRing };
+
+struct Config {
+  int64_t fusion_threshold_bytes;
+  double cycle_time_ms;
+  int64_t cache_capacity;
+  bool dynamic_process_sets;
+  AllreduceAlgorithm allreduce;
+  int num_servers;           // 0: one server shard per rank
+  int tcp_streams;
+  double timeout_seconds;
+  double start_timeout_seconds;
+  std::string iface;         // empty: chosen from the launcher's environment
+  std::string hostname;      // empty: the launcher's (HOROVOD_HOSTNAME) or gethostname()
+  int64_t shm_slot_bytes;
+  int64_t chunk_bytes;
+
+  // Every knob's resolved text value (default where unset), by name.
+  std::map<std::string, std::string> resolved;
+
+  // Reads every knob from `env` (missing ones take the table's default). Throws Error naming the
+  // knob on a value that does not parse.
+  static Config FromEnvironment(const std::map<std::string, std::string>& env);
+  static Config FromProcessEnvironment();
+  // Values of the knobs that must agree on every rank, as "NAME=value;..." for comparison.
+  std::string MustMatchFingerprint() const;
+};
+
+}  // namespace herring

@@ -1,0 +1,270 @@
+// The background loop: negotiate -> fuse -> execute -> complete, one cycle at a time.
+//
+// A cycle starts when this rank has new requests (at most once per HOROVOD_CYCLE_TIME), or when
+// rank 0 asks for it (kBegin) because another rank started one. Idle ranks block; nobody spins.
+#include <algorithm>
+
+#include "common/logging.h"
+#include "engine/engine.h"
+
+namespace herring {
+
+void Engine::Loop() {
+  try {
+    while (WaitForTrigger()) RunCycle();
+  } catch (const Error& e) {
+    Fail(e.status());
+  } catch (const std::exception& e) {
+    Fail(Status::Internal(std::string("background loop: ") + e.what()));
+  }
+  Status why = failure();
+  stopped_ = true;
+  handles_.FailAll(why.ok() ? Status::Shutdown("Horovod has been shut down") : why);
+  {
+    std::lock_guard<std::mutex> lock(loop_done_mu_);
+    loop_done_ = true;
+  }
+  loop_done_cv_.notify_all();
+}
+
+void Engine::DrainControl() {
+  ControlMessage m;
+  while (transport_->PopControl(&m)) {
+    if (m.type == kAbortMessage) {
+      throw Error(Status::Aborted("rank " + std::to_string(m.from) + " aborted the job: " + m.payload));
+    }
+    inbox_.push_back(std::move(m));
+  }
+}
+
+bool Engine::WaitForTrigger() {
+  const auto cycle_time = std::chrono::duration_cast<Clock::duration>(
+      std::chrono::duration<double, std::milli>(config_.cycle_time_ms));
+  while (true) {
+    DrainControl();
+    Status f = transport_->FirstFailure();
+    if (!f.ok()) throw Error(f);
+    if (stop_after_cycle_) return false;
+
+    // Invitations for cycles we already took part in are stale.
+    inbox_.erase(std::remove_if(inbox_.begin(), inbox_.end(),
+                                [&](const ControlMessage& m) {
+                                  return m.type == kBeginMessage && CycleOf(m.payload) <= cycle_;
+                                }),
+                 inbox_.end());
+    const uint32_t invitation = rank() == 0 ? kContributeMessage : kBeginMessage;
+    for (const auto& m : inbox_) {
+      if (m.type == invitation && CycleOf(m.payload) == cycle_ + 1) return true;
+    }
+    bool new_work = reannounce_ || shutdown_requested_.load();
+    if (!new_work) {
+      std::lock_guard<std::mutex> lock(queue_mu_);
+      new_work = !incoming_.empty();
+    }
+    const auto due = last_cycle_start_ + cycle_time;
+    if (new_work && Clock::now() >= due) return true;
+
+    std::unique_lock<std::mutex> lock(wake_mu_);
+    wake_cv_.wait_until(lock, new_work ? due : Clock::now() + std::chrono::seconds(1),
+                        [this] { return wake_pending_; });
+    wake_pending_ = false;
+  }
+}
+
+void Engine::TakeNewRequests(std::vector<RequestMeta>* uncached, std::vector<uint32_t>* stale) {
+  std::deque<std::pair<Request, int64_t>> fresh;
+  {
+    std::lock_guard<std::mutex> lock(queue_mu_);
+    fresh.swap(incoming_);
+  }
+  for (auto& item : fresh) {
+    Key key{item.first.meta.process_set, item.first.meta.name};
+    Pending p;
+    p.request = std::move(item.first);
+    p.handle = item.second;
+    pending_[key] = std::move(p);
+  }
+  reannounce_ = false;
+  for (auto& kv : pending_) {
+    Pending& p = kv.second;
+    if (p.state != RequestState::kNew) continue;
+    const RequestMeta& m = p.request.meta;
+    if (m.type == OpType::kJoin) joined_ = true;
+    uint32_t position = 0;
+    ResponseCache::Match match = ResponseCache::Match::kMiss;
+    bool cacheable = cache_.capacity() > 0 && m.type != OpType::kJoin && m.type != OpType::kAddProcessSet &&
+                     m.type != OpType::kRemoveProcessSet;
+    if (cacheable) {
+      const ProcessSet* set = sets_.Find(m.process_set);
+      match = cache_.Lookup(m, set ? set->member_index(rank()) : -1, &position);
+    }
+    if (match == ResponseCache::Match::kHit) {
+      p.state = RequestState::kCached;
+      p.position = position;
+      counters_.cache_hits++;
+      continue;
+    }
+    if (match == ResponseCache::Match::kStale) {
+      stale->push_back(position);
+      counters_.cache_stale++;
+    } else {
+      counters_.cache_misses++;
+    }
+    p.state = RequestState::kAnnounced;
+    uncached->push_back(m);
+  }
+}
+
+std::vector<uint64_t> Engine::ReadyBits(bool has_uncached, bool has_stale) const {
+  BitLayout layout(cache_.capacity());
+  std::vector<uint64_t> bits(layout.words(), 0);
+  bits[0] = kAllStatusBits;
+  if (shutdown_requested_.load()) bits[0] &= ~kNoShutdown;
+  if (has_uncached) bits[0] &= ~kNoUncached;
+  if (has_stale) bits[0] &= ~kNoStale;
+  for (uint32_t p = 0; p < cache_.capacity(); ++p) {
+    bits[layout.idle_word(p)] |= BitLayout::mask(p);
+    if (!cache_.occupied(p)) continue;
+    const ProcessSet* set = sets_.Find(cache_.at(p).process_set);
+    if (joined_ || set == nullptr || !set->contains(rank())) bits[layout.ready_word(p)] |= BitLayout::mask(p);
+  }
+  for (const auto& kv : pending_) {
+    if (kv.second.state != RequestState::kCached) continue;
+    uint32_t p = kv.second.position;
+    bits[layout.ready_word(p)] |= BitLayout::mask(p);
+    bits[layout.idle_word(p)] &= ~BitLayout::mask(p);
+  }
+  return bits;
+}
+
+std::vector<uint64_t> Engine::AgreeOnBits(const std::vector<uint64_t>& mine) {
+  if (size() == 1) return mine;
+  if (rank() != 0) {
+    transport_->SendControl(0, kContributeMessage, EncodeBits(cycle_, mine));
+    uint64_t c;
+    auto agreed = DecodeBits(AwaitControl(0, kResultMessage).payload, &c);
+    if (agreed.size() != mine.size()) throw Error(Status::Internal("rank 0 answered with a bit vector of another size"));
+    return agreed;
+  }
+  // Rank 0: invite the ranks that have not contributed yet, then AND everything.
+  std::vector<bool> contributed(size(), false);
+  for (const auto& m : inbox_) {
+    if (m.type == kContributeMessage && CycleOf(m.payload) == cycle_) contributed[m.from] = true;
+  }
+  for (int r = 1; r < size(); ++r) {
+    if (!contributed[r]) transport_->SendControl(r, kBeginMessage, EncodeCycle(cycle_));
+  }
+  std::vector<uint64_t> agreed = mine;
+  for (int r = 1; r < size(); ++r) {
+    uint64_t c;
+    auto theirs = DecodeBits(AwaitControl(r, kContributeMessage).payload, &c);
+    if (theirs.size() != agreed.size()) {
+      throw Error(Status::Internal("rank " + std::to_string(r) + " contributed a bit vector of another size"));
+    }
+    for (size_t w = 0; w < agreed.size(); ++w) agreed[w] &= theirs[w];
+  }
+  const std::string result = EncodeBits(cycle_, agreed);
+  for (int r = 1; r < size(); ++r) transport_->SendControl(r, kResultMessage, result);
+  return agreed;
+}
+
+void Engine::CoordinatorRound(const std::vector<RequestMeta>& uncached, const std::vector<uint32_t>& stale,
+                              std::vector<Response>* responses, std::vector<uint32_t>* evict) {
+  counters_.coordinator_rounds++;
+  if (rank() != 0) {
+    transport_->SendControl(0, kUncachedMessage, EncodeUncached(cycle_, uncached, stale));
+    uint64_t c;
+    DecodeResponses(AwaitControl(0, kResponsesMessage).payload, &c, responses, evict);
+    return;
+  }
+  std::set<uint32_t> evicted(stale.begin(), stale.end());
+  for (const auto& q : uncached) coordinator_->Submit(q);
+  for (int r = 1; r < size(); ++r) {
+    uint64_t c;
+    std::vector<RequestMeta> theirs;
+    std::vector<uint32_t> their_stale;
+    DecodeUncached(AwaitControl(r, kUncachedMessage).payload, &c, &theirs, &their_stale);
+    for (auto& q : theirs) {
+      q.rank = r;  // trust the connection, not the payload
+      coordinator_->Submit(q);
+    }
+    evicted.insert(their_stale.begin(), their_stale.end());
+  }
+  *responses = coordinator_->TakeReady();
+  evict->assign(evicted.begin(), evicted.end());
+  const std::string message = EncodeResponses(cycle_, *responses, *evict);
+  for (int r = 1; r < size(); ++r) transport_->SendControl(r, kResponsesMessage, message);
+}
+
+ControlMessage Engine::AwaitControl(int from, uint32_t type) {
+  // Bounded by peer liveness: a peer that stops answering is declared lost by the transport
+  // after HERRING_TIMEOUT_SECONDS of silence, which wakes us up with its error.
+  while (true) {
+    DrainControl();
+    for (auto it = inbox_.begin(); it != inbox_.end(); ++it) {
+      if (it->from == from && it->type == type && CycleOf(it->payload) == cycle_) {
+        ControlMessage m = std::move(*it);
+        inbox_.erase(it);
+        return m;
+      }
+    }
+    Status f = transport_->PeerStatus(from);
+    if (f.ok()) f = transport_->FirstFailure();
+    if (!f.ok()) throw Error(f);
+    std::unique_lock<std::mutex> lock(wake_mu_);
+    wake_cv_.wait_for(lock, std::chrono::seconds(1), [this] { return wake_pending_; });
+    wake_pending_ = false;
+  }
+}
+
+void Engine::RevertCachedAt(uint32_t position) {
+  for (auto& kv : pending_) {
+    if (kv.second.state == RequestState::kCached && kv.second.position == position) {
+      kv.second.state = RequestState::kNew;
+      reannounce_ = true;
+    }
+  }
+}
+
+void Engine::RunCycle() {
+  ++cycle_;
+  counters_.cycles++;
+  last_cycle_start_ = Clock::now();
+  std::vector<RequestMeta> uncached;
+  std::vector<uint32_t> stale;
+  TakeNewRequests(&uncached, &stale);
+  const std::vector<uint64_t> agreed = AgreeOnBits(ReadyBits(!uncached.empty(), !stale.empty()));
+  if (!(agreed[0] & kNoShutdown)) {
+    HLOG(Debug) << "shutdown agreed in cycle " << cycle_;
+    stop_after_cycle_ = true;
+    return;
+  }
+  std::vector<Response> fresh;
+  std::vector<uint32_t> evict;
+  if (!(agreed[0] & kNoUncached) || !(agreed[0] & kNoStale)) CoordinatorRound(uncached, stale, &fresh, &evict);
+
+  std::vector<Response> ready;
+  BitLayout layout(cache_.capacity());
+  for (uint32_t p = 0; p < cache_.capacity(); ++p) {
+    bool go = (agreed[layout.ready_word(p)] & BitLayout::mask(p)) && !(agreed[layout.idle_word(p)] & BitLayout::mask(p));
+    if (go && cache_.occupied(p)) {
+      ready.push_back(cache_.at(p));
+      cache_.Touch(p);
+    }
+  }
+  for (uint32_t p : evict) {
+    cache_.Erase(p);
+    RevertCachedAt(p);
+  }
+  for (auto& r : fresh) {
+    if (cache_.capacity() > 0 && ResponseCache::Cacheable(r)) {
+      int64_t evicted = -1;
+      cache_.Put(r, &evicted);
+      if (evicted >= 0) RevertCachedAt(static_cast<uint32_t>(evicted));
+    }
+    ready.push_back(std::move(r));
+  }
+  Execute(ready);
+}
+
+}  // namespace herring

@@ -1,0 +1,72 @@
+// The control messages of the negotiation protocol, one per step of a cycle. Every message
+// starts with the cycle number it belongs to, so a late or early message is never mistaken for
+// the current one.
+//
+//   worker -> rank 0   kContribute  this rank's bit vector (status bits inverted + cache bits)
+//   rank 0 -> worker   kBegin       "cycle c started, contribute" (to ranks that had no new work)
+//   rank 0 -> worker   kResult      the AND of every contribution
+//   worker -> rank 0   kUncached    requests not in the cache, stale cache positions
+//   rank 0 -> worker   kResponses   new responses and the cache positions to evict
+//   anyone -> anyone   kAbort       "the job failed: <reason>"
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/message.h"
+
+namespace herring {
+
+enum ControlType : uint32_t {
+  kContributeMessage = 1,
+  kBeginMessage = 2,
+  kResultMessage = 3,
+  kUncachedMessage = 4,
+  kResponsesMessage = 5,
+  kAbortMessage = 6,
+};
+
+// Status bits live in word 0 of the bit vector and are stored inverted (set = "no"), so the same
+// AND that finds tensors everyone has ready also finds whether anyone wants something.
+enum StatusBit : uint64_t {
+  kNoShutdown = 1ull << 0,
+  kNoUncached = 1ull << 1,
+  kNoStale = 1ull << 2,
+};
+constexpr uint64_t kAllStatusBits = kNoShutdown | kNoUncached | kNoStale;
+constexpr int kStatusWords = 1;
+
+// Layout of the bit vector for a cache of `capacity` entries: the status word, then "ready" bits
+// (1 = I have position p ready, or I do not take part in it: not a member, or joined), then
+// "idle" bits (1 = I do not have position p pending). Position p runs when ready AND NOT idle:
+// everyone can go and at least one rank really submitted it (so joined ranks alone never run it).
+struct BitLayout {
+  explicit BitLayout(uint32_t capacity) : words_per_half((capacity + 63) / 64) {}
+  size_t words() const { return kStatusWords + 2 * words_per_half; }
+  size_t ready_word(uint32_t p) const { return kStatusWords + p / 64; }
+  size_t idle_word(uint32_t p) const { return kStatusWords + words_per_half + p / 64; }
+  static uint64_t mask(uint32_t p) { return 1ull << (p % 64); }
+  size_t words_per_half;
+};
+
+std::string EncodeBits(uint64_t cycle, const std::vector<uint64_t>& bits);
+std::vector<uint64_t> DecodeBits(const std::string& payload, uint64_t* cycle);
+
+std::string EncodeCycle(uint64_t cycle);
+uint64_t DecodeCycle(const std::string& payload);
+
+std::string EncodeUncached(uint64_t cycle, const std::vector<RequestMeta>& requests,
+                           const std::vector<uint32_t>& stale);
+void DecodeUncached(const std::string& payload, uint64_t* cycle, std::vector<RequestMeta>* requests,
+                    std::vector<uint32_t>* stale);
+
+std::string EncodeResponses(uint64_t cycle, const std::vector<Response>& responses,
+                            const std::vector<uint32_t>& evict);
+void DecodeResponses(const std::string& payload, uint64_t* cycle, std::vector<Response>* responses,
+                     std::vector<uint32_t>* evict);
+
+// Peeks at the cycle number any of the messages above starts with (0 if too short).
+uint64_t CycleOf(const std::string& payload);
+
+}  // namespace herring

@@ -1,0 +1,43 @@
+// Counters the engine exposes to Python (hvd_herring.counters()): how many cycles ran, how many
+// needed the coordinator, how often the response cache answered... Tests use them to prove that
+// steady-state steps negotiate with one bit-vector AND and no coordinator round.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <string>
+
+namespace herring {
+
+struct Counters {
+  std::atomic<uint64_t> cycles{0};               // negotiation cycles (one bit-vector AND each)
+  std::atomic<uint64_t> coordinator_rounds{0};   // cycles that also gathered requests on rank 0
+  std::atomic<uint64_t> cache_hits{0};           // requests matched to a cached response
+  std::atomic<uint64_t> cache_misses{0};         // requests sent to the coordinator
+  std::atomic<uint64_t> cache_stale{0};          // cached, but shape/dtype/op changed
+  std::atomic<uint64_t> responses{0};            // collectives executed (a group counts once)
+  std::atomic<uint64_t> fused_buffers{0};        // allreduce executions after fusion
+  std::atomic<uint64_t> allreduce_bytes{0};      // bytes of fused allreduce buffers
+  std::atomic<uint64_t> herring_allreduces{0};   // executions by the PS allreduce
+  std::atomic<uint64_t> ring_allreduces{0};      // executions by the ring allreduce
+  std::atomic<uint64_t> shm_chunks{0};           // chunks staged through shared memory
+  std::atomic<uint64_t> server_ranges{0};        // byte ranges reduced by this rank's server shards
+
+  std::map<std::string, uint64_t> Snapshot() const {
+    return {{"cycles", cycles},
+            {"coordinator_rounds", coordinator_rounds},
+            {"cache_hits", cache_hits},
+            {"cache_misses", cache_misses},
+            {"cache_stale", cache_stale},
+            {"responses", responses},
+            {"fused_buffers", fused_buffers},
+            {"allreduce_bytes", allreduce_bytes},
+            {"herring_allreduces", herring_allreduces},
+            {"ring_allreduces", ring_allreduces},
+            {"shm_chunks", shm_chunks},
+            {"server_ranges", server_ranges}};
+  }
+};
+
+}  // namespace herring

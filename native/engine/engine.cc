@@ -1,0 +1,412 @@
+#include "engine/engine.h"
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <sstream>
+
+#include "common/logging.h"
+#include "kernels/reduce.h"
+#include "rendezvous/http_store.h"
+#include "rendezvous/net_interfaces.h"
+
+extern char** environ;
+
+namespace herring {
+namespace {
+
+std::map<std::string, std::string> ProcessEnvironment() {
+  std::map<std::string, std::string> env;
+  for (char** e = environ; e && *e; ++e) {
+    std::string kv(*e);
+    auto eq = kv.find('=');
+    if (eq != std::string::npos) env[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  return env;
+}
+
+// One rank's rendezvous record: what the others need to reach it and to check it is compatible.
+struct Record {
+  std::string hostname, ip, fingerprint, job_id;
+  uint16_t port = 0;
+
+  std::string Encode() const {
+    return hostname + "\n" + ip + "\n" + std::to_string(port) + "\n" + fingerprint + "\n" + job_id;
+  }
+  static Record Decode(const std::string& text, int rank) {
+    std::vector<std::string> f;
+    std::stringstream s(text);
+    std::string line;
+    while (std::getline(s, line)) f.push_back(line);
+    while (f.size() < 5) f.push_back("");
+    Record r{f[0], f[1], f[3], f[4]};
+    try {
+      r.port = static_cast<uint16_t>(std::stoi(f[2]));
+    } catch (...) {
+      throw Error(Status::Internal("rank " + std::to_string(rank) + " published an unreadable rendezvous record"));
+    }
+    return r;
+  }
+};
+
+std::map<std::string, std::string> ParseFingerprint(const std::string& f) {
+  std::map<std::string, std::string> kv;
+  std::stringstream s(f);
+  std::string item;
+  while (std::getline(s, item, ';')) {
+    auto eq = item.find('=');
+    if (eq != std::string::npos) kv[item.substr(0, eq)] = item.substr(eq + 1);
+  }
+  return kv;
+}
+
+std::string HexId(uint64_t v) {
+  std::ostringstream s;
+  s << std::hex << v;
+  return s.str();
+}
+
+}  // namespace
+
+Engine::Engine(EngineOptions options)
+    : config_(Config::FromEnvironment(options.env.empty() ? ProcessEnvironment() : options.env)),
+      launch_(DetectLaunch(options.env.empty() ? ProcessEnvironment() : options.env)),
+      epoch_(options.epoch),
+      cache_(static_cast<uint32_t>(config_.cache_capacity)) {
+  SetLogRank(launch_.rank);
+  const Deadline deadline = Deadline::AfterSeconds(config_.start_timeout_seconds);
+  Rendezvous(options, deadline);
+  ops_ = std::make_unique<OperationManager>(config_);
+  std::vector<int> everyone(size());
+  for (int r = 0; r < size(); ++r) everyone[r] = r;
+  CreateProcessSet(0, everyone, deadline);
+  for (const auto& ranks : options.process_sets) {
+    for (int r : ranks) {
+      if (r < 0 || r >= size()) {
+        throw Error(Status::InvalidArgument("process set " + ShapeToString({ranks.begin(), ranks.end()}) +
+                                            " names rank " + std::to_string(r) + ", but the job has " +
+                                            std::to_string(size()) + " ranks"));
+      }
+    }
+    if (sets_.FindByRanks(ranks) >= 0) continue;  // a duplicate: the Python layer reports it
+    CreateProcessSet(sets_.next_id(), ranks, deadline);
+  }
+  if (rank() == 0) coordinator_ = std::make_unique<Coordinator>(size(), &sets_);
+  last_cycle_start_ = Clock::now();
+  loop_ = std::thread([this] { Loop(); });
+  HLOG(Debug) << "engine up: " << size() << " ranks on " << topo_.num_hosts() << " hosts, launcher "
+              << launcher();
+}
+
+Engine::~Engine() {
+  try {
+    Shutdown();
+  } catch (...) {
+  }
+}
+
+void Engine::Rendezvous(const EngineOptions& options, Deadline deadline) {
+  std::string iface = !config_.iface.empty() ? config_.iface : launch_.iface;
+  std::string ip;
+  if (!iface.empty()) {
+    ip = InterfaceAddress(iface);
+  } else if (launch_.local_size == launch_.size || launch_.launcher == Launcher::kSingle) {
+    ip = "127.0.0.1";  // every rank on this machine
+  } else {
+    throw Error(Status::InvalidArgument(
+        "ranks run on several hosts: set HERRING_IFACE to the network interface they share (e.g. eth0)"));
+  }
+  Record mine{config_.hostname.empty() ? launch_.hostname : config_.hostname, ip, config_.MustMatchFingerprint(),
+              "", 0};
+  if (rank() == 0) {
+    std::random_device rd;
+    job_id_ = (static_cast<uint64_t>(rd()) << 32) ^ rd();
+    mine.job_id = HexId(job_id_);
+  }
+
+  TransportOptions topts;
+  topts.rank = rank();
+  topts.size = size();
+  topts.bind_ip = ip;
+  topts.data_streams = config_.tcp_streams;
+  topts.chunk_bytes = config_.chunk_bytes;
+  topts.peer_timeout_seconds = config_.timeout_seconds;
+  topts.on_event = [this] { Wake(); };
+  transport_ = std::make_unique<TcpTransport>(topts);
+  mine.port = transport_->listen_endpoint().port;
+
+  std::vector<std::string> texts;
+  if (options.exchange) {
+    texts = options.exchange(mine.Encode());
+  } else if (launch_.launcher == Launcher::kHorovodrun) {
+    HttpStore store(launch_.rendezvous_addr, launch_.rendezvous_port, "herring");
+    texts = store.AllGather("e" + std::to_string(epoch_), rank(), size(), mine.Encode(), deadline);
+  } else if (size() == 1) {
+    texts = {mine.Encode()};
+  } else {
+    throw Error(Status::InvalidArgument(std::string("launched by ") + launcher() +
+                                        " with no way to exchange endpoints (mpirun needs mpi4py)"));
+  }
+  if (static_cast<int>(texts.size()) != size()) {
+    throw Error(Status::Internal("rendezvous returned " + std::to_string(texts.size()) + " records for " +
+                                 std::to_string(size()) + " ranks"));
+  }
+  std::vector<Record> records;
+  for (int r = 0; r < size(); ++r) records.push_back(Record::Decode(texts[r], r));
+
+  // Knobs that change what goes on the wire must agree; say which one and who differs.
+  auto reference = ParseFingerprint(records[0].fingerprint);
+  for (int r = 1; r < size(); ++r) {
+    auto theirs = ParseFingerprint(records[r].fingerprint);
+    for (const auto& kv : reference) {
+      if (theirs[kv.first] != kv.second) {
+        throw Error(Status::InvalidArgument(kv.first + " differs between ranks: rank 0 has '" + kv.second +
+                                            "', rank " + std::to_string(r) + " has '" + theirs[kv.first] +
+                                            "'; set it the same on every rank"));
+      }
+    }
+  }
+  if (rank() != 0) job_id_ = std::stoull(records[0].job_id, nullptr, 16);
+
+  std::vector<std::string> hostnames;
+  std::vector<Endpoint> endpoints;
+  for (const auto& rec : records) {
+    hostnames.push_back(rec.hostname);
+    endpoints.push_back({rec.ip, rec.port});
+  }
+  topo_ = Topology(hostnames);
+  transport_->set_job_token(job_id_);
+  transport_->ConnectMesh(endpoints, deadline);
+}
+
+int Engine::local_rank() const { return topo_.local_index(rank()); }
+int Engine::local_size() const { return static_cast<int>(topo_.ranks_on_host(topo_.host_of(rank())).size()); }
+int Engine::cross_rank() const { return topo_.host_of(rank()); }
+int Engine::cross_size() const { return topo_.num_hosts(); }
+
+std::string Engine::ArenaName(int32_t set_id) const {
+  return "/herring." + HexId(job_id_) + "." + std::to_string(set_id) + "." +
+         std::to_string(topo_.host_of(rank()));
+}
+
+void Engine::CreateProcessSet(int32_t id, const std::vector<int>& ranks, Deadline deadline) {
+  auto set = ProcessSetTable::Make(id, ranks, rank(), topo_);
+  set->servers = ServerLayout::Colocated(set->hosts, config_.num_servers);
+  if (set->my_index >= 0 && set->local_members().size() > 1) {
+    ShmArenaOptions o;
+    o.name = ArenaName(id);
+    o.local_index = set->my_local_index;
+    o.local_size = static_cast<int>(set->local_members().size());
+    o.slot_bytes = config_.shm_slot_bytes;
+    o.deadline = deadline;
+    o.check_abort = [this] { return CheckAbort(); };
+    set->arena = ShmArena::Attach(o);
+  }
+  std::lock_guard<std::mutex> lock(sets_mu_);
+  sets_.Add(std::move(set));
+}
+
+Status Engine::CheckAbort() const {
+  Status f = failure();
+  if (!f.ok()) return f;
+  return transport_ ? transport_->FirstFailure() : Status::OK();
+}
+
+bool Engine::running() const { return !stopped_.load(); }
+
+Status Engine::failure() const {
+  std::lock_guard<std::mutex> lock(failure_mu_);
+  return failure_;
+}
+
+std::vector<int32_t> Engine::ProcessSetIds() const {
+  std::lock_guard<std::mutex> lock(sets_mu_);
+  return sets_.ids();
+}
+
+std::vector<int> Engine::ProcessSetRanks(int32_t id) const {
+  std::lock_guard<std::mutex> lock(sets_mu_);
+  const ProcessSet* s = sets_.Find(id);
+  if (!s) throw Error(Status::InvalidArgument("process set " + std::to_string(id) + " does not exist"));
+  return s->ranks;
+}
+
+void Engine::ValidateAndComplete(Request* request) const {
+  RequestMeta& m = request->meta;
+  m.rank = rank();
+  const std::string op = OpTypeName(m.type);
+  auto bad = [&](const std::string& why) {
+    throw Error(Status::InvalidArgument(op + " '" + m.name + "' on rank " + std::to_string(rank()) + ": " + why));
+  };
+  std::vector<int> members;
+  {
+    std::lock_guard<std::mutex> lock(sets_mu_);
+    const ProcessSet* set = sets_.Find(m.process_set);
+    if (!set) bad("process set " + std::to_string(m.process_set) + " does not exist (was it removed?)");
+    members = set->ranks;
+  }
+  const int n = static_cast<int>(members.size());
+  if (!std::binary_search(members.begin(), members.end(), rank())) {
+    bad("this rank is not a member of process set " + std::to_string(m.process_set) + " " +
+        ShapeToString({members.begin(), members.end()}));
+  }
+  if (request->buffers.size() != m.tensors.size()) bad("internal: buffers do not match tensors");
+  const bool carries_tensors = m.type == OpType::kAllreduce || m.type == OpType::kAllgather ||
+                               m.type == OpType::kBroadcast || m.type == OpType::kAlltoall ||
+                               m.type == OpType::kReducescatter;
+  if (carries_tensors && m.tensors.empty()) bad("no tensors given");
+  if (!std::isfinite(m.prescale) || !std::isfinite(m.postscale)) bad("scale factors must be finite");
+  for (const auto& t : m.tensors) {
+    for (auto d : t.shape) {
+      if (d < 0) bad("negative dimension in shape " + ShapeToString(t.shape));
+    }
+  }
+  switch (m.type) {
+    case OpType::kAllreduce:
+    case OpType::kReducescatter: {
+      if (m.reduce_op == ReduceOp::kAdasum) bad("Adasum is not supported by the herring backend");
+      ReduceOp effective = m.reduce_op == ReduceOp::kAverage ? ReduceOp::kSum : m.reduce_op;
+      if (!ReductionSupported(m.dtype, effective)) {
+        bad(std::string(ReduceOpName(m.reduce_op)) + " is not supported for " + DataTypeName(m.dtype) + " tensors");
+      }
+      if (m.dtype == DataType::kBool && (m.prescale != 1.0 || m.postscale != 1.0 || m.reduce_op == ReduceOp::kAverage)) {
+        bad("bool tensors cannot be scaled or averaged");
+      }
+      if (m.type == OpType::kReducescatter) {
+        for (const auto& t : m.tensors) {
+          if (t.shape.empty()) bad("reducescatter needs tensors with at least one dimension");
+        }
+      }
+      break;
+    }
+    case OpType::kAllgather:
+      for (const auto& t : m.tensors) {
+        if (t.shape.empty()) bad("allgather needs tensors with at least one dimension");
+      }
+      break;
+    case OpType::kBroadcast:
+      if (m.root < 0 || m.root >= size()) {
+        bad("root rank " + std::to_string(m.root) + " is out of range [0, " + std::to_string(size()) + ")");
+      }
+      if (!std::binary_search(members.begin(), members.end(), m.root)) {
+        bad("root rank " + std::to_string(m.root) + " is not a member of process set " +
+            std::to_string(m.process_set));
+      }
+      break;
+    case OpType::kAlltoall:
+      for (auto& t : m.tensors) {
+        if (t.shape.empty()) bad("alltoall needs tensors with at least one dimension");
+        int64_t dim0 = t.shape[0];
+        if (t.splits.empty()) {
+          if (dim0 % n != 0) {
+            bad("first dimension " + std::to_string(dim0) + " is not divisible by " + std::to_string(n) +
+                " ranks; pass splits");
+          }
+          t.splits.assign(n, dim0 / n);
+        }
+        if (static_cast<int>(t.splits.size()) != n) {
+          bad("splits has " + std::to_string(t.splits.size()) + " entries for " + std::to_string(n) + " ranks");
+        }
+        int64_t sum = 0;
+        for (auto s : t.splits) {
+          if (s < 0) bad("splits must not be negative");
+          sum += s;
+        }
+        if (sum != dim0) {
+          bad("splits sum to " + std::to_string(sum) + " but the first dimension is " + std::to_string(dim0));
+        }
+      }
+      break;
+    case OpType::kAddProcessSet:
+    case OpType::kRemoveProcessSet:
+      if (!config_.dynamic_process_sets) {
+        bad("set HOROVOD_DYNAMIC_PROCESS_SETS=1 to add or remove process sets after init");
+      }
+      for (int r : m.set_ranks) {
+        if (r < 0 || r >= size()) bad("rank " + std::to_string(r) + " does not exist");
+      }
+      break;
+    default:
+      break;
+  }
+}
+
+int64_t Engine::Enqueue(Request request) {
+  if (stopped_.load()) {
+    Status f = failure();
+    throw Error(f.ok() ? Status::Shutdown("Horovod has been shut down; call hvd.init() first") : f);
+  }
+  ValidateAndComplete(&request);
+  RequestMeta& m = request.meta;
+  int64_t handle;
+  {
+    std::lock_guard<std::mutex> lock(queue_mu_);
+    if (m.name.empty()) {
+      m.name = std::string(m.tensors.size() > 1 ? "grouped_" : "") + OpTypeName(m.type) + ".noname." +
+               std::to_string(++auto_names_[static_cast<int>(m.type)]);
+    }
+    Key key{m.process_set, m.name};
+    if (in_flight_.count(key)) {
+      throw Error(Status::InvalidArgument(std::string(OpTypeName(m.type)) + " '" + m.name + "' on rank " +
+                                          std::to_string(rank()) +
+                                          ": a collective with this name is already in flight; names must "
+                                          "stay unique until the earlier one completes"));
+    }
+    in_flight_.insert(key);
+    handle = handles_.Create();
+    incoming_.emplace_back(std::move(request), handle);
+  }
+  Wake();
+  return handle;
+}
+
+void Engine::Wake() {
+  {
+    std::lock_guard<std::mutex> lock(wake_mu_);
+    wake_pending_ = true;
+  }
+  wake_cv_.notify_one();
+}
+
+void Engine::Fail(const Status& status) {
+  {
+    std::lock_guard<std::mutex> lock(failure_mu_);
+    if (!failure_.ok()) return;
+    failure_ = status;
+  }
+  HLOG(Error) << status.message();
+  stopped_ = true;
+  if (transport_) {
+    transport_->Abort(status);
+    for (int r = 0; r < size(); ++r) {
+      if (r != rank() && transport_->PeerStatus(r).ok()) transport_->SendControl(r, kAbortMessage, status.message());
+    }
+  }
+  std::lock_guard<std::mutex> lock(sets_mu_);
+  for (int32_t id : sets_.ids()) {
+    if (ProcessSet* s = sets_.Find(id); s && s->arena) s->arena->Poison();
+  }
+}
+
+void Engine::Shutdown() {
+  if (loop_.joinable()) {
+    shutdown_requested_ = true;
+    Wake();
+    std::unique_lock<std::mutex> lock(loop_done_mu_);
+    bool done = loop_done_cv_.wait_for(lock, std::chrono::duration<double>(config_.timeout_seconds),
+                                       [this] { return loop_done_; });
+    lock.unlock();
+    if (!done) {
+      Fail(Status::Timeout("shutdown could not be agreed with the other ranks within " +
+                           std::to_string(config_.timeout_seconds) + " s"));
+    }
+    loop_.join();
+  }
+  stopped_ = true;
+  if (transport_) transport_->Close();
+  handles_.FailAll(Status::Shutdown("Horovod has been shut down"));
+  std::lock_guard<std::mutex> lock(sets_mu_);
+  for (int32_t id : sets_.ids()) sets_.Remove(id);
+}
+
+}  // namespace herring

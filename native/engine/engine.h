@@ -1,0 +1,186 @@
+// Engine: one per process, owned by whoever created it (the Python front holds it; nothing in the
+// core is a process-global singleton). It rendezvouses with the other ranks, connects the mesh,
+// and runs one background thread that repeats negotiate -> fuse -> execute -> complete.
+// Adapters (torch, TF) only Enqueue requests and wait on handles.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/knobs.h"
+#include "engine/control_messages.h"
+#include "engine/coordinator.h"
+#include "engine/counters.h"
+#include "engine/handle_table.h"
+#include "engine/message.h"
+#include "engine/process_sets.h"
+#include "engine/response_cache.h"
+#include "engine/topology.h"
+#include "ops/operation_manager.h"
+#include "rendezvous/launch_env.h"
+#include "transport/tcp_transport.h"
+
+namespace herring {
+
+struct EngineOptions {
+  // Static process sets created at init, besides the global one (ids 1, 2... in this order).
+  std::vector<std::vector<int>> process_sets;
+  // Exchanges one record per rank (returns every rank's, by rank). Empty: horovodrun's HTTP store
+  // from the launcher's environment (or nothing for a job of one). Python passes an mpi4py-based
+  // exchange when launched by mpirun.
+  std::function<std::vector<std::string>(const std::string& mine)> exchange;
+  // How many times this process initialised before: keeps rendezvous keys of successive
+  // init/shutdown rounds apart in the launcher's store.
+  int epoch = 0;
+  // Environment to read knobs and launcher variables from; empty: the process environment.
+  std::map<std::string, std::string> env;
+};
+
+// One tensor of a request as the adapter hands it over: the engine reads `input` and writes
+// `output` (may be the same memory). output == nullptr for collectives whose output the engine
+// allocates (allgather, alltoall, reducescatter).
+struct TensorBuffers {
+  const void* input = nullptr;
+  void* output = nullptr;
+};
+
+struct Request {
+  RequestMeta meta;
+  std::vector<TensorBuffers> buffers;  // one per meta.tensors entry
+};
+
+class Engine {
+ public:
+  explicit Engine(EngineOptions options);  // throws Error
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Negotiated with every rank (Horovod semantics: one rank shutting down stops the job), then the
+  // connections close. Never hangs: bounded by HERRING_TIMEOUT_SECONDS. Idempotent.
+  void Shutdown();
+  bool running() const;
+
+  int rank() const { return launch_.rank; }
+  int size() const { return launch_.size; }
+  int local_rank() const;
+  int local_size() const;
+  int cross_rank() const;
+  int cross_size() const;
+  const Config& config() const { return config_; }
+  const Topology& topology() const { return topo_; }
+  std::string launcher() const { return LauncherName(launch_.launcher); }
+
+  // Validates the request locally (throws Error(InvalidArgument) naming the tensor), fills in
+  // what the adapter may leave out (auto name, even alltoall splits, Average -> Sum + postscale),
+  // queues it for the background thread and returns its handle.
+  int64_t Enqueue(Request request);
+  bool Poll(int64_t handle) const { return handles_.Poll(handle); }
+  Status Wait(int64_t handle, Deadline deadline) { return handles_.Wait(handle, deadline); }
+  OpResult Take(int64_t handle) { return handles_.Take(handle); }
+
+  std::vector<int32_t> ProcessSetIds() const;
+  // Throws Error(InvalidArgument) for an unknown id.
+  std::vector<int> ProcessSetRanks(int32_t id) const;
+
+  std::map<std::string, uint64_t> CountersSnapshot() const { return counters_.Snapshot(); }
+  // The first failure of the job (OK while healthy).
+  Status failure() const;
+
+ private:
+  enum class RequestState { kNew, kAnnounced, kCached };
+  struct Pending {
+    Request request;
+    int64_t handle = -1;
+    RequestState state = RequestState::kNew;
+    uint32_t position = 0;  // cache position when kCached
+  };
+  using Key = std::pair<int32_t, std::string>;
+
+  // Init (engine.cc).
+  void Rendezvous(const EngineOptions& options, Deadline deadline);
+  void CreateProcessSet(int32_t id, const std::vector<int>& ranks, Deadline deadline);
+  std::string ArenaName(int32_t set_id) const;
+  void ValidateAndComplete(Request* request) const;
+
+  // Background loop (background_loop.cc).
+  void Loop();
+  bool WaitForTrigger();  // false when the loop must stop
+  void RunCycle();  // one negotiation cycle and the execution of what it decided
+  void TakeNewRequests(std::vector<RequestMeta>* uncached, std::vector<uint32_t>* stale);
+  std::vector<uint64_t> ReadyBits(bool has_uncached, bool has_stale) const;
+  std::vector<uint64_t> AgreeOnBits(const std::vector<uint64_t>& mine);
+  void CoordinatorRound(const std::vector<RequestMeta>& uncached, const std::vector<uint32_t>& stale,
+                        std::vector<Response>* responses, std::vector<uint32_t>* evict);
+  void RevertCachedAt(uint32_t position);
+  void DrainControl();
+  ControlMessage AwaitControl(int from, uint32_t type);
+  void Fail(const Status& status);
+  void Wake();
+  Status CheckAbort() const;
+
+  // Execution (execution.cc).
+  void Execute(const std::vector<Response>& ready);
+  void ExecuteAllreduceBatch(const std::vector<const Response*>& responses, uint32_t unit);
+  void ExecuteOne(const Response& response, uint32_t unit);
+  void ApplyProcessSetChange(const Response& response);
+  Pending* FindPending(const Response& response);
+  void Finish(const Response& response, OpResult result);
+  ExecContext MakeContext(ProcessSet& set, uint32_t unit);
+
+  Config config_;
+  LaunchInfo launch_;
+  Topology topo_;
+  uint64_t job_id_ = 0;
+  int epoch_ = 0;
+  std::unique_ptr<TcpTransport> transport_;
+  mutable std::mutex sets_mu_;  // guards the table's structure: adapters look sets up
+  ProcessSetTable sets_;
+  ResponseCache cache_;
+  std::unique_ptr<Coordinator> coordinator_;  // rank 0 only
+  std::unique_ptr<OperationManager> ops_;
+  HandleTable handles_;
+  Counters counters_;
+
+  // Shared between adapters and the loop.
+  mutable std::mutex queue_mu_;
+  std::deque<std::pair<Request, int64_t>> incoming_;
+  std::set<Key> in_flight_;            // names queued or pending: duplicates are rejected
+  std::map<int, uint64_t> auto_names_;  // per op type, for requests without a name
+  std::atomic<bool> shutdown_requested_{false};
+
+  std::mutex wake_mu_;
+  std::condition_variable wake_cv_;
+  bool wake_pending_ = false;
+
+  mutable std::mutex failure_mu_;
+  Status failure_;
+  std::atomic<bool> stopped_{false};
+
+  // Owned by the loop thread.
+  std::map<Key, Pending> pending_;
+  std::vector<ControlMessage> inbox_;
+  uint64_t cycle_ = 0;
+  Clock::time_point last_cycle_start_{};
+  bool joined_ = false;
+  bool reannounce_ = false;       // a cached request lost its entry and must be announced again
+  bool stop_after_cycle_ = false; // shutdown was agreed
+  ScratchBuffer joined_zeros_, joined_sink_;
+
+  std::thread loop_;
+  std::mutex loop_done_mu_;
+  std::condition_variable loop_done_cv_;
+  bool loop_done_ = false;
+};
+
+}  // namespace herring

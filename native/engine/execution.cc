@@ -1,0 +1,222 @@
+// Execution of the responses of one cycle: fuse allreduces into balanced buffers, hand each unit
+// to the operation manager, complete the handles. Every rank sees the same response list, so the
+// fusion decisions (and the tags derived from them) are identical on every member.
+#include <cstring>
+
+#include "common/logging.h"
+#include "engine/engine.h"
+
+namespace herring {
+namespace {
+
+size_t ResponseBytes(const Response& r) {
+  size_t n = 0;
+  for (const auto& s : r.shapes) n += NumElements(s) * ElementSize(r.dtype);
+  return n;
+}
+
+bool Fusable(const Response& a, const Response& b) {
+  return b.ok() && b.type == OpType::kAllreduce && a.process_set == b.process_set && a.dtype == b.dtype &&
+         a.reduce_op == b.reduce_op && a.prescale == b.prescale && a.postscale == b.postscale &&
+         a.joined == b.joined;
+}
+
+}  // namespace
+
+ExecContext Engine::MakeContext(ProcessSet& set, uint32_t unit) {
+  return ExecContext{config_, *transport_, set, topo_, rank(), MakeTagBase(cycle_, unit), counters_,
+                     [this] { return CheckAbort(); }};
+}
+
+void Engine::Execute(const std::vector<Response>& ready) {
+  std::vector<bool> done(ready.size(), false);
+  const size_t threshold = static_cast<size_t>(config_.fusion_threshold_bytes);
+  for (size_t i = 0; i < ready.size(); ++i) {
+    if (done[i]) continue;
+    done[i] = true;
+    const Response& r = ready[i];
+    const uint32_t unit = static_cast<uint32_t>(i);  // the same on every rank
+    // Process-set changes and join concern every rank; the rest only the members.
+    if (r.type == OpType::kAddProcessSet || r.type == OpType::kRemoveProcessSet || r.type == OpType::kJoin) {
+      ExecuteOne(r, unit);
+      continue;
+    }
+    const ProcessSet* set = sets_.Find(r.process_set);
+    if (set == nullptr || !set->contains(rank())) continue;
+    if (!r.ok() || r.type != OpType::kAllreduce) {
+      ExecuteOne(r, unit);
+      continue;
+    }
+    std::vector<const Response*> batch = {&r};
+    size_t bytes = ResponseBytes(r);
+    if (threshold > 0) {
+      for (size_t j = i + 1; j < ready.size(); ++j) {
+        if (done[j] || !Fusable(r, ready[j])) continue;
+        size_t more = ResponseBytes(ready[j]);
+        if (bytes + more > threshold) continue;
+        batch.push_back(&ready[j]);
+        bytes += more;
+        done[j] = true;
+      }
+    }
+    ExecuteAllreduceBatch(batch, unit);
+  }
+}
+
+Engine::Pending* Engine::FindPending(const Response& r) {
+  auto it = pending_.find({r.process_set, r.name});
+  if (it != pending_.end()) return &it->second;
+  if (joined_) return nullptr;  // a joined rank takes part with neutral data
+  throw Error(Status::Internal("rank " + std::to_string(rank()) + " was asked to execute " + OpTypeName(r.type) +
+                               " '" + r.name + "' that it never submitted"));
+}
+
+void Engine::Finish(const Response& r, OpResult result) {
+  auto it = pending_.find({r.process_set, r.name});
+  if (it == pending_.end()) return;
+  int64_t handle = it->second.handle;
+  pending_.erase(it);
+  {
+    // Free the name before waking the adapter, which may submit the same name right away.
+    std::lock_guard<std::mutex> lock(queue_mu_);
+    in_flight_.erase({r.process_set, r.name});
+  }
+  handles_.Complete(handle, std::move(result));
+}
+
+void Engine::ExecuteAllreduceBatch(const std::vector<const Response*>& responses, uint32_t unit) {
+  const Response& first = *responses.front();
+  ProcessSet& set = *sets_.Find(first.process_set);
+  AllreduceBatch batch;
+  batch.dtype = first.dtype;
+  batch.op = ExecutedOp(first.reduce_op);
+  batch.prescale = first.prescale;
+  batch.postscale = ExecutedPostscale(first.reduce_op, first.postscale, set.size());
+  const size_t esz = ElementSize(first.dtype);
+
+  // A joined rank contributes zeros and discards the result.
+  size_t missing = 0;
+  for (const Response* r : responses) {
+    if (pending_.count({r->process_set, r->name}) == 0) missing += ResponseBytes(*r);
+  }
+  uint8_t* zeros = nullptr;
+  uint8_t* sink = nullptr;
+  if (missing) {
+    zeros = joined_zeros_.Get(missing);
+    std::memset(zeros, 0, missing);
+    sink = joined_sink_.Get(missing);
+  }
+  size_t sink_offset = 0;
+  for (const Response* r : responses) {
+    Pending* p = FindPending(*r);
+    for (size_t t = 0; t < r->shapes.size(); ++t) {
+      int64_t count = NumElements(r->shapes[t]);
+      if (p) {
+        batch.entries.push_back({p->request.buffers[t].input, p->request.buffers[t].output, count});
+      } else {
+        batch.entries.push_back({zeros + sink_offset, sink + sink_offset, count});
+        sink_offset += count * esz;
+      }
+    }
+    batch.label += (batch.label.empty() ? "" : ", ") + r->name;
+  }
+  ExecContext ctx = MakeContext(set, unit);
+  ops_->Allreduce(ctx, batch);
+  counters_.fused_buffers++;
+  counters_.allreduce_bytes += batch.total_bytes();
+  for (const Response* r : responses) {
+    counters_.responses++;
+    Finish(*r, OpResult{});
+  }
+}
+
+void Engine::ExecuteOne(const Response& r, uint32_t unit) {
+  if (!r.ok()) {
+    OpResult result;
+    result.status = Status::Mismatch(r.error);
+    Finish(r, std::move(result));
+    return;
+  }
+  counters_.responses++;
+  switch (r.type) {
+    case OpType::kBarrier:
+      Finish(r, OpResult{});
+      return;
+    case OpType::kJoin: {
+      joined_ = false;
+      OpResult result;
+      result.value = r.root;
+      Finish(r, std::move(result));
+      return;
+    }
+    case OpType::kAddProcessSet:
+    case OpType::kRemoveProcessSet:
+      ApplyProcessSetChange(r);
+      return;
+    default:
+      break;
+  }
+  ProcessSet& set = *sets_.Find(r.process_set);
+  Pending* p = FindPending(r);
+  TensorIO io;
+  for (size_t t = 0; t < r.shapes.size(); ++t) {
+    if (p) {
+      io.inputs.push_back(p->request.buffers[t].input);
+      io.outputs.push_back(p->request.buffers[t].output);
+    } else {
+      // Joined: allgather contributes no rows, broadcast receives into scratch, reducescatter
+      // contributes zeros.
+      size_t bytes = NumElements(r.shapes[t]) * ElementSize(r.dtype);
+      uint8_t* zeros = joined_zeros_.Get(bytes);
+      std::memset(zeros, 0, bytes);
+      io.inputs.push_back(zeros);
+      io.outputs.push_back(joined_sink_.Get(bytes));
+    }
+  }
+  OpResult result;
+  ExecContext ctx = MakeContext(set, unit);
+  ops_->Run(r.type, ctx, r, io, &result);
+  Finish(r, std::move(result));
+}
+
+void Engine::ApplyProcessSetChange(const Response& r) {
+  OpResult result;
+  result.value = -1;
+  if (r.type == OpType::kAddProcessSet) {
+    std::vector<int> ranks(r.set_ranks.begin(), r.set_ranks.end());
+    if (sets_.FindByRanks(ranks) < 0) {
+      int32_t id = sets_.next_id();
+      CreateProcessSet(id, ranks, Deadline::AfterSeconds(config_.timeout_seconds));
+      result.value = id;
+    }
+  } else if (r.set_id != 0 && sets_.Find(r.set_id) != nullptr) {
+    // Forget its cached responses (identically everywhere) and fail what is still pending in it.
+    for (uint32_t p = 0; p < cache_.capacity(); ++p) {
+      if (cache_.occupied(p) && cache_.at(p).process_set == r.set_id) {
+        cache_.Erase(p);
+        RevertCachedAt(p);
+      }
+    }
+    std::vector<Response> orphans;
+    for (const auto& kv : pending_) {
+      if (kv.first.first == r.set_id) {
+        Response o;
+        o.process_set = r.set_id;
+        o.name = kv.first.second;
+        orphans.push_back(o);
+      }
+    }
+    for (const auto& o : orphans) {
+      OpResult failed;
+      failed.status = Status::InvalidArgument("process set " + std::to_string(r.set_id) + " was removed while '" +
+                                              o.name + "' was pending in it");
+      Finish(o, std::move(failed));
+    }
+    std::lock_guard<std::mutex> lock(sets_mu_);
+    sets_.Remove(r.set_id);
+    result.value = r.set_id;
+  }
+  Finish(r, std::move(result));
+}
+
+}  // namespace herring

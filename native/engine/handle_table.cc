@@ -1,0 +1,71 @@
+#include "engine/handle_table.h"
+
+namespace herring {
+
+int64_t HandleTable::Create() {
+  std::lock_guard<std::mutex> lock(mu_);
+  int64_t h = next_++;
+  slots_[h] = Slot{};
+  return h;
+}
+
+void HandleTable::Complete(int64_t handle, OpResult result) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = slots_.find(handle);
+    if (it == slots_.end() || it->second.done) return;
+    it->second.done = true;
+    it->second.result = std::move(result);
+  }
+  cv_.notify_all();
+}
+
+bool HandleTable::Poll(int64_t handle) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = slots_.find(handle);
+  if (it == slots_.end()) throw Error(Status::InvalidArgument("unknown handle " + std::to_string(handle)));
+  return it->second.done;
+}
+
+Status HandleTable::Wait(int64_t handle, Deadline deadline) {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (true) {
+    auto it = slots_.find(handle);
+    if (it == slots_.end()) return Status::InvalidArgument("unknown handle " + std::to_string(handle));
+    if (it->second.done) return Status::OK();
+    if (deadline.Expired()) return Status::Timeout("handle " + std::to_string(handle) + " still pending");
+    cv_.wait_until(lock, deadline.Capped(std::chrono::seconds(1)));
+  }
+}
+
+OpResult HandleTable::Take(int64_t handle) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = slots_.find(handle);
+  if (it == slots_.end()) throw Error(Status::InvalidArgument("unknown handle " + std::to_string(handle)));
+  if (!it->second.done) throw Error(Status::InvalidArgument("handle " + std::to_string(handle) + " is still pending"));
+  OpResult r = std::move(it->second.result);
+  slots_.erase(it);
+  return r;
+}
+
+void HandleTable::FailAll(const Status& status) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& kv : slots_) {
+      if (!kv.second.done) {
+        kv.second.done = true;
+        kv.second.result.status = status;
+      }
+    }
+  }
+  cv_.notify_all();
+}
+
+size_t HandleTable::pending() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  size_t n = 0;
+  for (const auto& kv : slots_) n += kv.second.done ? 0 : 1;
+  return n;
+}
+
+}  // namespace herring

@@ -1,0 +1,53 @@
+// HandleTable: what an adapter holds after enqueueing: an integer handle it can poll, wait on
+// (with a deadline, without holding the GIL) and finally take the result of.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "common/deadline.h"
+#include "common/status.h"
+#include "engine/aligned_buffer.h"
+
+namespace herring {
+
+struct OpResult {
+  Status status;
+  // Outputs whose size is only known after negotiation (allgather, alltoall, reducescatter) are
+  // allocated by the engine and handed over here, with their shapes.
+  std::vector<std::shared_ptr<AlignedBuffer>> outputs;
+  std::vector<std::vector<int64_t>> output_shapes;
+  std::vector<int64_t> received_splits;  // alltoall
+  int64_t value = 0;                     // join: last rank to join; process sets: the id
+};
+
+class HandleTable {
+ public:
+  int64_t Create();
+  void Complete(int64_t handle, OpResult result);
+  // Throws Error(InvalidArgument) for an unknown handle.
+  bool Poll(int64_t handle) const;
+  // Blocks until complete or the deadline; returns Timeout if still pending.
+  Status Wait(int64_t handle, Deadline deadline);
+  // Removes the handle and returns its result (it must be complete).
+  OpResult Take(int64_t handle);
+  // Completes every pending handle with `status`.
+  void FailAll(const Status& status);
+  size_t pending() const;
+
+ private:
+  struct Slot {
+    bool done = false;
+    OpResult result;
+  };
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<int64_t, Slot> slots_;
+  int64_t next_ = 1;
+};
+
+}  // namespace herring

@@ -1,0 +1,81 @@
+// What ranks tell each other during negotiation: a RequestMeta says "I have this collective
+// ready"; a Response says "everyone does: execute it" (or "you disagree: here is the error").
+// These are the only structures on the negotiation wire and in the response cache.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/dtype.h"
+#include "common/reduce_op.h"
+
+namespace herring {
+
+enum class OpType : uint8_t {
+  kAllreduce = 0,
+  kAllgather = 1,
+  kBroadcast = 2,
+  kAlltoall = 3,
+  kReducescatter = 4,
+  kBarrier = 5,
+  kJoin = 6,
+  kAddProcessSet = 7,
+  kRemoveProcessSet = 8,
+};
+constexpr int kNumOpTypes = 9;
+const char* OpTypeName(OpType t);
+
+struct TensorMeta {
+  std::vector<int64_t> shape;
+  std::vector<int64_t> splits;  // alltoall: rows sent to each member of the process set
+};
+
+// One collective as one rank submitted it. A grouped collective is one request with several
+// tensors: it is negotiated, cached and executed as a unit, so a group is never split.
+struct RequestMeta {
+  OpType type = OpType::kAllreduce;
+  std::string name;
+  int32_t process_set = 0;
+  int32_t rank = 0;  // global rank of the submitter
+  DataType dtype = DataType::kFloat32;
+  ReduceOp reduce_op = ReduceOp::kSum;
+  double prescale = 1.0;
+  double postscale = 1.0;
+  int32_t root = -1;                 // broadcast root (global rank)
+  std::vector<TensorMeta> tensors;
+  std::vector<int32_t> set_ranks;    // process-set changes: the ranks of the set
+  int32_t set_id = -1;               // remove: the id of the set
+};
+
+// The agreed form of a collective. per_member holds what legitimately differs between members:
+// allgather: per_member[t][m] = first dimension of tensor t on member m; alltoall:
+// per_member[m] = the splits member m sends (one row of the split matrix).
+struct Response {
+  OpType type = OpType::kAllreduce;
+  std::string name;
+  int32_t process_set = 0;
+  DataType dtype = DataType::kFloat32;
+  ReduceOp reduce_op = ReduceOp::kSum;
+  double prescale = 1.0;
+  double postscale = 1.0;
+  int32_t root = -1;
+  std::vector<std::vector<int64_t>> shapes;      // per tensor (allgather: shape of member 0)
+  std::vector<std::vector<int64_t>> per_member;
+  std::vector<int32_t> joined;     // global ranks that had joined when this was decided
+  std::vector<int32_t> set_ranks;  // process-set changes
+  int32_t set_id = -1;             // process-set changes: the id added or removed
+  std::string error;               // non-empty: every member fails this collective with it
+
+  bool ok() const { return error.empty(); }
+};
+
+void EncodeRequest(const RequestMeta& r, class WireWriter* w);
+RequestMeta DecodeRequest(class WireReader* r);
+void EncodeResponse(const Response& r, class WireWriter* w);
+Response DecodeResponse(class WireReader* r);
+
+int64_t NumElements(const std::vector<int64_t>& shape);
+std::string ShapeToString(const std::vector<int64_t>& shape);
+
+}  // namespace herring

@@ -1,0 +1,58 @@
+// Process sets: subsets of the global ranks that run collectives together. Every rank keeps the
+// same table (ids are assigned in the same order everywhere: at init, then by negotiated
+// add/remove), so an id means the same ranks on every rank.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "engine/topology.h"
+#include "ps/server_layout.h"
+#include "transport/shm_arena.h"
+
+namespace herring {
+
+struct ProcessSet {
+  int32_t id = 0;
+  std::vector<int> ranks;          // sorted global ranks
+  int my_index = -1;               // this rank's index in `ranks`, -1 if not a member
+
+  // Hierarchy as seen from this rank (meaningful when my_index >= 0).
+  std::vector<std::vector<int>> hosts;  // member indices per host, hosts ordered by lowest member
+  std::vector<int> host_of_member;      // index into `hosts`
+  int my_host = -1;
+  int my_local_index = -1;              // index within hosts[my_host]
+
+  std::unique_ptr<ShmArena> arena;      // shared memory with the members on my host (if > 1)
+  uint64_t arena_sequence = 0;          // buffers passed through the arena so far
+  ServerLayout servers;                 // server shards of the PS allreduce over this set
+
+  bool contains(int rank) const;
+  int member_index(int rank) const;     // -1 if not a member
+  int size() const { return static_cast<int>(ranks.size()); }
+  const std::vector<int>& local_members() const { return hosts[my_host]; }
+};
+
+class ProcessSetTable {
+ public:
+  // Builds the layout for `ranks` as seen from `my_rank` (no arena yet).
+  static std::unique_ptr<ProcessSet> Make(int32_t id, std::vector<int> ranks, int my_rank,
+                                          const Topology& topo);
+
+  // Registers a set; returns its id, or -1 if a set with the same ranks exists.
+  int32_t Add(std::unique_ptr<ProcessSet> set);
+  bool Remove(int32_t id);
+  ProcessSet* Find(int32_t id);
+  const ProcessSet* Find(int32_t id) const;
+  int32_t FindByRanks(const std::vector<int>& ranks) const;  // -1 if none
+  int32_t next_id() const { return next_id_; }
+  std::vector<int32_t> ids() const;
+
+ private:
+  std::map<int32_t, std::unique_ptr<ProcessSet>> sets_;
+  int32_t next_id_ = 0;
+};
+
+}  // namespace herring

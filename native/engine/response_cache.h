@@ -1,0 +1,58 @@
+// ResponseCache: the responses of collectives already negotiated, by (process set, name), each at
+// a fixed bit position. Every rank inserts, touches and evicts in the same order (they all see the
+// same responses in the same order), so positions mean the same collective on every rank and one
+// bitwise AND of "I have position p ready" bits replaces the coordinator in steady state.
+#pragma once
+
+#include <cstdint>
+#include <list>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine/message.h"
+
+namespace herring {
+
+class ResponseCache {
+ public:
+  explicit ResponseCache(uint32_t capacity);
+
+  enum class Match { kMiss, kHit, kStale };
+  // kHit: `req`, as submitted by process-set member `member`, is exactly what the cached response
+  // at *position describes. kStale: cached, but something changed (shape, dtype, op...).
+  Match Lookup(const RequestMeta& req, int member, uint32_t* position) const;
+
+  uint32_t capacity() const { return capacity_; }
+  bool occupied(uint32_t position) const { return position < entries_.size() && entries_[position].used; }
+  const Response& at(uint32_t position) const { return entries_[position].response; }
+
+  // Marks the entry most recently used.
+  void Touch(uint32_t position);
+  // Inserts a response (replacing the entry of the same key if any). When full, evicts the least
+  // recently used entry; *evicted is its position, or -1.
+  uint32_t Put(const Response& response, int64_t* evicted);
+  void Erase(uint32_t position);
+
+  // Whether a response may be cached at all: errors, joins and process-set changes are not.
+  static bool Cacheable(const Response& response);
+  // Whether `req` from member `member` is what `response` describes.
+  static bool Describes(const Response& response, const RequestMeta& req, int member);
+
+ private:
+  using Key = std::pair<int32_t, std::string>;
+  struct Entry {
+    bool used = false;
+    Response response;
+    std::list<uint32_t>::iterator lru;  // position in lru_
+  };
+
+  uint32_t capacity_;
+  std::vector<Entry> entries_;
+  std::map<Key, uint32_t> by_key_;
+  std::list<uint32_t> lru_;            // front: least recently used
+  std::vector<uint32_t> free_;         // free positions, lowest last
+};
+
+}  // namespace herring

@@ -1,0 +1,66 @@
+#include "ops/collective.h"
+
+#include "kernels/reduce.h"
+
+namespace herring {
+
+uint64_t ExecContext::Tag(uint64_t sub) const {
+  if (sub >= (1ull << kSubTagBits)) throw Error(Status::Internal("collective sub-tag out of range"));
+  return tag_base | sub;
+}
+
+uint64_t MakeTagBase(uint64_t cycle, uint32_t unit) {
+  // [cycle: 28 bits][unit: 16 bits][sub: 20 bits]. Cycles wrap after 2^28, long after any
+  // message of the old cycle is gone (every collective completes within its cycle).
+  if (unit >= (1u << 16)) throw Error(Status::Internal("more than 65536 collectives in one cycle"));
+  return ((cycle & 0xfffffffull) << 36) | (static_cast<uint64_t>(unit) << ExecContext::kSubTagBits);
+}
+
+void WaitTransfers(const std::vector<CompletionPtr>& transfers, const ExecContext& ctx,
+                   const std::string& step) {
+  Status s = WaitAll(transfers, ctx.StepDeadline());
+  if (!s.ok()) {
+    if (s.code() == StatusCode::kTimeout) {
+      throw Error(Status::Timeout(step + " made no progress for " +
+                                  std::to_string(ctx.config.timeout_seconds) + " s (HERRING_TIMEOUT_SECONDS): " +
+                                  s.message()));
+    }
+    throw Error(Status(s.code(), s.message() + " (during " + step + ")"));
+  }
+}
+
+int64_t AllreduceBatch::total_count() const {
+  int64_t n = 0;
+  for (const auto& e : entries) n += e.count;
+  return n;
+}
+
+void AllreduceBatch::GatherInputs(int64_t begin, int64_t end, uint8_t* dst, double scale) const {
+  const size_t esz = ElementSize(dtype);
+  int64_t offset = 0;
+  for (const auto& e : entries) {
+    int64_t lo = std::max(begin, offset), hi = std::min(end, offset + e.count);
+    if (lo < hi) {
+      ScaleInto(dst + (lo - begin) * esz, static_cast<const uint8_t*>(e.input) + (lo - offset) * esz,
+                hi - lo, dtype, scale);
+    }
+    offset += e.count;
+    if (offset >= end) break;
+  }
+}
+
+void AllreduceBatch::ScatterOutputs(int64_t begin, int64_t end, const uint8_t* src, double scale) const {
+  const size_t esz = ElementSize(dtype);
+  int64_t offset = 0;
+  for (const auto& e : entries) {
+    int64_t lo = std::max(begin, offset), hi = std::min(end, offset + e.count);
+    if (lo < hi) {
+      ScaleInto(static_cast<uint8_t*>(e.output) + (lo - offset) * esz, src + (lo - begin) * esz,
+                hi - lo, dtype, scale);
+    }
+    offset += e.count;
+    if (offset >= end) break;
+  }
+}
+
+}  // namespace herring

@@ -1,0 +1,88 @@
+// What every collective implementation sees: the process set it runs over, the transport, the
+// shared-memory arena of its host, the knobs, and a tag space of its own. Implementations throw
+// Error on failure (a lost peer, a deadline); the engine turns that into the job's error.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "common/deadline.h"
+#include "common/dtype.h"
+#include "common/knobs.h"
+#include "common/reduce_op.h"
+#include "engine/counters.h"
+#include "engine/process_sets.h"
+#include "engine/topology.h"
+#include "transport/tcp_transport.h"
+
+namespace herring {
+
+struct ExecContext {
+  const Config& config;
+  TcpTransport& net;
+  ProcessSet& set;
+  const Topology& topo;
+  int my_rank;
+  uint64_t tag_base;  // this execution's tag space: Tag(sub) for sub < 2^kSubTagBits
+  Counters& counters;
+  std::function<Status()> check_abort;
+
+  static constexpr int kSubTagBits = 20;
+  uint64_t Tag(uint64_t sub) const;
+  // Deadline of one blocking step (a wait for a chunk, a barrier in shared memory).
+  Deadline StepDeadline() const { return Deadline::AfterSeconds(config.timeout_seconds); }
+  int member_rank(int member) const { return set.ranks[member]; }
+  int me() const { return set.my_index; }
+  int n() const { return set.size(); }
+};
+
+// Builds the tag base of one execution: unique per (cycle, unit) so messages of different
+// collectives never match each other.
+uint64_t MakeTagBase(uint64_t cycle, uint32_t unit);
+
+// Average is executed as Sum followed by a postscale of 1/n (n = process set size), as Horovod does.
+inline ReduceOp ExecutedOp(ReduceOp op) { return op == ReduceOp::kAverage ? ReduceOp::kSum : op; }
+inline double ExecutedPostscale(ReduceOp op, double postscale, int n) {
+  return op == ReduceOp::kAverage ? postscale / n : postscale;
+}
+
+// Waits for transfers, turning a failure into an Error that says which step of which collective.
+void WaitTransfers(const std::vector<CompletionPtr>& transfers, const ExecContext& ctx,
+                   const std::string& step);
+
+// One tensor of a fused allreduce as this rank sees it.
+struct ReduceEntry {
+  const void* input;
+  void* output;
+  int64_t count;  // elements
+};
+
+// A fused buffer: tensors of one process set with the same dtype, op and scale factors, reduced
+// together. Sum/Min/Max/Product only (Average was turned into Sum + postscale at enqueue).
+struct AllreduceBatch {
+  DataType dtype;
+  ReduceOp op;
+  double prescale = 1.0;
+  double postscale = 1.0;
+  std::vector<ReduceEntry> entries;
+  std::string label;  // tensor names, for errors
+
+  int64_t total_count() const;
+  size_t total_bytes() const { return total_count() * ElementSize(dtype); }
+  // Copies elements [begin, end) of the fused layout from the inputs into dst, scaled.
+  void GatherInputs(int64_t begin, int64_t end, uint8_t* dst, double scale) const;
+  // Copies elements [begin, end) of the fused layout from src into the outputs, scaled.
+  void ScatterOutputs(int64_t begin, int64_t end, const uint8_t* src, double scale) const;
+};
+
+class AllreduceImpl {
+ public:
+  virtual ~AllreduceImpl() = default;
+  virtual const char* name() const = 0;
+  virtual bool Enabled(const ExecContext& ctx, const AllreduceBatch& batch) const = 0;
+  virtual void Execute(ExecContext& ctx, AllreduceBatch& batch) = 0;
+};
+
+}  // namespace herring

@@ -1,0 +1,66 @@
+// The collectives other than allreduce, each exchanging data directly between the members over
+// TCP (every member talks to every other member once): allgather, broadcast, alltoall and
+// reducescatter. Outputs whose size only negotiation knows are allocated here, 64-byte aligned.
+#pragma once
+
+#include <vector>
+
+#include "engine/aligned_buffer.h"
+#include "engine/handle_table.h"
+#include "engine/message.h"
+#include "ops/collective.h"
+
+namespace herring {
+
+// Per tensor of the collective: where this rank's input is, and where its output goes (for
+// broadcast: the caller's buffer; for the others the implementation allocates).
+struct TensorIO {
+  std::vector<const void*> inputs;
+  std::vector<void*> outputs;
+};
+
+class CollectiveImpl {
+ public:
+  virtual ~CollectiveImpl() = default;
+  virtual const char* name() const = 0;
+  virtual bool Enabled(const ExecContext& ctx, const Response& response) const = 0;
+  virtual void Execute(ExecContext& ctx, const Response& response, const TensorIO& io, OpResult* result) = 0;
+};
+
+class DirectAllgather : public CollectiveImpl {
+ public:
+  const char* name() const override { return "direct-allgather"; }
+  bool Enabled(const ExecContext&, const Response&) const override { return true; }
+  void Execute(ExecContext& ctx, const Response& response, const TensorIO& io, OpResult* result) override;
+};
+
+class DirectBroadcast : public CollectiveImpl {
+ public:
+  const char* name() const override { return "direct-broadcast"; }
+  bool Enabled(const ExecContext&, const Response&) const override { return true; }
+  void Execute(ExecContext& ctx, const Response& response, const TensorIO& io, OpResult* result) override;
+};
+
+class DirectAlltoall : public CollectiveImpl {
+ public:
+  const char* name() const override { return "direct-alltoall"; }
+  bool Enabled(const ExecContext&, const Response&) const override { return true; }
+  void Execute(ExecContext& ctx, const Response& response, const TensorIO& io, OpResult* result) override;
+};
+
+class DirectReducescatter : public CollectiveImpl {
+ public:
+  const char* name() const override { return "direct-reducescatter"; }
+  bool Enabled(const ExecContext&, const Response&) const override { return true; }
+  void Execute(ExecContext& ctx, const Response& response, const TensorIO& io, OpResult* result) override;
+
+ private:
+  ScratchBuffer staging_;
+  ScratchBuffer outgoing_;
+};
+
+// Rows of a reducescatter output on each member: dim0 / n each, the first dim0 % n members one
+// more (Horovod's rule).
+std::vector<int64_t> ReducescatterRows(int64_t dim0, int members);
+
+}  // namespace herring

@@ -1,0 +1,27 @@
+// OperationManager: per collective, an ordered list of implementations; the first one enabled
+// for the request runs (Horovod's design). The allreduce list starts with the algorithm chosen by
+// HERRING_ALLREDUCE and falls back to the others.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "ops/collective.h"
+#include "ops/direct_collectives.h"
+
+namespace herring {
+
+class OperationManager {
+ public:
+  explicit OperationManager(const Config& config);
+
+  // Returns the name of the implementation that ran.
+  const char* Allreduce(ExecContext& ctx, AllreduceBatch& batch);
+  const char* Run(OpType type, ExecContext& ctx, const Response& response, const TensorIO& io, OpResult* result);
+
+ private:
+  std::vector<std::unique_ptr<AllreduceImpl>> allreduce_;
+  std::vector<std::unique_ptr<CollectiveImpl>> allgather_, broadcast_, alltoall_, reducescatter_;
+};
+
+}  // namespace herring

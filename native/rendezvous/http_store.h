@@ -1,0 +1,33 @@
+// Client of horovodrun's rendezvous store: an HTTP key-value server inside the launcher.
+// PUT /<scope>/<key> stores the body; GET /<scope>/<key> answers 200 with the body, or 404 until
+// someone stored it (the server never blocks, so Get polls with backoff until its deadline).
+// Keys must not contain '/'.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "common/deadline.h"
+
+namespace herring {
+
+class HttpStore {
+ public:
+  HttpStore(std::string addr, int port, std::string scope);
+
+  // Throws Error (Timeout / PeerLost with the address) if the store cannot be reached in time.
+  void Set(const std::string& key, const std::string& value, Deadline deadline);
+  // Polls until the key exists. Throws Error(Timeout) naming the key at the deadline.
+  std::string Get(const std::string& key, Deadline deadline);
+
+  // Every rank stores `mine` under "<prefix>.<rank>" and reads everyone's; returns them by rank.
+  std::vector<std::string> AllGather(const std::string& prefix, int rank, int size,
+                                     const std::string& mine, Deadline deadline);
+
+ private:
+  std::string addr_;
+  int port_;
+  std::string scope_;
+};
+
+}  // namespace herring

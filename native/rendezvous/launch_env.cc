@@ -1,0 +1,182 @@
+#include "rendezvous/launch_env.h"
+
+#include <unistd.h>
+
+#include <cctype>
+#include <cerrno>
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+
+#include "common/status.h"
+
+extern char** environ;
+
+namespace herring {
+
+namespace {
+
+// Reads launcher variables from an environment map; every error names the variable, its value
+// and the launcher that was expected to set it, because that is what a user has to fix.
+class LaunchEnvReader {
+ public:
+  LaunchEnvReader(const std::map<std::string, std::string>& env, const char* launcher)
+      : env_(env), launcher_(launcher) {}
+
+  std::string Optional(const std::string& name) const {
+    auto it = env_.find(name);
+    return it == env_.end() ? std::string() : it->second;
+  }
+
+  std::string Required(const std::string& name) const {
+    auto it = env_.find(name);
+    if (it == env_.end() || it->second.empty()) {
+      throw Error(Status::InvalidArgument(name + " is not set, but " + launcher_ +
+                                          " sets it for every process; the launch environment "
+                                          "is incomplete"));
+    }
+    return it->second;
+  }
+
+  // A decimal integer in [min_value, max_value]; no sign tricks, spaces or trailing garbage.
+  int Int(const std::string& name, long min_value, long max_value) const {
+    std::string text = Required(name);
+    errno = 0;
+    char* end = nullptr;
+    long value = std::strtol(text.c_str(), &end, 10);
+    bool parsed = std::isdigit(static_cast<unsigned char>(text[0])) && *end == '\0' && errno == 0;
+    if (!parsed || value < min_value || value > max_value) {
+      Bad(name, text,
+          "an integer in [" + std::to_string(min_value) + ", " + std::to_string(max_value) + "]");
+    }
+    return static_cast<int>(value);
+  }
+
+  // `index_name` must lie in [0, `count_name`): a rank beyond the size means the launcher and the
+  // process disagree about the job, and continuing would hang every other rank.
+  void RequireIndexBelow(const std::string& index_name, int index, const std::string& count_name,
+                         int count) const {
+    if (index >= count) {
+      Bad(index_name, std::to_string(index), "less than " + count_name + "=" +
+                                                 std::to_string(count));
+    }
+  }
+
+  void RequireAtMost(const std::string& part_name, int part, const std::string& whole_name,
+                     int whole) const {
+    if (part > whole) {
+      Bad(part_name, std::to_string(part), "at most " + whole_name + "=" + std::to_string(whole));
+    }
+  }
+
+  [[noreturn]] void Bad(const std::string& name, const std::string& value,
+                        const std::string& want) const {
+    throw Error(Status::InvalidArgument(name + "='" + value + "' (set by " + launcher_ +
+                                        ") is not valid: expected " + want));
+  }
+
+ private:
+  const std::map<std::string, std::string>& env_;
+  const char* launcher_;
+};
+
+std::string LocalHostname() {
+  char buffer[HOST_NAME_MAX + 1] = {};
+  if (gethostname(buffer, sizeof(buffer) - 1) != 0) {
+    throw Error(Status::Internal(std::string("gethostname() failed: ") + std::strerror(errno) +
+                                 "; set HOROVOD_HOSTNAME"));
+  }
+  return buffer;
+}
+
+// HOROVOD_HOSTNAME wins so that a user can make ranks of one host agree on its name.
+std::string HostnameOf(const LaunchEnvReader& r) {
+  std::string name = r.Optional("HOROVOD_HOSTNAME");
+  return name.empty() ? LocalHostname() : name;
+}
+
+LaunchInfo FromHorovodrun(const std::map<std::string, std::string>& env) {
+  LaunchEnvReader r(env, "horovodrun");
+  LaunchInfo info;
+  info.launcher = Launcher::kHorovodrun;
+  info.size = r.Int("HOROVOD_SIZE", 1, INT_MAX);
+  info.rank = r.Int("HOROVOD_RANK", 0, INT_MAX);
+  r.RequireIndexBelow("HOROVOD_RANK", info.rank, "HOROVOD_SIZE", info.size);
+  info.local_size = r.Int("HOROVOD_LOCAL_SIZE", 1, INT_MAX);
+  r.RequireAtMost("HOROVOD_LOCAL_SIZE", info.local_size, "HOROVOD_SIZE", info.size);
+  info.local_rank = r.Int("HOROVOD_LOCAL_RANK", 0, INT_MAX);
+  r.RequireIndexBelow("HOROVOD_LOCAL_RANK", info.local_rank, "HOROVOD_LOCAL_SIZE",
+                      info.local_size);
+  info.cross_size = r.Int("HOROVOD_CROSS_SIZE", 1, INT_MAX);
+  r.RequireAtMost("HOROVOD_CROSS_SIZE", info.cross_size, "HOROVOD_SIZE", info.size);
+  info.cross_rank = r.Int("HOROVOD_CROSS_RANK", 0, INT_MAX);
+  r.RequireIndexBelow("HOROVOD_CROSS_RANK", info.cross_rank, "HOROVOD_CROSS_SIZE",
+                      info.cross_size);
+  info.hostname = r.Required("HOROVOD_HOSTNAME");
+  info.rendezvous_addr = r.Required("HOROVOD_GLOO_RENDEZVOUS_ADDR");
+  info.rendezvous_port = r.Int("HOROVOD_GLOO_RENDEZVOUS_PORT", 1, 65535);
+  // Unused by the engine, but horovodrun always sets them: their absence means something other
+  // than `horovodrun --gloo` produced a partial HOROVOD_* environment.
+  r.Required("HOROVOD_CONTROLLER");
+  r.Required("HOROVOD_CPU_OPERATIONS");
+  info.iface = r.Optional("HOROVOD_GLOO_IFACE");
+  return info;
+}
+
+// Open MPI says nothing about hosts beyond the local ones, so cross_rank/cross_size stay -1 until
+// the engine derives them from the hostnames the ranks exchange.
+LaunchInfo FromMpirun(const std::map<std::string, std::string>& env) {
+  LaunchEnvReader r(env, "mpirun (Open MPI)");
+  LaunchInfo info;
+  info.launcher = Launcher::kMpirun;
+  info.size = r.Int("OMPI_COMM_WORLD_SIZE", 1, INT_MAX);
+  info.rank = r.Int("OMPI_COMM_WORLD_RANK", 0, INT_MAX);
+  r.RequireIndexBelow("OMPI_COMM_WORLD_RANK", info.rank, "OMPI_COMM_WORLD_SIZE", info.size);
+  info.local_size = r.Int("OMPI_COMM_WORLD_LOCAL_SIZE", 1, INT_MAX);
+  r.RequireAtMost("OMPI_COMM_WORLD_LOCAL_SIZE", info.local_size, "OMPI_COMM_WORLD_SIZE",
+                  info.size);
+  info.local_rank = r.Int("OMPI_COMM_WORLD_LOCAL_RANK", 0, INT_MAX);
+  r.RequireIndexBelow("OMPI_COMM_WORLD_LOCAL_RANK", info.local_rank, "OMPI_COMM_WORLD_LOCAL_SIZE",
+                      info.local_size);
+  info.cross_rank = -1;
+  info.cross_size = -1;
+  info.hostname = HostnameOf(r);
+  info.iface = r.Optional("HOROVOD_GLOO_IFACE");
+  return info;
+}
+
+LaunchInfo Single(const std::map<std::string, std::string>& env) {
+  LaunchEnvReader r(env, "the user");
+  LaunchInfo info;
+  info.hostname = HostnameOf(r);
+  info.iface = r.Optional("HOROVOD_GLOO_IFACE");
+  return info;
+}
+
+}  // namespace
+
+const char* LauncherName(Launcher l) {
+  switch (l) {
+    case Launcher::kSingle: return "single process";
+    case Launcher::kHorovodrun: return "horovodrun";
+    case Launcher::kMpirun: return "mpirun";
+  }
+  return "unknown launcher";
+}
+
+LaunchInfo DetectLaunch(const std::map<std::string, std::string>& env) {
+  if (env.count("HOROVOD_RANK")) return FromHorovodrun(env);
+  if (env.count("OMPI_COMM_WORLD_RANK")) return FromMpirun(env);
+  return Single(env);
+}
+
+LaunchInfo DetectLaunchFromProcessEnvironment() {
+  std::map<std::string, std::string> env;
+  for (char** e = environ; e && *e; ++e) {
+    const char* eq = std::strchr(*e, '=');
+    if (eq != nullptr) env.emplace(std::string(*e, eq - *e), std::string(eq + 1));
+  }
+  return DetectLaunch(env);
+}
+
+}  // namespace herring

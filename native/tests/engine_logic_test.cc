@@ -1,0 +1,231 @@
+// Unit tests of the engine's pure logic: agreement and its error messages, the response cache,
+// the partition map, the negotiation message codecs.
+#include <algorithm>
+
+#include "engine/control_messages.h"
+#include "engine/coordinator.h"
+#include "engine/response_cache.h"
+#include "engine/wire.h"
+#include "ps/partition_map.h"
+#include "ps/server_layout.h"
+#include "tests/test_framework.h"
+
+using namespace herring;
+
+namespace {
+
+RequestMeta Allreduce(const std::string& name, int rank, std::vector<int64_t> shape) {
+  RequestMeta q;
+  q.type = OpType::kAllreduce;
+  q.name = name;
+  q.rank = rank;
+  q.tensors.push_back({shape, {}});
+  return q;
+}
+
+std::unique_ptr<ProcessSet> World(int n) {
+  std::vector<std::string> hosts(n, "h");
+  static Topology topo;
+  topo = Topology(hosts);
+  std::vector<int> ranks(n);
+  for (int i = 0; i < n; ++i) ranks[i] = i;
+  return ProcessSetTable::Make(0, ranks, 0, topo);
+}
+
+bool Contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+}  // namespace
+
+TEST(EngineAgreementMatchingShapes) {
+  auto set = World(3);
+  auto r = AgreeOnRequests({Allreduce("w", 0, {2, 3}), Allreduce("w", 1, {2, 3}), Allreduce("w", 2, {2, 3})},
+                           *set, {});
+  EXPECT_TRUE(r.ok());
+  EXPECT_EQ(r.shapes[0], (std::vector<int64_t>{2, 3}));
+}
+
+TEST(EngineAgreementShapeMismatchNamesRanksAndShapes) {
+  auto set = World(3);
+  auto r = AgreeOnRequests({Allreduce("w", 0, {2, 3}), Allreduce("w", 1, {4}), Allreduce("w", 2, {2, 3})},
+                           *set, {});
+  EXPECT_TRUE(!r.ok());
+  EXPECT_TRUE(Contains(r.error, "'w'"));
+  EXPECT_TRUE(Contains(r.error, "ranks 0, 2 have [2, 3]"));
+  EXPECT_TRUE(Contains(r.error, "rank 1 has [4]"));
+}
+
+TEST(EngineAgreementDtypeAndOpMismatch) {
+  auto set = World(2);
+  auto a = Allreduce("g", 0, {5}), b = Allreduce("g", 1, {5});
+  b.dtype = DataType::kFloat64;
+  auto r = AgreeOnRequests({a, b}, *set, {});
+  EXPECT_TRUE(Contains(r.error, "Mismatched data types"));
+  EXPECT_TRUE(Contains(r.error, "rank 1 has float64"));
+  b = Allreduce("g", 1, {5});
+  b.type = OpType::kAllgather;
+  r = AgreeOnRequests({a, b}, *set, {});
+  EXPECT_TRUE(Contains(r.error, "rank 0 has allreduce; rank 1 has allgather"));
+}
+
+TEST(EngineAgreementAllgatherFirstDimMayDiffer) {
+  auto set = World(2);
+  auto a = Allreduce("x", 0, {1, 4}), b = Allreduce("x", 1, {3, 4});
+  a.type = b.type = OpType::kAllgather;
+  auto r = AgreeOnRequests({a, b}, *set, {});
+  EXPECT_TRUE(r.ok());
+  EXPECT_EQ(r.per_member[0], (std::vector<int64_t>{1, 3}));
+  b.tensors[0].shape = {3, 5};
+  r = AgreeOnRequests({a, b}, *set, {});
+  EXPECT_TRUE(Contains(r.error, "only the first dimension may differ"));
+}
+
+TEST(EngineCoordinatorWaitsForEveryMemberAndReportsStalls) {
+  auto set = World(3);
+  ProcessSetTable table;
+  table.Add(std::move(set));
+  Coordinator c(3, &table);
+  c.Submit(Allreduce("a", 0, {1}));
+  c.Submit(Allreduce("a", 2, {1}));
+  EXPECT_TRUE(c.TakeReady().empty());
+  auto stalled = c.StalledEntries(0);
+  EXPECT_EQ(stalled.size(), size_t(1));
+  EXPECT_EQ(stalled[0].missing_ranks, (std::vector<int>{1}));
+  c.Submit(Allreduce("a", 1, {1}));
+  auto ready = c.TakeReady();
+  EXPECT_EQ(ready.size(), size_t(1));
+  EXPECT_TRUE(ready[0].ok());
+}
+
+TEST(EngineCoordinatorJoinedRanksCountAsSubmitted) {
+  auto set = World(2);
+  ProcessSetTable table;
+  table.Add(std::move(set));
+  Coordinator c(2, &table);
+  RequestMeta join;
+  join.type = OpType::kJoin;
+  join.name = "join";
+  join.rank = 1;
+  c.Submit(join);
+  c.Submit(Allreduce("a", 0, {3}));
+  auto ready = c.TakeReady();
+  EXPECT_EQ(ready.size(), size_t(1));
+  EXPECT_EQ(ready[0].joined, (std::vector<int32_t>{1}));
+  join.rank = 0;
+  c.Submit(join);
+  ready = c.TakeReady();
+  EXPECT_EQ(ready.size(), size_t(1));
+  EXPECT_TRUE(ready[0].type == OpType::kJoin);
+  EXPECT_EQ(ready[0].root, 0);  // the last rank to join
+}
+
+TEST(EngineResponseCacheHitStaleAndLru) {
+  ResponseCache cache(2);
+  auto set = World(2);
+  auto agreed = AgreeOnRequests({Allreduce("a", 0, {4}), Allreduce("a", 1, {4})}, *set, {});
+  int64_t evicted;
+  uint32_t pa = cache.Put(agreed, &evicted);
+  EXPECT_EQ(evicted, int64_t(-1));
+  uint32_t pos;
+  EXPECT_TRUE(cache.Lookup(Allreduce("a", 0, {4}), 0, &pos) == ResponseCache::Match::kHit);
+  EXPECT_EQ(pos, pa);
+  EXPECT_TRUE(cache.Lookup(Allreduce("a", 0, {5}), 0, &pos) == ResponseCache::Match::kStale);
+  EXPECT_TRUE(cache.Lookup(Allreduce("zz", 0, {4}), 0, &pos) == ResponseCache::Match::kMiss);
+  auto b = AgreeOnRequests({Allreduce("b", 0, {1}), Allreduce("b", 1, {1})}, *set, {});
+  auto c = AgreeOnRequests({Allreduce("c", 0, {1}), Allreduce("c", 1, {1})}, *set, {});
+  cache.Put(b, &evicted);
+  cache.Touch(pa);  // "a" is now more recently used than "b"
+  uint32_t pc = cache.Put(c, &evicted);
+  EXPECT_TRUE(evicted >= 0);
+  EXPECT_TRUE(cache.Lookup(Allreduce("b", 0, {1}), 0, &pos) == ResponseCache::Match::kMiss);
+  EXPECT_EQ(pc, static_cast<uint32_t>(evicted));  // the freed position is reused
+}
+
+TEST(EngineResponseCacheDoesNotCacheErrorsOrJoins) {
+  Response r;
+  r.error = "x";
+  EXPECT_TRUE(!ResponseCache::Cacheable(r));
+  Response j;
+  j.type = OpType::kJoin;
+  EXPECT_TRUE(!ResponseCache::Cacheable(j));
+}
+
+TEST(EnginePartitionMapBalancedAndMoved) {
+  auto map = PartitionMap::Balanced(4);
+  auto r = map.Ranges(1000, 16);
+  EXPECT_EQ(r.size(), size_t(4));
+  EXPECT_EQ(r[0].begin, 0);
+  EXPECT_EQ(r[3].end, 1000);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(r[i].end, r[i + 1].begin);
+    EXPECT_EQ(r[i].end % 16, 0);
+  }
+  int64_t widest = 0, narrowest = 1 << 30;
+  for (auto& x : r) {
+    widest = std::max(widest, x.size());
+    narrowest = std::min(narrowest, x.size());
+  }
+  EXPECT_TRUE(widest - narrowest <= 16);
+  auto moved = map.Moved(0, 1, 0.5);
+  EXPECT_EQ(moved.version(), uint64_t(1));
+  auto m = moved.Ranges(1000, 1);
+  EXPECT_TRUE(m[0].size() < m[1].size());
+  auto grown = map.WithShardAdded(0.2);
+  EXPECT_EQ(grown.num_shards(), 5);
+  EXPECT_EQ(grown.Ranges(1000, 1).back().end, 1000);
+  EXPECT_EQ(map.WithShardRemoved(2).num_shards(), 3);
+}
+
+TEST(EngineServerLayoutInterleavesHosts) {
+  // Two hosts with two members each: shards go host 0, host 1, host 0, host 1.
+  auto layout = ServerLayout::Colocated({{0, 1}, {2, 3}}, 0);
+  EXPECT_EQ(layout.shard_member, (std::vector<int>{0, 2, 1, 3}));
+  auto three = ServerLayout::Colocated({{0, 1}, {2, 3}}, 3);
+  EXPECT_EQ(three.shard_member, (std::vector<int>{0, 2, 1}));
+}
+
+TEST(EngineControlMessagesRoundTrip) {
+  auto set = World(2);
+  auto resp = AgreeOnRequests({Allreduce("a", 0, {4, 2}), Allreduce("a", 1, {4, 2})}, *set, {});
+  uint64_t cycle = 0;
+  std::vector<Response> out;
+  std::vector<uint32_t> evict;
+  DecodeResponses(EncodeResponses(77, {resp}, {3, 9}), &cycle, &out, &evict);
+  EXPECT_EQ(cycle, uint64_t(77));
+  EXPECT_EQ(out.size(), size_t(1));
+  EXPECT_EQ(out[0].name, std::string("a"));
+  EXPECT_EQ(out[0].shapes[0], (std::vector<int64_t>{4, 2}));
+  EXPECT_EQ(evict, (std::vector<uint32_t>{3, 9}));
+  std::vector<RequestMeta> reqs;
+  std::vector<uint32_t> stale;
+  DecodeUncached(EncodeUncached(5, {Allreduce("q", 1, {7})}, {2}), &cycle, &reqs, &stale);
+  EXPECT_EQ(reqs[0].tensors[0].shape, (std::vector<int64_t>{7}));
+  EXPECT_EQ(CycleOf(EncodeBits(123, {1, 2})), uint64_t(123));
+}
+
+TEST(EngineWireRejectsTruncatedAndHugeCounts) {
+  std::string msg = EncodeUncached(5, {Allreduce("q", 1, {7})}, {});
+  bool threw = false;
+  try {
+    std::vector<RequestMeta> reqs;
+    std::vector<uint32_t> stale;
+    uint64_t c;
+    DecodeUncached(msg.substr(0, msg.size() - 3), &c, &reqs, &stale);
+  } catch (const Error&) {
+    threw = true;
+  }
+  EXPECT_TRUE(threw);
+  WireWriter w;
+  w.U64(1);
+  w.U32(0xffffffffu);  // a count no message could hold
+  std::string bad = w.Take();
+  threw = false;
+  try {
+    std::vector<RequestMeta> reqs;
+    std::vector<uint32_t> stale;
+    uint64_t c;
+    DecodeUncached(bad, &c, &reqs, &stale);
+  } catch (const Error& e) {
+    threw = std::string(e.what()).find("count exceeds message") != std::string::npos;
+  }
+  EXPECT_TRUE(threw);
+}

@@ -1,0 +1,1307 @@
+// Tests of the TCP transport: frame codec, completions, mesh building, bulk and control traffic,
+// failure handling (closed, killed, silent and misbehaving peers, strangers), abort and close.
+// Several transports run in one process on 127.0.0.1; a raw-socket peer plays the misbehaving
+// ones, and fork() provides peers whose process really dies.
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/deadline.h"
+#include "common/status.h"
+#include "tests/test_framework.h"
+#include "transport/completion.h"
+#include "transport/frame.h"
+#include "transport/tcp_transport.h"
+
+using namespace herring;
+
+namespace {
+
+constexpr uint64_t kToken = 0x5EED5EEDull;
+
+bool Contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+double SecondsSince(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// Polls a condition that has no notification of its own (transport statistics), briefly sleeping
+// between checks, up to `seconds`.
+bool PollUntil(const std::function<bool()>& condition, double seconds) {
+  Deadline deadline = Deadline::AfterSeconds(seconds);
+  while (!condition()) {
+    if (deadline.Expired()) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
+}
+
+// Counts on_event calls and lets a test wait for a condition re-checked after each one.
+class EventSignal {
+ public:
+  void Fire() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++count_;
+    }
+    cv_.notify_all();
+  }
+  int count() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return count_;
+  }
+  bool WaitForCount(int n, double seconds) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, std::chrono::duration<double>(seconds), [&] { return count_ >= n; });
+  }
+  bool WaitFor(const std::function<bool()>& condition, double seconds) {
+    auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                       std::chrono::duration<double>(seconds));
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!condition()) {
+      if (Clock::now() >= deadline) return false;
+      // The periodic re-check only guards against a missed event; events normally wake us.
+      cv_.wait_until(lock, std::min(deadline, Clock::now() + std::chrono::milliseconds(50)));
+    }
+    return true;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int count_ = 0;
+};
+
+TransportOptions Options(int rank, int size, int streams = 2, size_t chunk = 1 << 20) {
+  TransportOptions o;
+  o.rank = rank;
+  o.size = size;
+  o.data_streams = streams;
+  o.chunk_bytes = chunk;
+  o.job_token = kToken;
+  o.peer_timeout_seconds = 30;
+  return o;
+}
+
+struct Mesh {
+  std::vector<std::unique_ptr<EventSignal>> events;
+  std::vector<std::unique_ptr<TcpTransport>> t;
+  TcpTransport& operator[](int r) { return *t[r]; }
+  void Close() {
+    for (auto& x : t) x->Close();
+  }
+};
+
+// n transports on 127.0.0.1, connected from n threads. `tweak` adjusts each rank's options.
+std::unique_ptr<Mesh> MakeMesh(int n, const std::function<void(TransportOptions*)>& tweak = {}) {
+  auto mesh = std::make_unique<Mesh>();
+  std::vector<Endpoint> endpoints;
+  for (int r = 0; r < n; ++r) {
+    mesh->events.push_back(std::make_unique<EventSignal>());
+    TransportOptions o = Options(r, n);
+    if (tweak) tweak(&o);
+    EventSignal* sig = mesh->events.back().get();
+    o.on_event = [sig] { sig->Fire(); };
+    mesh->t.push_back(std::make_unique<TcpTransport>(o));
+    endpoints.push_back(mesh->t.back()->listen_endpoint());
+  }
+  std::vector<std::thread> threads;
+  std::vector<std::string> errors(n);
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        mesh->t[r]->ConnectMesh(endpoints, Deadline::AfterSeconds(10));
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (int r = 0; r < n; ++r) {
+    if (!errors[r].empty()) {
+      std::fprintf(stderr, "  rank %d ConnectMesh: %s\n", r, errors[r].c_str());
+      return nullptr;
+    }
+  }
+  return mesh;
+}
+
+std::vector<uint8_t> Pattern(size_t bytes, uint32_t seed) {
+  std::vector<uint8_t> v(bytes);
+  uint32_t x = seed * 2654435761u + 1;
+  for (size_t i = 0; i < bytes; ++i) {
+    x ^= x << 13;
+    x ^= x >> 17;
+    x ^= x << 5;
+    v[i] = static_cast<uint8_t>(x);
+  }
+  return v;
+}
+
+bool PopWithin(TcpTransport& t, EventSignal& sig, ControlMessage* out, double seconds) {
+  return sig.WaitFor([&] { return t.PopControl(out); }, seconds);
+}
+
+Status WaitOne(const CompletionPtr& c, double seconds = 10) {
+  return c->Wait(Deadline::AfterSeconds(seconds));
+}
+
+int CountOpenFds() {
+  int n = 0;
+  DIR* d = opendir("/proc/self/fd");
+  if (d == nullptr) return -1;
+  while (dirent* e = readdir(d)) {
+    if (e->d_name[0] != '.') ++n;
+  }
+  closedir(d);
+  return n;
+}
+
+// --- a hand-driven peer speaking the wire protocol over raw sockets ---
+
+void SendAll(int fd, const void* data, size_t bytes) {
+  const uint8_t* p = static_cast<const uint8_t*>(data);
+  while (bytes > 0) {
+    ssize_t n = send(fd, p, bytes, MSG_NOSIGNAL);
+    if (n <= 0) return;
+    p += n;
+    bytes -= static_cast<size_t>(n);
+  }
+}
+
+// Reads exactly `bytes` (false on EOF, error or timeout).
+bool RecvAll(int fd, void* data, size_t bytes, double seconds) {
+  uint8_t* p = static_cast<uint8_t*>(data);
+  Deadline deadline = Deadline::AfterSeconds(seconds);
+  while (bytes > 0) {
+    pollfd pfd{fd, POLLIN, 0};
+    auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(deadline.Remaining()).count();
+    if (poll(&pfd, 1, static_cast<int>(ms)) <= 0) return false;
+    ssize_t n = recv(fd, p, bytes, 0);
+    if (n <= 0) return false;
+    p += n;
+    bytes -= static_cast<size_t>(n);
+  }
+  return true;
+}
+
+int ConnectTo(const Endpoint& e) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(e.port);
+  inet_pton(AF_INET, e.ip.c_str(), &addr.sin_addr);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+void SendHeader(int fd, const FrameHeader& h) {
+  uint8_t bytes[kFrameHeaderBytes];
+  EncodeFrameHeader(h, bytes);
+  SendAll(fd, bytes, sizeof(bytes));
+}
+
+FrameHeader Hello(FrameKind kind, uint64_t token, int rank, int stream) {
+  FrameHeader h;
+  h.kind = kind;
+  h.tag = token;
+  h.offset = (static_cast<uint64_t>(rank) << 16) | static_cast<uint64_t>(stream);
+  return h;
+}
+
+bool ReadFrame(int fd, FrameHeader* h, std::string* payload, double seconds) {
+  uint8_t bytes[kFrameHeaderBytes];
+  if (!RecvAll(fd, bytes, sizeof(bytes), seconds)) return false;
+  if (!DecodeFrameHeader(bytes, h).ok()) return false;
+  payload->assign(h->payload_bytes, '\0');
+  return h->payload_bytes == 0 || RecvAll(fd, &(*payload)[0], h->payload_bytes, seconds);
+}
+
+class RawPeer {
+ public:
+  ~RawPeer() { CloseAll(); }
+
+  // Dials every stream of `rank` to `e` and completes the handshake.
+  bool Connect(const Endpoint& e, int rank, int streams, uint64_t token = kToken) {
+    for (int s = 0; s < streams; ++s) {
+      int fd = ConnectTo(e);
+      if (fd < 0) return false;
+      fds_.push_back(fd);
+      SendHeader(fd, Hello(FrameKind::kHello, token, rank, s));
+      FrameHeader ack;
+      std::string unused;
+      if (!ReadFrame(fd, &ack, &unused, 5) || ack.kind != FrameKind::kHelloAck) return false;
+    }
+    return true;
+  }
+
+  // Plays the acceptor: answers `streams` hellos arriving on a listening socket.
+  bool AcceptFrom(int listen_fd, int streams, uint64_t token = kToken) {
+    for (int s = 0; s < streams; ++s) {
+      pollfd pfd{listen_fd, POLLIN, 0};
+      if (poll(&pfd, 1, 10000) <= 0) return false;
+      int fd = accept(listen_fd, nullptr, nullptr);
+      if (fd < 0) return false;
+      FrameHeader hello;
+      std::string unused;
+      if (!ReadFrame(fd, &hello, &unused, 5) || hello.kind != FrameKind::kHello) return false;
+      FrameHeader ack = Hello(FrameKind::kHelloAck, token, 0, hello.offset & 0xffff);
+      SendHeader(fd, ack);
+      fds_.resize(std::max<size_t>(fds_.size(), (hello.offset & 0xffff) + 1), -1);
+      fds_[hello.offset & 0xffff] = fd;
+    }
+    return true;
+  }
+
+  int fd(int stream) const { return fds_[stream]; }
+
+  void SendData(int stream, uint64_t tag, uint64_t offset, uint64_t total, const uint8_t* data,
+                size_t len) {
+    FrameHeader h;
+    h.kind = FrameKind::kData;
+    h.tag = tag;
+    h.offset = offset;
+    h.total_bytes = total;
+    h.payload_bytes = static_cast<uint32_t>(len);
+    SendHeader(fds_[stream], h);
+    SendAll(fds_[stream], data, len);
+  }
+
+  void CloseAll() {
+    for (int fd : fds_) {
+      if (fd >= 0) close(fd);
+    }
+    fds_.clear();
+  }
+
+ private:
+  std::vector<int> fds_;
+};
+
+// A real transport as rank 0 of a 2-rank job whose rank 1 is a RawPeer.
+struct RawPair {
+  EventSignal events;
+  std::unique_ptr<TcpTransport> t;
+  RawPeer raw;
+  bool ok = false;
+};
+
+std::unique_ptr<RawPair> MakeRawPair(int streams, double peer_timeout = 30,
+                                     size_t chunk = 1 << 20) {
+  auto pair = std::make_unique<RawPair>();
+  TransportOptions o = Options(0, 2, streams, chunk);
+  o.peer_timeout_seconds = peer_timeout;
+  EventSignal* sig = &pair->events;
+  o.on_event = [sig] { sig->Fire(); };
+  pair->t = std::make_unique<TcpTransport>(o);
+  Endpoint e0 = pair->t->listen_endpoint();
+  std::string error;
+  std::thread connect([&] {
+    try {
+      pair->t->ConnectMesh({e0, Endpoint{"127.0.0.1", 1}}, Deadline::AfterSeconds(10));
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  });
+  bool dialed = pair->raw.Connect(e0, 1, streams + 1);
+  connect.join();
+  pair->ok = dialed && error.empty();
+  if (!error.empty()) std::fprintf(stderr, "  ConnectMesh: %s\n", error.c_str());
+  return pair;
+}
+
+// Checks a Recv of `bytes` from `from` matches a Send of the same pattern.
+bool TransferOk(TcpTransport& from, TcpTransport& to, uint64_t tag, size_t bytes, uint32_t seed,
+                bool recv_first) {
+  std::vector<uint8_t> data = Pattern(bytes, seed);
+  std::vector<uint8_t> got(bytes, 0xEE);
+  CompletionPtr r, s;
+  if (recv_first) r = to.Recv(from.rank(), tag, got.data(), bytes);
+  s = from.Send(to.rank(), tag, data.data(), bytes);
+  if (!recv_first) {
+    if (!WaitOne(s).ok()) return false;
+    r = to.Recv(from.rank(), tag, got.data(), bytes);
+  }
+  Status ss = WaitOne(s), rs = WaitOne(r);
+  if (!ss.ok() || !rs.ok()) {
+    std::fprintf(stderr, "  transfer of %zu bytes: send %s, recv %s\n", bytes,
+                 ss.ToString().c_str(), rs.ToString().c_str());
+    return false;
+  }
+  return got == data;
+}
+
+}  // namespace
+
+// ------------------------------------------------------------------------------------------
+// Frame codec
+
+TEST(TransportFrameRoundTrip) {
+  FrameHeader h;
+  h.kind = FrameKind::kData;
+  h.payload_bytes = 4096;
+  h.tag = 0x0102030405060708ull;
+  h.offset = 1 << 20;
+  h.total_bytes = (1 << 20) + 4096;
+  uint8_t bytes[kFrameHeaderBytes];
+  EncodeFrameHeader(h, bytes);
+  EXPECT_EQ(bytes[0], 0x47);  // little-endian magic "GNRH" on the wire
+  EXPECT_EQ(bytes[16], 0x08);
+  FrameHeader d;
+  Status s = DecodeFrameHeader(bytes, &d);
+  ASSERT_TRUE(s.ok());
+  EXPECT_TRUE(d.kind == FrameKind::kData);
+  EXPECT_EQ(d.payload_bytes, 4096u);
+  EXPECT_EQ(d.tag, h.tag);
+  EXPECT_EQ(d.offset, h.offset);
+  EXPECT_EQ(d.total_bytes, h.total_bytes);
+
+  FrameHeader c;
+  c.kind = FrameKind::kControl;
+  c.tag = 7;
+  c.payload_bytes = 100;
+  EncodeFrameHeader(c, bytes);
+  EXPECT_TRUE(DecodeFrameHeader(bytes, &d).ok());
+  EXPECT_TRUE(d.kind == FrameKind::kControl);
+  EXPECT_EQ(d.payload_bytes, 100u);
+}
+
+TEST(TransportFrameRejectsInvalidHeaders) {
+  auto decode = [](const FrameHeader& h, std::function<void(uint8_t*)> corrupt = {}) {
+    uint8_t bytes[kFrameHeaderBytes];
+    EncodeFrameHeader(h, bytes);
+    if (corrupt) corrupt(bytes);
+    FrameHeader out;
+    return DecodeFrameHeader(bytes, &out);
+  };
+  FrameHeader ping;
+  EXPECT_TRUE(decode(ping).ok());
+  EXPECT_TRUE(Contains(decode(ping, [](uint8_t* b) { b[0] ^= 1; }).message(), "bad magic"));
+  EXPECT_TRUE(Contains(decode(ping, [](uint8_t* b) { b[4] = 9; }).message(), "wire version 9"));
+  EXPECT_TRUE(
+      Contains(decode(ping, [](uint8_t* b) { b[6] = 77; }).message(), "unknown frame kind"));
+  EXPECT_TRUE(Contains(decode(ping, [](uint8_t* b) { b[7] = 1; }).message(), "reserved"));
+  EXPECT_TRUE(Contains(decode(ping, [](uint8_t* b) { b[13] = 1; }).message(), "reserved"));
+
+  FrameHeader p = ping;
+  p.payload_bytes = 1;
+  EXPECT_TRUE(Contains(decode(p).message(), "ping frame with a payload"));
+  FrameHeader bye;
+  bye.kind = FrameKind::kGoodbye;
+  bye.tag = 3;
+  EXPECT_TRUE(!decode(bye).ok());
+
+  FrameHeader control;
+  control.kind = FrameKind::kControl;
+  control.payload_bytes = static_cast<uint32_t>(kMaxControlPayloadBytes);
+  EXPECT_TRUE(Contains(decode(control).message(), "control payload"));
+
+  FrameHeader data;
+  data.kind = FrameKind::kData;
+  data.total_bytes = 100;
+  data.offset = 90;
+  data.payload_bytes = 20;
+  EXPECT_TRUE(Contains(decode(data).message(), "outside its message"));
+  data.offset = ~0ull - 5;  // offset + payload would wrap around
+  EXPECT_TRUE(!decode(data).ok());
+  data.offset = 0;
+  data.payload_bytes = 0;
+  EXPECT_TRUE(Contains(decode(data).message(), "empty data chunk"));
+  data.total_bytes = kMaxMessageBytes + 1;
+  data.payload_bytes = 1;
+  EXPECT_TRUE(Contains(decode(data).message(), "exceeds the limit"));
+  data.total_bytes = kMaxMessageBytes;
+  data.payload_bytes = static_cast<uint32_t>(kMaxChunkBytes + 1);
+  EXPECT_TRUE(Contains(decode(data).message(), "data chunk of"));
+  data.payload_bytes = static_cast<uint32_t>(kMaxChunkBytes);
+  EXPECT_TRUE(decode(data).ok());
+  FrameHeader empty_message = data;
+  empty_message.total_bytes = 0;
+  empty_message.payload_bytes = 0;
+  EXPECT_TRUE(decode(empty_message).ok());
+}
+
+// ------------------------------------------------------------------------------------------
+// Completions
+
+TEST(TransportCompletionWaitFinishAndTimeout) {
+  auto c = std::make_shared<Completion>();
+  auto start = Clock::now();
+  Status s = c->Wait(Deadline::After(std::chrono::milliseconds(30)));
+  EXPECT_TRUE(s.code() == StatusCode::kTimeout);
+  EXPECT_TRUE(SecondsSince(start) >= 0.029);
+  EXPECT_TRUE(!c->done());
+
+  std::thread finisher([c] { c->Finish(Status::PeerLost("rank 3: gone")); });
+  s = c->Wait(Deadline::AfterSeconds(5));
+  finisher.join();
+  EXPECT_TRUE(s.code() == StatusCode::kPeerLost);
+  c->Finish(Status::OK());  // later calls are ignored
+  EXPECT_EQ(c->status().message(), std::string("rank 3: gone"));
+  EXPECT_TRUE(c->done());
+}
+
+TEST(TransportWaitAllFirstErrorAndTimeout) {
+  std::vector<CompletionPtr> list;
+  for (int i = 0; i < 3; ++i) list.push_back(std::make_shared<Completion>());
+  list[0]->Finish(Status::OK());
+  // An error further down the list ends the wait although list[1] never finishes.
+  std::thread failer([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    list[2]->Finish(Status::PeerLost("rank 2: connection closed"));
+  });
+  auto start = Clock::now();
+  Status s = WaitAll(list, Deadline::AfterSeconds(10));
+  failer.join();
+  EXPECT_TRUE(s.code() == StatusCode::kPeerLost);
+  EXPECT_TRUE(SecondsSince(start) < 2);
+
+  std::vector<CompletionPtr> pending = {std::make_shared<Completion>(),
+                                        std::make_shared<Completion>()};
+  pending[1]->Finish(Status::OK());
+  s = WaitAll(pending, Deadline::After(std::chrono::milliseconds(30)));
+  EXPECT_TRUE(s.code() == StatusCode::kTimeout);
+  EXPECT_TRUE(Contains(s.message(), "1 of 2"));
+
+  std::vector<CompletionPtr> two_errors = {std::make_shared<Completion>(),
+                                           std::make_shared<Completion>()};
+  two_errors[1]->Finish(Status::Aborted("second"));
+  two_errors[0]->Finish(Status::Aborted("first"));
+  EXPECT_EQ(WaitAll(two_errors, Deadline::AfterSeconds(1)).message(), std::string("first"));
+  EXPECT_TRUE(WaitAll({}, Deadline::AfterSeconds(1)).ok());
+}
+
+// ------------------------------------------------------------------------------------------
+// Mesh
+
+TEST(TransportMeshOfOne) {
+  auto mesh = MakeMesh(1);
+  ASSERT_TRUE(mesh != nullptr);
+  TcpTransport& t = (*mesh)[0];
+  EXPECT_TRUE(TransferOk(t, t, 1, 1000, 1, true));
+  EXPECT_TRUE(TransferOk(t, t, 2, 3 << 20, 2, false));
+  t.SendControl(0, 42, "to myself");
+  ControlMessage m;
+  ASSERT_TRUE(PopWithin(t, *mesh->events[0], &m, 5));
+  EXPECT_EQ(m.from, 0);
+  EXPECT_EQ(m.type, 42u);
+  EXPECT_EQ(m.payload, std::string("to myself"));
+  EXPECT_TRUE(t.FirstFailure().ok());
+  mesh->Close();
+}
+
+TEST(TransportMeshOfTwoAndFourAllPairs) {
+  for (int n : {2, 4}) {
+    auto mesh = MakeMesh(n, [](TransportOptions* o) { o->data_streams = 3; });
+    ASSERT_TRUE(mesh != nullptr);
+    for (int a = 0; a < n; ++a) {
+      for (int b = 0; b < n; ++b) {
+        EXPECT_TRUE(TransferOk((*mesh)[a], (*mesh)[b], 100 + a * n + b, 777 + a + b, a * n + b,
+                               (a + b) % 2 == 0));
+      }
+      for (int b = 0; b < n; ++b) {
+        EXPECT_TRUE((*mesh)[a].PeerStatus(b).ok());
+      }
+    }
+    mesh->Close();
+  }
+}
+
+TEST(TransportConnectRetriesUntilPeerListens) {
+  // "Rank 0" is a socket that is bound but not listening yet: rank 1's dials are refused until
+  // it listens, and the mesh must still come up.
+  int fd0 = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+  ASSERT_TRUE(bind(fd0, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+  socklen_t len = sizeof(addr);
+  getsockname(fd0, reinterpret_cast<sockaddr*>(&addr), &len);
+  Endpoint e0{"127.0.0.1", ntohs(addr.sin_port)};
+
+  TransportOptions o = Options(1, 2, 1);
+  TcpTransport t1(o);
+  std::string error;
+  std::thread dial([&] {
+    try {
+      t1.ConnectMesh({e0, t1.listen_endpoint()}, Deadline::AfterSeconds(10));
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  });
+  // Let a few dials be refused first (this delay is the scenario, not a wait for an event).
+  std::this_thread::sleep_for(std::chrono::milliseconds(60));
+  ASSERT_TRUE(listen(fd0, 16) == 0);
+  RawPeer raw0;
+  bool accepted = raw0.AcceptFrom(fd0, 2);
+  dial.join();
+  EXPECT_TRUE(accepted);
+  EXPECT_EQ(error, std::string(""));
+  // The transport says goodbye on every stream when it closes.
+  t1.Close();
+  for (int s = 0; s < 2; ++s) {
+    FrameHeader h;
+    std::string payload;
+    EXPECT_TRUE(ReadFrame(raw0.fd(s), &h, &payload, 5) && h.kind == FrameKind::kGoodbye);
+  }
+  close(fd0);
+}
+
+TEST(TransportConnectTimeoutNamesMissingRanks) {
+  // Rank 0 listens but never runs ConnectMesh (no hello-ack); rank 1's port refuses; rank 3
+  // never dials rank 2.
+  TcpTransport t0(Options(0, 4));
+  int refusing = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+  bind(refusing, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  getsockname(refusing, reinterpret_cast<sockaddr*>(&addr), &len);
+  TcpTransport t2(Options(2, 4));
+  std::vector<Endpoint> endpoints = {t0.listen_endpoint(), {"127.0.0.1", ntohs(addr.sin_port)},
+                                     t2.listen_endpoint(), {"127.0.0.1", 9}};
+  auto start = Clock::now();
+  std::string message;
+  StatusCode code = StatusCode::kOk;
+  try {
+    t2.ConnectMesh(endpoints, Deadline::AfterSeconds(0.3));
+  } catch (const Error& e) {
+    message = e.what();
+    code = e.status().code();
+  }
+  double took = SecondsSince(start);
+  EXPECT_TRUE(code == StatusCode::kTimeout);
+  EXPECT_TRUE(took >= 0.29 && took < 3);
+  EXPECT_TRUE(Contains(message, "missing ranks 0, 1, 3"));
+  EXPECT_TRUE(Contains(message, "Connection refused"));
+  EXPECT_TRUE(Contains(message, "rank 3: it has not connected"));
+  close(refusing);
+}
+
+TEST(TransportWrongJobTokenIsRejected) {
+  TransportOptions o0 = Options(0, 2), o1 = Options(1, 2);
+  o1.job_token = kToken + 1;
+  TcpTransport t0(o0), t1(o1);
+  std::vector<Endpoint> endpoints = {t0.listen_endpoint(), t1.listen_endpoint()};
+  std::string m0, m1;
+  std::thread a([&] {
+    try {
+      t0.ConnectMesh(endpoints, Deadline::AfterSeconds(0.4));
+    } catch (const Error& e) {
+      m0 = e.what();
+    }
+  });
+  try {
+    t1.ConnectMesh(endpoints, Deadline::AfterSeconds(0.4));
+  } catch (const Error& e) {
+    m1 = e.what();
+  }
+  a.join();
+  EXPECT_TRUE(Contains(m0, "missing ranks 1"));
+  EXPECT_TRUE(Contains(m1, "missing ranks 0"));
+  EXPECT_TRUE(Contains(m1, "closed during the handshake"));
+}
+
+TEST(TransportStrangersDuringMeshBuild) {
+  TcpTransport t0(Options(0, 2, 2)), t1(Options(1, 2, 2));
+  Endpoint e0 = t0.listen_endpoint();
+  std::vector<Endpoint> endpoints = {e0, t1.listen_endpoint()};
+  std::string error0;
+  std::thread mesh0([&] {
+    try {
+      t0.ConnectMesh(endpoints, Deadline::AfterSeconds(10));
+    } catch (const std::exception& e) {
+      error0 = e.what();
+    }
+  });
+  std::vector<int> strangers;
+  strangers.push_back(ConnectTo(e0));  // silent
+  int garbage = ConnectTo(e0);
+  SendAll(garbage, "GET / HTTP/1.1\r\nHost: x\r\n\r\nmore junk to fill 40 bytes", 52);
+  strangers.push_back(garbage);
+  int wrong_token = ConnectTo(e0);
+  SendHeader(wrong_token, Hello(FrameKind::kHello, kToken + 7, 1, 0));
+  strangers.push_back(wrong_token);
+  int wrong_rank = ConnectTo(e0);
+  SendHeader(wrong_rank, Hello(FrameKind::kHello, kToken, 5, 0));
+  strangers.push_back(wrong_rank);
+  int wrong_stream = ConnectTo(e0);
+  SendHeader(wrong_stream, Hello(FrameKind::kHello, kToken, 1, 9));
+  strangers.push_back(wrong_stream);
+  int half_header = ConnectTo(e0);
+  SendAll(half_header, "HRNG", 4);
+  strangers.push_back(half_header);
+
+  std::string error1;
+  try {
+    t1.ConnectMesh(endpoints, Deadline::AfterSeconds(10));
+  } catch (const std::exception& e) {
+    error1 = e.what();
+  }
+  mesh0.join();
+  EXPECT_EQ(error0, std::string(""));
+  EXPECT_EQ(error1, std::string(""));
+  EXPECT_TRUE(TransferOk(t1, t0, 5, 5 << 20, 5, true));
+  EXPECT_TRUE(TransferOk(t0, t1, 6, 12345, 6, false));
+  // Every stranger was closed (EOF) by the time the mesh was complete, none left hanging.
+  for (int fd : strangers) {
+    char byte;
+    EXPECT_TRUE(!RecvAll(fd, &byte, 1, 5));
+  }
+  for (int fd : strangers) close(fd);
+  t0.Close();
+  t1.Close();
+}
+
+// ------------------------------------------------------------------------------------------
+// Traffic
+
+TEST(TransportControlOrderedPerPeer) {
+  auto mesh = MakeMesh(3, [](TransportOptions* o) { o->data_streams = 1; });
+  ASSERT_TRUE(mesh != nullptr);
+  constexpr int kMessages = 1000;
+  auto payload_of = [](int from, int i) {
+    return i % 10 == 0 ? std::string() : std::string(static_cast<size_t>(i % 300), 'a' + from) +
+                                             std::to_string(i);
+  };
+  std::vector<std::thread> senders;
+  for (int from : {1, 2}) {
+    senders.emplace_back([&, from] {
+      for (int i = 0; i < kMessages; ++i) {
+        (*mesh)[from].SendControl(0, static_cast<uint32_t>(i), payload_of(from, i));
+      }
+    });
+  }
+  int next[3] = {0, 0, 0};
+  bool in_order = true;
+  int received = 0;
+  while (received < 2 * kMessages) {
+    ControlMessage m;
+    if (!PopWithin((*mesh)[0], *mesh->events[0], &m, 10)) break;
+    ++received;
+    int i = next[m.from]++;
+    if (m.type != static_cast<uint32_t>(i) || m.payload != payload_of(m.from, i)) in_order = false;
+  }
+  for (auto& s : senders) s.join();
+  EXPECT_EQ(received, 2 * kMessages);
+  EXPECT_TRUE(in_order);
+  EXPECT_TRUE(mesh->events[0]->count() >= 1);
+  mesh->Close();
+}
+
+TEST(TransportSendRecvSizesAndStreams) {
+  struct Case {
+    int streams;
+    size_t chunk;
+  };
+  for (Case c : {Case{1, 1 << 20}, Case{3, 64 << 10}, Case{4, 1 << 20}}) {
+    auto mesh = MakeMesh(2, [&](TransportOptions* o) {
+      o->data_streams = c.streams;
+      o->chunk_bytes = c.chunk;
+    });
+    ASSERT_TRUE(mesh != nullptr);
+    uint64_t tag = 1;
+    for (size_t bytes : {size_t(0), size_t(1), size_t(40), size_t(4096), size_t(1000003),
+                         c.chunk * c.streams + 17}) {
+      uint32_t seed = static_cast<uint32_t>(tag);
+      EXPECT_TRUE(TransferOk((*mesh)[0], (*mesh)[1], tag++, bytes, seed, true));
+      EXPECT_TRUE(TransferOk((*mesh)[1], (*mesh)[0], tag++, bytes, seed + 1, false));
+    }
+    mesh->Close();
+  }
+  // 64 MiB (plus an odd tail) over 4 streams, both directions at once, receives posted first.
+  auto mesh = MakeMesh(2, [](TransportOptions* o) { o->data_streams = 4; });
+  ASSERT_TRUE(mesh != nullptr);
+  size_t bytes = (64 << 20) + 13;
+  std::vector<uint8_t> a = Pattern(bytes, 11), b = Pattern(bytes, 12);
+  std::vector<uint8_t> got_a(bytes), got_b(bytes);
+  std::vector<CompletionPtr> ops = {(*mesh)[1].Recv(0, 9, got_a.data(), bytes),
+                                    (*mesh)[0].Recv(1, 9, got_b.data(), bytes),
+                                    (*mesh)[0].Send(1, 9, a.data(), bytes),
+                                    (*mesh)[1].Send(0, 9, b.data(), bytes)};
+  Status s = WaitAll(ops, Deadline::AfterSeconds(30));
+  EXPECT_TRUE(s.ok());
+  EXPECT_TRUE(got_a == a);
+  EXPECT_TRUE(got_b == b);
+  EXPECT_TRUE((*mesh)[0].stats().bytes_sent >= bytes);
+  EXPECT_TRUE((*mesh)[0].stats().bytes_received >= bytes);
+  mesh->Close();
+}
+
+TEST(TransportRecvAfterDataArrived) {
+  auto mesh = MakeMesh(2, [](TransportOptions* o) { o->chunk_bytes = 256 << 10; });
+  ASSERT_TRUE(mesh != nullptr);
+  size_t bytes = (3 << 20) + 5;
+  std::vector<uint8_t> data = Pattern(bytes, 3), got(bytes);
+  CompletionPtr s = (*mesh)[0].Send(1, 77, data.data(), bytes);
+  EXPECT_TRUE(WaitOne(s).ok());
+  // Wait until every byte is buffered on the receiver, then post the receive.
+  EXPECT_TRUE(PollUntil([&] { return (*mesh)[1].stats().bytes_received >= bytes; }, 10));
+  EXPECT_EQ((*mesh)[1].stats().unexpected_messages, 1u);
+  CompletionPtr r = (*mesh)[1].Recv(0, 77, got.data(), bytes);
+  EXPECT_TRUE(r->done());  // served from the temporary buffer at once
+  EXPECT_TRUE(WaitOne(r).ok());
+  EXPECT_TRUE(got == data);
+  mesh->Close();
+}
+
+TEST(TransportRecvPostedWhileArriving) {
+  auto pair = MakeRawPair(2, 30, 1000);
+  ASSERT_TRUE(pair->ok);
+  TcpTransport& t = *pair->t;
+  const size_t total = 3000;
+  std::vector<uint8_t> data = Pattern(total, 21), got(total);
+  // Chunks arrive out of order on different streams; the receive is posted after the first.
+  pair->raw.SendData(2, 5, 2000, total, data.data() + 2000, 1000);
+  ASSERT_TRUE(PollUntil([&] { return t.stats().bytes_received >= kFrameHeaderBytes + 1000; }, 5));
+  EXPECT_EQ(t.stats().unexpected_messages, 1u);
+  CompletionPtr r = t.Recv(1, 5, got.data(), total);
+  EXPECT_TRUE(!r->done());
+  pair->raw.SendData(1, 5, 0, total, data.data(), 1000);
+  pair->raw.SendData(2, 5, 1000, total, data.data() + 1000, 1000);
+  EXPECT_TRUE(WaitOne(r).ok());
+  EXPECT_TRUE(got == data);
+
+  // Same, but the late receive has the wrong size: it fails, the rest of the message is
+  // dropped, and the streams stay usable.
+  pair->raw.SendData(1, 6, 0, total, data.data(), 1000);
+  ASSERT_TRUE(PollUntil([&] { return t.stats().unexpected_messages >= 2; }, 5));
+  std::vector<uint8_t> small(100);
+  CompletionPtr bad = t.Recv(1, 6, small.data(), small.size());
+  Status bs = WaitOne(bad);
+  EXPECT_TRUE(Contains(bs.message(), "tag 6 from rank 1: expected 100 bytes but rank 1 sent 3000"));
+  pair->raw.SendData(2, 6, 1000, total, data.data() + 1000, 1000);
+  pair->raw.SendData(1, 6, 2000, total, data.data() + 2000, 1000);
+  std::vector<uint8_t> got7(10);
+  CompletionPtr r7 = t.Recv(1, 7, got7.data(), 10);
+  pair->raw.SendData(2, 7, 0, 10, data.data(), 10);
+  EXPECT_TRUE(WaitOne(r7).ok());
+  EXPECT_TRUE(std::equal(got7.begin(), got7.end(), data.begin()));
+  EXPECT_TRUE(t.PeerStatus(1).ok());
+  pair->t->Close();
+}
+
+TEST(TransportManyConcurrentTags) {
+  constexpr int kRanks = 4, kPerPeer = 40;
+  auto mesh = MakeMesh(kRanks, [](TransportOptions* o) {
+    o->data_streams = 3;
+    o->chunk_bytes = 16 << 10;
+  });
+  ASSERT_TRUE(mesh != nullptr);
+  auto size_of = [](int from, int to, int i) {
+    return static_cast<size_t>((from * 7919 + to * 104729 + i * 15485863) % 200000);
+  };
+  auto tag_of = [](int from, int i) { return static_cast<uint64_t>(from) << 32 | i; };
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int me = 0; me < kRanks; ++me) {
+    threads.emplace_back([&, me] {
+      TcpTransport& t = (*mesh)[me];
+      std::vector<std::vector<uint8_t>> out, in, expect;
+      std::vector<CompletionPtr> ops;
+      std::vector<std::function<void()>> late_recvs;
+      for (int peer = 0; peer < kRanks; ++peer) {
+        for (int i = 0; i < kPerPeer; ++i) {
+          size_t n_in = size_of(peer, me, i);
+          expect.push_back(Pattern(n_in, static_cast<uint32_t>(peer * 1000 + me * 100 + i)));
+          in.emplace_back(n_in);
+          auto post = [&t, &ops, &in, peer, i, n_in, idx = in.size() - 1, tag = tag_of(peer, i)] {
+            ops.push_back(t.Recv(peer, tag, in[idx].data(), n_in));
+          };
+          if (i % 2 == 0) {
+            post();
+          } else {
+            late_recvs.push_back(post);
+          }
+        }
+      }
+      for (int peer = 0; peer < kRanks; ++peer) {
+        for (int i = 0; i < kPerPeer; ++i) {
+          out.push_back(Pattern(size_of(me, peer, i),
+                                static_cast<uint32_t>(me * 1000 + peer * 100 + i)));
+        }
+      }
+      size_t k = 0;
+      for (int peer = 0; peer < kRanks; ++peer) {
+        for (int i = 0; i < kPerPeer; ++i, ++k) {
+          ops.push_back(t.Send(peer, tag_of(me, i), out[k].data(), out[k].size()));
+        }
+      }
+      for (auto& post : late_recvs) post();
+      Status s = WaitAll(ops, Deadline::AfterSeconds(30));
+      if (!s.ok() || in != expect) {
+        std::fprintf(stderr, "  rank %d: %s\n", me, s.ToString().c_str());
+        ++failures;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(failures.load(), 0);
+  mesh->Close();
+}
+
+TEST(TransportSelfSendBothOrdersAndMismatch) {
+  auto mesh = MakeMesh(2);
+  ASSERT_TRUE(mesh != nullptr);
+  TcpTransport& t = (*mesh)[1];
+  EXPECT_TRUE(TransferOk(t, t, 1, 0, 1, true));
+  EXPECT_TRUE(TransferOk(t, t, 2, 5 << 20, 2, true));
+  EXPECT_TRUE(TransferOk(t, t, 3, 12345, 3, false));
+  std::vector<uint8_t> data(10), got(11);
+  CompletionPtr r = t.Recv(1, 4, got.data(), got.size());
+  CompletionPtr s = t.Send(1, 4, data.data(), data.size());
+  EXPECT_TRUE(WaitOne(s).ok());
+  Status rs = WaitOne(r);
+  EXPECT_TRUE(Contains(rs.message(), "tag 4 from rank 1: expected 11 bytes but rank 1 sent 10"));
+  mesh->Close();
+}
+
+TEST(TransportSizeMismatchNamesPeerTagAndSizes) {
+  auto mesh = MakeMesh(2, [](TransportOptions* o) { o->chunk_bytes = 4096; });
+  ASSERT_TRUE(mesh != nullptr);
+  std::vector<uint8_t> data = Pattern(100000, 1), got(1000);
+  // Receive posted first: the first chunk reveals the size.
+  CompletionPtr r = (*mesh)[1].Recv(0, 31, got.data(), got.size());
+  CompletionPtr s = (*mesh)[0].Send(1, 31, data.data(), data.size());
+  Status rs = WaitOne(r);
+  EXPECT_TRUE(rs.code() == StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Contains(rs.message(), "size mismatch receiving tag 31 from rank 0"));
+  EXPECT_TRUE(Contains(rs.message(), "expected 1000 bytes but rank 0 sent 100000 bytes"));
+  EXPECT_TRUE(WaitOne(s).ok());
+  // Receive posted after the data arrived.
+  CompletionPtr s2 = (*mesh)[0].Send(1, 32, data.data(), 50);
+  EXPECT_TRUE(WaitOne(s2).ok());
+  EXPECT_TRUE(PollUntil([&] { return (*mesh)[1].stats().unexpected_messages >= 1; }, 5));
+  CompletionPtr r2 = (*mesh)[1].Recv(0, 32, got.data(), 60);
+  EXPECT_TRUE(Contains(WaitOne(r2).message(),
+                       "tag 32 from rank 0: expected 60 bytes but rank 0 sent 50"));
+  // The connection survives: the next transfer on the same streams is intact.
+  EXPECT_TRUE(TransferOk((*mesh)[0], (*mesh)[1], 33, 70000, 33, true));
+  EXPECT_TRUE((*mesh)[1].PeerStatus(0).ok());
+  mesh->Close();
+}
+
+// ------------------------------------------------------------------------------------------
+// Failures
+
+TEST(TransportPeerClosedConnectionIsLost) {
+  auto pair = MakeRawPair(1);
+  ASSERT_TRUE(pair->ok);
+  TcpTransport& t = *pair->t;
+  std::vector<uint8_t> got(100);
+  CompletionPtr r = t.Recv(1, 1, got.data(), got.size());
+  auto start = Clock::now();
+  pair->raw.CloseAll();  // no goodbye: looks like a crash
+  Status rs = WaitOne(r, 5);
+  double took = SecondsSince(start);
+  EXPECT_TRUE(rs.code() == StatusCode::kPeerLost);
+  EXPECT_EQ(rs.message(), std::string("rank 1: connection closed (process exited or killed?)"));
+  EXPECT_TRUE(took < 1.0);
+  EXPECT_TRUE(pair->events.WaitFor([&] { return !t.PeerStatus(1).ok(); }, 5));
+  EXPECT_TRUE(t.FirstFailure().code() == StatusCode::kPeerLost);
+  EXPECT_TRUE(Contains(t.FirstFailure().message(), "rank 1"));
+  // Later operations with the lost peer fail at once; control to it is dropped silently.
+  std::vector<uint8_t> data(10);
+  EXPECT_TRUE(t.Send(1, 2, data.data(), 10)->status().code() == StatusCode::kPeerLost);
+  EXPECT_TRUE(t.Recv(1, 3, got.data(), 10)->status().code() == StatusCode::kPeerLost);
+  t.SendControl(1, 1, "anyone?");
+  t.Close();
+}
+
+namespace {
+
+// Forks a child that joins a 2-rank mesh as rank 1, tells rank 0 it is ready, then dies by
+// `how` ("exit": _exit without closing; "kill": waits for SIGKILL). Checks rank 0's view.
+void RunChildDeath(const std::string& how) {
+  EventSignal sig;
+  TransportOptions o0 = Options(0, 2);
+  o0.on_event = [&sig] { sig.Fire(); };
+  TcpTransport t0(o0);  // no thread yet: fork() below is safe
+  Endpoint e0 = t0.listen_endpoint();
+  pid_t child = fork();
+  ASSERT_TRUE(child >= 0);
+  if (child == 0) {
+    try {
+      TcpTransport t1(Options(1, 2));
+      t1.ConnectMesh({e0, t1.listen_endpoint()}, Deadline::AfterSeconds(10));
+      t1.SendControl(0, 1, "ready");
+      if (how == "kill") {
+        for (;;) pause();
+      }
+      _exit(0);  // inside t1's scope: no destructor, no goodbye; the kernel closes the sockets
+    } catch (...) {
+      _exit(1);
+    }
+  }
+  bool connected = true;
+  try {
+    t0.ConnectMesh({e0, Endpoint{"127.0.0.1", 1}}, Deadline::AfterSeconds(10));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "  %s\n", e.what());
+    connected = false;
+  }
+  ControlMessage ready;
+  bool got_ready = connected && PopWithin(t0, sig, &ready, 10);
+  std::vector<uint8_t> got(1000);
+  CompletionPtr r = t0.Recv(1, 9, got.data(), got.size());
+  if (how == "kill") kill(child, SIGKILL);
+  // Detection time counts from the moment the child is gone (its sockets closed), which waitpid
+  // tells; a process's teardown itself can take a while (sanitizers unmap a lot).
+  int wstatus = 0;
+  waitpid(child, &wstatus, 0);
+  auto dead = Clock::now();
+  Status rs = WaitOne(r, 5);
+  double took = SecondsSince(dead);
+  EXPECT_TRUE(got_ready);
+  EXPECT_EQ(ready.payload, std::string("ready"));
+  EXPECT_TRUE(rs.code() == StatusCode::kPeerLost);
+  EXPECT_TRUE(Contains(rs.message(), "rank 1: connection closed"));
+  EXPECT_TRUE(took < 1.0);
+  EXPECT_TRUE(t0.PeerStatus(1).code() == StatusCode::kPeerLost);
+  EXPECT_TRUE(sig.WaitFor([&] { return !t0.FirstFailure().ok(); }, 1));
+  t0.Close();
+}
+
+}  // namespace
+
+TEST(TransportPeerProcessExitIsLost) { RunChildDeath("exit"); }
+
+TEST(TransportPeerProcessKilledIsLost) { RunChildDeath("kill"); }
+
+TEST(TransportGoodbyeReportsShutdown) {
+  auto mesh = MakeMesh(2);
+  ASSERT_TRUE(mesh != nullptr);
+  // Data and control sent just before Close still arrive; then the peer reads as shut down.
+  std::vector<uint8_t> data = Pattern(3 << 20, 4), got(3 << 20);
+  CompletionPtr r = (*mesh)[0].Recv(1, 1, got.data(), got.size());
+  std::vector<uint8_t> never(10);
+  CompletionPtr pending = (*mesh)[0].Recv(1, 2, never.data(), never.size());
+  EXPECT_TRUE(WaitOne((*mesh)[1].Send(0, 1, data.data(), data.size())).ok());
+  (*mesh)[1].SendControl(0, 5, "bye now");
+  (*mesh)[1].Close();
+  EXPECT_TRUE(WaitOne(r).ok());
+  EXPECT_TRUE(got == data);
+  ControlMessage m;
+  EXPECT_TRUE(PopWithin((*mesh)[0], *mesh->events[0], &m, 5));
+  EXPECT_EQ(m.payload, std::string("bye now"));
+  Status ps = WaitOne(pending, 5);
+  EXPECT_TRUE(ps.code() == StatusCode::kShutdown);
+  EXPECT_EQ(ps.message(), std::string("rank 1 has shut down"));
+  EXPECT_TRUE((*mesh)[0].PeerStatus(1).code() == StatusCode::kShutdown);
+  EXPECT_TRUE((*mesh)[0].FirstFailure().code() == StatusCode::kShutdown);
+  mesh->Close();
+}
+
+TEST(TransportSilentPeerTimesOut) {
+  auto pair = MakeRawPair(1, 0.5);
+  ASSERT_TRUE(pair->ok);
+  TcpTransport& t = *pair->t;
+  auto start = Clock::now();
+  std::vector<uint8_t> got(8);
+  CompletionPtr r = t.Recv(1, 1, got.data(), got.size());
+  // The transport pings an idle peer (after peer_timeout / 4) on the control stream.
+  FrameHeader h;
+  std::string payload;
+  EXPECT_TRUE(ReadFrame(pair->raw.fd(0), &h, &payload, 2) && h.kind == FrameKind::kPing);
+  Status rs = WaitOne(r, 5);
+  double took = SecondsSince(start);
+  EXPECT_TRUE(rs.code() == StatusCode::kPeerLost);
+  EXPECT_EQ(rs.message(), std::string("rank 1: no traffic for 0.5 s"));
+  EXPECT_TRUE(took >= 0.45 && took < 2.0);
+  EXPECT_TRUE(pair->events.WaitForCount(1, 5));
+  t.Close();
+}
+
+TEST(TransportPingsKeepIdlePeersAlive) {
+  auto mesh = MakeMesh(2, [](TransportOptions* o) { o->peer_timeout_seconds = 0.4; });
+  ASSERT_TRUE(mesh != nullptr);
+  // Idle for three timeouts: only pings flow, and nobody is declared lost.
+  bool lost = mesh->events[0]->WaitFor([&] { return !(*mesh)[0].PeerStatus(1).ok(); }, 1.2);
+  EXPECT_TRUE(!lost);
+  EXPECT_TRUE((*mesh)[1].PeerStatus(0).ok());
+  EXPECT_TRUE((*mesh)[0].stats().bytes_received >= kFrameHeaderBytes);
+  mesh->Close();
+}
+
+TEST(TransportInvalidFrameFromPeerDropsIt) {
+  auto pair = MakeRawPair(1);
+  ASSERT_TRUE(pair->ok);
+  TcpTransport& t = *pair->t;
+  FrameHeader absurd;
+  absurd.kind = FrameKind::kData;
+  absurd.tag = 1;
+  absurd.total_bytes = kMaxMessageBytes * 4;
+  absurd.payload_bytes = 1;
+  SendHeader(pair->raw.fd(1), absurd);
+  EXPECT_TRUE(pair->events.WaitFor([&] { return !t.PeerStatus(1).ok(); }, 5));
+  Status s = t.PeerStatus(1);
+  EXPECT_TRUE(s.code() == StatusCode::kPeerLost);
+  EXPECT_TRUE(Contains(s.message(), "rank 1: protocol error on stream 1"));
+  EXPECT_TRUE(Contains(s.message(), "exceeds the limit"));
+  EXPECT_EQ(t.stats().unexpected_messages, 0u);  // nothing was allocated for it
+  t.Close();
+}
+
+TEST(TransportStrangersDuringTransferAreHarmless) {
+  auto mesh = MakeMesh(2, [](TransportOptions* o) { o->data_streams = 2; });
+  ASSERT_TRUE(mesh != nullptr);
+  size_t bytes = 64 << 20;
+  std::vector<uint8_t> data = Pattern(bytes, 8), got(bytes);
+  CompletionPtr r = (*mesh)[0].Recv(1, 8, got.data(), bytes);
+  CompletionPtr s = (*mesh)[1].Send(0, 8, data.data(), bytes);
+  Endpoint e0 = (*mesh)[0].listen_endpoint();
+  std::vector<int> strangers;
+  for (int i = 0; i < 5; ++i) {  // i == 4 connects and stays silent
+    int fd = ConnectTo(e0);
+    if (fd < 0) continue;
+    if (i == 0) SendAll(fd, "\xde\xad\xbe\xef garbage garbage garbage garbage garbage", 44);
+    if (i == 1) SendHeader(fd, Hello(FrameKind::kHello, kToken + 1, 1, 0));
+    if (i == 2) {
+      FrameHeader absurd;
+      absurd.kind = FrameKind::kControl;
+      absurd.payload_bytes = 0xFFFFFFFFu;
+      uint8_t bytes40[kFrameHeaderBytes];
+      EncodeFrameHeader(absurd, bytes40);
+      SendAll(fd, bytes40, sizeof(bytes40));
+    }
+    if (i == 3) SendHeader(fd, Hello(FrameKind::kHello, kToken, 1, 0));  // a "duplicate" rank 1
+    strangers.push_back(fd);
+  }
+  EXPECT_TRUE(WaitAll({r, s}, Deadline::AfterSeconds(30)).ok());
+  EXPECT_TRUE(got == data);
+  EXPECT_TRUE((*mesh)[0].PeerStatus(1).ok());
+  EXPECT_TRUE((*mesh)[0].FirstFailure().ok());
+  for (int fd : strangers) {
+    char byte;
+    EXPECT_TRUE(!RecvAll(fd, &byte, 1, 5));  // dropped
+    close(fd);
+  }
+  EXPECT_TRUE(TransferOk((*mesh)[1], (*mesh)[0], 9, 1000, 9, true));
+  mesh->Close();
+}
+
+TEST(TransportAbortFailsPendingAndFutureButControlFlows) {
+  auto mesh = MakeMesh(2);
+  ASSERT_TRUE(mesh != nullptr);
+  std::vector<uint8_t> got(100);
+  CompletionPtr r = (*mesh)[0].Recv(1, 1, got.data(), got.size());
+  (*mesh)[0].Abort(Status::Aborted("rank 3 failed: out of memory"));
+  Status rs = WaitOne(r, 5);
+  EXPECT_TRUE(rs.code() == StatusCode::kAborted);
+  EXPECT_EQ(rs.message(), std::string("rank 3 failed: out of memory"));
+  std::vector<uint8_t> data(100);
+  EXPECT_EQ((*mesh)[0].Send(1, 2, data.data(), 100)->status().message(),
+            std::string("rank 3 failed: out of memory"));
+  EXPECT_EQ((*mesh)[0].Recv(1, 3, got.data(), 100)->status().message(),
+            std::string("rank 3 failed: out of memory"));
+  (*mesh)[0].SendControl(1, 9, "stopping");
+  ControlMessage m;
+  EXPECT_TRUE(PopWithin((*mesh)[1], *mesh->events[1], &m, 5));
+  EXPECT_EQ(m.payload, std::string("stopping"));
+  (*mesh)[1].SendControl(0, 10, "ack");
+  EXPECT_TRUE(PopWithin((*mesh)[0], *mesh->events[0], &m, 5));
+  EXPECT_EQ(m.payload, std::string("ack"));
+  EXPECT_TRUE((*mesh)[0].PeerStatus(1).ok());
+  mesh->Close();
+}
+
+TEST(TransportAbortWhileSendBlockedKeepsFraming) {
+  // The raw peer does not read, so a large send stalls in the write queue. Abort must finish it
+  // at once, stop touching the caller's buffer, and still leave whole frames on the wire.
+  auto pair = MakeRawPair(1, 30, 1 << 20);
+  ASSERT_TRUE(pair->ok);
+  TcpTransport& t = *pair->t;
+  auto data = std::make_unique<std::vector<uint8_t>>(Pattern(48 << 20, 5));
+  CompletionPtr s = t.Send(1, 1, data->data(), data->size());
+  EXPECT_TRUE(!s->done());
+  t.Abort(Status::Aborted("stop"));
+  EXPECT_EQ(WaitOne(s, 5).message(), std::string("stop"));
+  std::fill(data->begin(), data->end(), 0xAA);  // the caller owns its buffer again
+  data.reset();
+  t.SendControl(1, 3, "after abort");
+  // Read the data stream: every frame must be whole and carry the original bytes.
+  std::vector<uint8_t> expect = Pattern(48 << 20, 5);
+  bool frames_ok = true;
+  uint64_t seen = 0;
+  for (;;) {
+    FrameHeader h;
+    std::string payload;
+    pollfd pfd{pair->raw.fd(1), POLLIN, 0};
+    if (poll(&pfd, 1, 200) <= 0) break;  // the queue is flushed
+    if (!ReadFrame(pair->raw.fd(1), &h, &payload, 5) || h.kind != FrameKind::kData) {
+      frames_ok = false;
+      break;
+    }
+    frames_ok = frames_ok && std::memcmp(payload.data(), expect.data() + h.offset,
+                                         payload.size()) == 0;
+    seen += payload.size();
+  }
+  EXPECT_TRUE(frames_ok);
+  EXPECT_TRUE(seen < (48u << 20));
+  FrameHeader h;
+  std::string payload;
+  EXPECT_TRUE(ReadFrame(pair->raw.fd(0), &h, &payload, 5));
+  EXPECT_EQ(payload, std::string("after abort"));
+  t.Close();
+}
+
+TEST(TransportCloseIsIdempotentAndFailsPending) {
+  TcpTransport never_connected(Options(0, 2));
+  never_connected.Close();
+  never_connected.Close();
+  auto mesh = MakeMesh(2);
+  ASSERT_TRUE(mesh != nullptr);
+  std::vector<uint8_t> got(10);
+  CompletionPtr r = (*mesh)[0].Recv(1, 1, got.data(), got.size());
+  (*mesh)[0].Close();
+  EXPECT_TRUE(r->done());
+  EXPECT_TRUE(r->status().code() == StatusCode::kShutdown);
+  (*mesh)[0].Close();
+  EXPECT_TRUE((*mesh)[0].Send(1, 2, got.data(), 1)->status().code() == StatusCode::kShutdown);
+  EXPECT_TRUE(mesh->events[1]->WaitFor(
+      [&] { return (*mesh)[1].PeerStatus(0).code() == StatusCode::kShutdown; }, 5));
+}
+
+TEST(TransportFdCountReturnsToBaseline) {
+  int before = CountOpenFds();
+  {
+    auto mesh = MakeMesh(4);
+    ASSERT_TRUE(mesh != nullptr);
+    EXPECT_TRUE(CountOpenFds() >= before + 4 * (3 + 3 * 3));
+    EXPECT_TRUE(TransferOk((*mesh)[3], (*mesh)[0], 1, 100000, 1, true));
+    mesh->Close();
+    EXPECT_EQ(CountOpenFds(), before);
+  }
+  {
+    auto mesh = MakeMesh(4);  // destructors alone also clean up
+    ASSERT_TRUE(mesh != nullptr);
+  }
+  EXPECT_EQ(CountOpenFds(), before);
+}
+
+// ------------------------------------------------------------------------------------------
+// Measurements (printed; correctness is asserted, speed is reported)
+
+namespace {
+
+// The machine's own floor for the latency figure: a blocking 48-byte ping-pong between two
+// threads over loopback TCP, no transport involved.
+double RawSocketRoundTripP50Micros(int rounds) {
+  int listener = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+  bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  listen(listener, 1);
+  socklen_t len = sizeof(addr);
+  getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len);
+  int a = ConnectTo(Endpoint{"127.0.0.1", ntohs(addr.sin_port)});
+  int b = accept(listener, nullptr, nullptr);
+  int one = 1;
+  setsockopt(a, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  setsockopt(b, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  std::thread echo([b] {
+    char buf[48];
+    while (RecvAll(b, buf, sizeof(buf), 5)) SendAll(b, buf, sizeof(buf));
+  });
+  std::vector<double> micros;
+  char buf[48] = {0};
+  for (int i = 0; i < rounds; ++i) {
+    auto start = Clock::now();
+    SendAll(a, buf, sizeof(buf));
+    if (!RecvAll(a, buf, sizeof(buf), 5)) break;
+    micros.push_back(SecondsSince(start) * 1e6);
+  }
+  shutdown(a, SHUT_RDWR);
+  echo.join();
+  close(a);
+  close(b);
+  close(listener);
+  std::sort(micros.begin(), micros.end());
+  return micros.empty() ? 0 : micros[micros.size() / 2];
+}
+
+}  // namespace
+
+TEST(TransportBenchLoopback) {
+  const size_t bytes = 256 << 20;
+  std::vector<uint8_t> data(bytes), got(bytes);
+  for (size_t i = 0; i < bytes; i += 4096) data[i] = static_cast<uint8_t>(i >> 12);
+  for (int streams : {1, 2, 4}) {
+    auto mesh = MakeMesh(2, [&](TransportOptions* o) { o->data_streams = streams; });
+    ASSERT_TRUE(mesh != nullptr);
+    double best = 1e9;
+    for (int rep = 0; rep < 2; ++rep) {
+      CompletionPtr r = (*mesh)[1].Recv(0, rep, got.data(), bytes);
+      auto start = Clock::now();
+      CompletionPtr s = (*mesh)[0].Send(1, rep, data.data(), bytes);
+      EXPECT_TRUE(WaitAll({s, r}, Deadline::AfterSeconds(60)).ok());
+      best = std::min(best, SecondsSince(start));
+    }
+    EXPECT_TRUE(got == data);
+    std::fprintf(stderr, "  [bench] 256 MiB loopback, %d data stream(s): %.2f GB/s\n", streams,
+                 bytes / best / 1e9);
+    mesh->Close();
+  }
+
+  auto mesh = MakeMesh(2);
+  ASSERT_TRUE(mesh != nullptr);
+  std::atomic<bool> stop{false};
+  std::thread echo([&] {
+    ControlMessage m;
+    while (PopWithin((*mesh)[1], *mesh->events[1], &m, 5) && !stop.load()) {
+      (*mesh)[1].SendControl(0, m.type, m.payload);
+      if (m.type == 0) break;
+    }
+  });
+  constexpr int kRounds = 2000;
+  std::vector<double> micros;
+  for (int i = 1; i <= kRounds; ++i) {
+    auto start = Clock::now();
+    (*mesh)[0].SendControl(1, static_cast<uint32_t>(i), "12345678");
+    ControlMessage m;
+    if (!PopWithin((*mesh)[0], *mesh->events[0], &m, 5) || m.type != static_cast<uint32_t>(i)) {
+      EXPECT_TRUE(false);
+      break;
+    }
+    micros.push_back(SecondsSince(start) * 1e6);
+  }
+  (*mesh)[0].SendControl(1, 0, "");
+  stop = true;
+  echo.join();
+  std::sort(micros.begin(), micros.end());
+  if (!micros.empty()) {
+    std::fprintf(stderr,
+                 "  [bench] control round trip over %zu: p50 %.1f us, p99 %.1f us "
+                 "(raw blocking socket ping-pong p50 %.1f us)\n",
+                 micros.size(), micros[micros.size() / 2], micros[micros.size() * 99 / 100],
+                 RawSocketRoundTripP50Micros(kRounds));
+  }
+  EXPECT_EQ(micros.size(), static_cast<size_t>(kRounds));
+  mesh->Close();
+}

@@ -1,0 +1,38 @@
+// Completion: the waitable end of an asynchronous transfer. The I/O thread finishes it; the
+// engine waits on it with a deadline. Waiting blocks on a condition variable (no busy spin: four
+// ranks on two cores is the normal case here).
+#pragma once
+
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "common/deadline.h"
+#include "common/status.h"
+
+namespace herring {
+
+class Completion {
+ public:
+  bool done() const;
+  Status status() const;  // meaningful once done()
+  // Blocks until done or the deadline passes (then returns Timeout, the operation stays pending).
+  Status Wait(Deadline deadline);
+  // First call wins; later calls are ignored (a transfer can fail after it was finished).
+  void Finish(Status status);
+
+ private:
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  Status status_;
+};
+
+using CompletionPtr = std::shared_ptr<Completion>;
+
+// Waits for every completion; returns the first error in list order, or Timeout naming how many
+// were still pending when the deadline passed.
+Status WaitAll(const std::vector<CompletionPtr>& completions, Deadline deadline);
+
+}  // namespace herring

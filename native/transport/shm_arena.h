@@ -1,0 +1,83 @@
+// ShmArena: one POSIX shared-memory segment shared by the processes of one process set on one
+// host. It holds a staging slot per member, a shared result area, and per-member sequence
+// counters that the collectives use to hand buffers to each other without a global barrier.
+//
+// Lifetime: member 0 creates the segment, the others open it; once all have mapped it the name is
+// unlinked, so nothing is left in /dev/shm even if every process is killed afterwards.
+// Waiting: spin briefly, then sleep on a futex in the segment; every wait has a deadline and polls
+// check_abort, so a dead neighbour turns into an error, never a hang.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "common/deadline.h"
+#include "common/status.h"
+
+namespace herring {
+
+struct ShmArenaOptions {
+  std::string name;       // "/herring.<job>.<set>.<host>": unique per job, process set and host
+  int local_index = 0;    // this process's index among the members on this host
+  int local_size = 1;
+  size_t slot_bytes = 0;  // bytes of each member slot and of the result area
+  Deadline deadline = Deadline::Never();  // for Attach
+  // Polled while waiting (at least every poll_interval); a non-OK status ends the wait with that
+  // status.
+  std::function<Status()> check_abort;
+  // How long a wait spins (pause instruction) before it sleeps on the futex: long enough to catch
+  // a neighbour that is about to publish, short enough not to steal a core when processes
+  // outnumber cores. 0 sleeps at once.
+  std::chrono::nanoseconds spin = std::chrono::microseconds(5);
+  // Longest futex sleep: check_abort and the liveness of the awaited member are polled this
+  // often. Tests raise it so that a lost wake-up shows up as a failure instead of a 20 ms delay.
+  std::chrono::nanoseconds poll_interval = std::chrono::milliseconds(20);
+};
+
+class ShmArena {
+ public:
+  static constexpr int kMaxFlags = 8;
+
+  // Creates (member 0) or opens the segment, waits until every member attached, unlinks the name.
+  // Throws Error (Timeout naming the members that never attached, or the system error).
+  static std::unique_ptr<ShmArena> Attach(const ShmArenaOptions& options);
+  ~ShmArena();
+  ShmArena(const ShmArena&) = delete;
+  ShmArena& operator=(const ShmArena&) = delete;
+
+  int local_index() const;
+  int local_size() const;
+  size_t slot_bytes() const;
+  uint8_t* slot(int member);  // 64-byte aligned
+  uint8_t* result();          // 64-byte aligned
+
+  // Per-member monotonically increasing counters, kMaxFlags of them per member; their meaning is
+  // the collective's. Publish stores `value` into this member's counter `flag` (release order)
+  // and wakes waiters.
+  void Publish(int flag, uint64_t value);
+  uint64_t Load(int flag, int member) const;  // acquire order
+  // Waits until member's counter `flag` >= value. Returns Timeout (naming the member), the
+  // check_abort status, Aborted if the arena was poisoned, or PeerLost if the awaited member
+  // destroyed its arena or its process died (checked when they share a pid namespace).
+  Status WaitFor(int flag, int member, uint64_t value, Deadline deadline);
+  // Waits until every member's counter `flag` >= value.
+  Status WaitAll(int flag, uint64_t value, Deadline deadline);
+
+  // Marks the arena failed and wakes everyone: all present and future waits in every attached
+  // process return Aborted promptly.
+  void Poison();
+  // Same, and the peers' Aborted message carries `reason` (the first poisoner's reason wins), so
+  // every local process reports the real cause rather than "poisoned by a peer".
+  void Poison(const std::string& reason);
+
+ private:
+  struct Impl;
+  explicit ShmArena(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace herring

@@ -1,0 +1,409 @@
+#include "transport/tcp_mesh.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <set>
+#include <string>
+
+#include "common/logging.h"
+#include "transport/frame.h"
+#include "transport/socket_util.h"
+
+namespace herring {
+namespace {
+
+using std::chrono::milliseconds;
+
+// A legitimate peer sends its hello right after connect(); a connection that stays silent this
+// long is a stranger (or a peer that will redial), so it is dropped rather than held.
+constexpr auto kHandshakeTimeout = std::chrono::seconds(5);
+// Bounds the connections awaiting their hello, so a flood of strangers cannot exhaust fds.
+constexpr size_t kMaxArrivals = 256;
+constexpr auto kFirstRetryDelay = milliseconds(2);
+constexpr auto kMaxRetryDelay = milliseconds(100);
+
+std::string FormatSeconds(double s) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.3g", s);
+  return text;
+}
+
+// Sends a whole hello/hello-ack on a fresh socket; its send buffer is empty, so a short write
+// means the connection is already broken.
+bool SendHandshake(int fd, FrameKind kind, uint64_t token, uint64_t identity) {
+  FrameHeader h;
+  h.kind = kind;
+  h.tag = token;
+  h.offset = identity;
+  uint8_t bytes[kFrameHeaderBytes];
+  EncodeFrameHeader(h, bytes);
+  return send(fd, bytes, sizeof(bytes), MSG_NOSIGNAL) == static_cast<ssize_t>(sizeof(bytes));
+}
+
+// Reads the rest of a 40-byte handshake header. Returns >0 when complete, 0 when more is needed,
+// <0 when the connection closed or failed (*why says how).
+int ReadHandshake(int fd, uint8_t* buf, size_t* got, std::string* why) {
+  while (*got < kFrameHeaderBytes) {
+    ssize_t n = recv(fd, buf + *got, kFrameHeaderBytes - *got, 0);
+    if (n > 0) {
+      *got += static_cast<size_t>(n);
+    } else if (n == 0) {
+      *why = "connection closed during the handshake";
+      return -1;
+    } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      return 0;
+    } else if (errno != EINTR) {
+      *why = ErrnoText(errno);
+      return -1;
+    }
+  }
+  return 1;
+}
+
+class MeshBuilder {
+ public:
+  MeshBuilder(const MeshSpec& spec, int listen_fd, const std::vector<Endpoint>& endpoints,
+              Deadline deadline)
+      : spec_(spec), listen_fd_(listen_fd), endpoints_(endpoints), deadline_(deadline),
+        fds_(spec.size), last_error_(spec.size) {
+    for (int peer = 0; peer < spec_.size; ++peer) {
+      if (peer != spec_.rank) fds_[peer].assign(spec_.data_streams + 1, -1);
+    }
+  }
+
+  ~MeshBuilder() {
+    for (auto& d : dials_) CloseFd(&d.fd);
+    for (auto& a : arrivals_) CloseFd(&a.fd);
+    for (auto& streams : fds_) {
+      for (int& fd : streams) CloseFd(&fd);
+    }
+  }
+
+  std::vector<std::vector<int>> Run() {
+    PrepareDials();
+    auto started = Clock::now();
+    while (!Complete()) {
+      if (deadline_.Expired()) ThrowTimeout(started);
+      auto now = Clock::now();
+      StartDueDials(now);
+      ExpireArrivals(now);
+      PollOnce(now);
+    }
+    auto result = std::move(fds_);
+    fds_.clear();
+    return result;
+  }
+
+ private:
+  enum class DialState { kIdle, kConnecting, kAwaitAck, kDone };
+
+  struct Dial {
+    int peer = 0;
+    int stream = 0;
+    int fd = -1;
+    DialState state = DialState::kIdle;
+    Clock::time_point retry_at;
+    Clock::duration retry_delay = kFirstRetryDelay;
+    uint8_t buf[kFrameHeaderBytes];
+    size_t got = 0;
+  };
+
+  struct Arrival {
+    int fd = -1;
+    Clock::time_point expires;
+    std::string from;
+    uint8_t buf[kFrameHeaderBytes];
+    size_t got = 0;
+  };
+
+  void PrepareDials() {
+    if (static_cast<int>(endpoints_.size()) != spec_.size) {
+      throw Error(Status::InvalidArgument("ConnectMesh needs " + std::to_string(spec_.size) +
+                                          " endpoints, got " +
+                                          std::to_string(endpoints_.size())));
+    }
+    addrs_.resize(spec_.size);
+    addr_lens_.resize(spec_.size);
+    for (int peer = 0; peer < spec_.rank; ++peer) {
+      const Endpoint& e = endpoints_[peer];
+      if (!MakeSockaddr(e.ip, e.port, &addrs_[peer], &addr_lens_[peer]) || e.port == 0) {
+        throw Error(Status::InvalidArgument("rank " + std::to_string(peer) +
+                                            " has an invalid endpoint '" + e.ip + ":" +
+                                            std::to_string(e.port) + "'"));
+      }
+      for (int stream = 0; stream <= spec_.data_streams; ++stream) {
+        Dial d;
+        d.peer = peer;
+        d.stream = stream;
+        d.retry_at = Clock::now();
+        dials_.push_back(d);
+      }
+    }
+  }
+
+  bool Complete() const {
+    for (const auto& streams : fds_) {
+      for (int fd : streams) {
+        if (fd < 0) return false;
+      }
+    }
+    return true;
+  }
+
+  std::string EndpointText(int peer) const {
+    return endpoints_[peer].ip + ":" + std::to_string(endpoints_[peer].port);
+  }
+
+  void RetryLater(Dial* d, const std::string& why) {
+    CloseFd(&d->fd);
+    last_error_[d->peer] = why;
+    d->state = DialState::kIdle;
+    d->retry_at = Clock::now() + d->retry_delay;
+    d->retry_delay = std::min<Clock::duration>(d->retry_delay * 2, kMaxRetryDelay);
+  }
+
+  void StartDueDials(Clock::time_point now) {
+    for (auto& d : dials_) {
+      if (d.state != DialState::kIdle || now < d.retry_at) continue;
+      int err = 0;
+      d.fd = StartConnect(addrs_[d.peer], addr_lens_[d.peer], spec_.socket_buffer_bytes, &err);
+      if (d.fd < 0) {
+        RetryLater(&d, "connect to " + EndpointText(d.peer) + ": " + ErrnoText(err));
+      } else {
+        d.state = DialState::kConnecting;
+      }
+    }
+  }
+
+  void ExpireArrivals(Clock::time_point now) {
+    for (auto& a : arrivals_) {
+      if (a.fd >= 0 && now >= a.expires) {
+        HLOG(Info) << "rank " << spec_.rank << ": dropped a connection from " << a.from
+                   << " that sent no hello";
+        CloseFd(&a.fd);
+      }
+    }
+    arrivals_.erase(std::remove_if(arrivals_.begin(), arrivals_.end(),
+                                   [](const Arrival& a) { return a.fd < 0; }),
+                    arrivals_.end());
+  }
+
+  // Waits for the next socket event (or retry/expiry/deadline) and handles whatever is ready.
+  void PollOnce(Clock::time_point now) {
+    std::vector<pollfd> fds;
+    std::vector<Dial*> dial_of;        // parallel to fds (null for non-dials)
+    std::vector<Arrival*> arrival_of;  // parallel to fds (null for non-arrivals)
+    fds.push_back({listen_fd_, POLLIN, 0});
+    dial_of.push_back(nullptr);
+    arrival_of.push_back(nullptr);
+    Clock::time_point wake = deadline_.when();
+    for (auto& d : dials_) {
+      if (d.state == DialState::kIdle) wake = std::min(wake, d.retry_at);
+      if (d.state != DialState::kConnecting && d.state != DialState::kAwaitAck) continue;
+      fds.push_back({d.fd, static_cast<short>(d.state == DialState::kConnecting ? POLLOUT : POLLIN),
+                     0});
+      dial_of.push_back(&d);
+      arrival_of.push_back(nullptr);
+    }
+    for (auto& a : arrivals_) {
+      wake = std::min(wake, a.expires);
+      fds.push_back({a.fd, POLLIN, 0});
+      dial_of.push_back(nullptr);
+      arrival_of.push_back(&a);
+    }
+    auto wait = std::chrono::duration_cast<milliseconds>(wake - now) + milliseconds(1);
+    int timeout_ms = static_cast<int>(std::clamp<int64_t>(wait.count(), 0, 1000));
+    int n = poll(fds.data(), fds.size(), timeout_ms);
+    if (n <= 0) return;  // timeout or EINTR: the loop re-checks everything
+    for (size_t i = 1; i < fds.size(); ++i) {
+      if (fds[i].revents == 0) continue;
+      if (dial_of[i] != nullptr) HandleDial(dial_of[i]);
+      if (arrival_of[i] != nullptr) HandleArrival(arrival_of[i]);
+    }
+    // Accept last: it appends to arrivals_, which invalidates the pointers above.
+    if (fds[0].revents != 0) AcceptAll(now);
+  }
+
+  void HandleDial(Dial* d) {
+    if (d->state == DialState::kConnecting) {
+      int err = 0;
+      socklen_t len = sizeof(err);
+      getsockopt(d->fd, SOL_SOCKET, SO_ERROR, &err, &len);
+      if (err != 0) {
+        RetryLater(d, "connect to " + EndpointText(d->peer) + ": " + ErrnoText(err));
+        return;
+      }
+      if (!SendHandshake(d->fd, FrameKind::kHello, spec_.job_token,
+                         HelloIdentity(spec_.rank, d->stream))) {
+        RetryLater(d, "sending hello to " + EndpointText(d->peer) + ": " + ErrnoText(errno));
+        return;
+      }
+      d->state = DialState::kAwaitAck;
+      d->got = 0;
+      return;
+    }
+    std::string why;
+    int rc = ReadHandshake(d->fd, d->buf, &d->got, &why);
+    if (rc == 0) return;
+    if (rc < 0) {
+      RetryLater(d, EndpointText(d->peer) + ": " + why +
+                        " (is it rank " + std::to_string(d->peer) + " of this job?)");
+      return;
+    }
+    FrameHeader h;
+    Status s = DecodeFrameHeader(d->buf, &h);
+    if (s.ok() && (h.kind != FrameKind::kHelloAck || h.tag != spec_.job_token ||
+                   h.offset != HelloIdentity(d->peer, d->stream))) {
+      s = Status::InvalidArgument("unexpected handshake answer");
+    }
+    if (!s.ok()) {
+      RetryLater(d, EndpointText(d->peer) + ": " + s.message());
+      return;
+    }
+    fds_[d->peer][d->stream] = d->fd;
+    d->fd = -1;
+    d->state = DialState::kDone;
+  }
+
+  void AcceptAll(Clock::time_point now) {
+    for (;;) {
+      int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+      if (fd < 0) {
+        if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR &&
+            errno != ECONNABORTED) {
+          HLOG(Warning) << "rank " << spec_.rank << ": accept(): " << ErrnoText(errno);
+        }
+        if (errno == EINTR || errno == ECONNABORTED) continue;
+        return;
+      }
+      if (arrivals_.size() >= kMaxArrivals) {
+        CloseFd(&arrivals_.front().fd);
+        arrivals_.erase(arrivals_.begin());
+      }
+      Arrival a;
+      a.fd = fd;
+      a.expires = std::min(now + kHandshakeTimeout, deadline_.when());
+      std::string ip;
+      uint16_t port = 0;
+      a.from = SocketEndpoint(fd, true, &ip, &port) ? ip + ":" + std::to_string(port) : "?";
+      arrivals_.push_back(std::move(a));
+    }
+  }
+
+  void HandleArrival(Arrival* a) {
+    std::string why;
+    int rc = ReadHandshake(a->fd, a->buf, &a->got, &why);
+    if (rc == 0) return;
+    if (rc < 0) {
+      HLOG(Info) << "rank " << spec_.rank << ": dropped a connection from " << a->from << ": "
+                 << why;
+      CloseFd(&a->fd);
+      return;
+    }
+    int peer = -1, stream = -1;
+    Status s = CheckHello(a->buf, &peer, &stream);
+    if (!s.ok()) {
+      // A misconfigured peer redials until its deadline: say why once, not at every attempt.
+      if (logged_rejections_.insert(s.message()).second) {
+        HLOG(Warning) << "rank " << spec_.rank << ": rejected a connection from " << a->from
+                      << ": " << s.message();
+      }
+      CloseFd(&a->fd);
+      return;
+    }
+    ConfigureStreamSocket(a->fd, 0);  // buffer sizes were inherited from the listener
+    if (!SendHandshake(a->fd, FrameKind::kHelloAck, spec_.job_token,
+                       HelloIdentity(spec_.rank, stream))) {
+      CloseFd(&a->fd);  // the dialer sees the close and dials again
+      return;
+    }
+    fds_[peer][stream] = a->fd;
+    a->fd = -1;
+  }
+
+  Status CheckHello(const uint8_t* bytes, int* peer, int* stream) const {
+    FrameHeader h;
+    Status s = DecodeFrameHeader(bytes, &h);
+    if (!s.ok()) return s;
+    if (h.kind != FrameKind::kHello) return Status::InvalidArgument("first frame is not a hello");
+    if (h.tag != spec_.job_token) {
+      return Status::InvalidArgument("wrong job token (a process of another job?)");
+    }
+    uint64_t claimed_rank = h.offset >> 16;
+    uint64_t claimed_stream = h.offset & 0xffff;
+    if (claimed_rank <= static_cast<uint64_t>(spec_.rank) ||
+        claimed_rank >= static_cast<uint64_t>(spec_.size)) {
+      return Status::InvalidArgument("hello from rank " + std::to_string(claimed_rank) +
+                                     ", which should not dial rank " +
+                                     std::to_string(spec_.rank));
+    }
+    if (claimed_stream > static_cast<uint64_t>(spec_.data_streams)) {
+      return Status::InvalidArgument("hello for stream " + std::to_string(claimed_stream) +
+                                     " but this rank uses " +
+                                     std::to_string(spec_.data_streams) +
+                                     " data streams (HOROVOD knobs differ between ranks?)");
+    }
+    *peer = static_cast<int>(claimed_rank);
+    *stream = static_cast<int>(claimed_stream);
+    if (fds_[*peer][*stream] >= 0) {
+      return Status::InvalidArgument("duplicate connection for rank " + std::to_string(*peer) +
+                                     " stream " + std::to_string(*stream));
+    }
+    return Status::OK();
+  }
+
+  [[noreturn]] void ThrowTimeout(Clock::time_point started) const {
+    std::string missing, reasons;
+    for (int peer = 0; peer < spec_.size; ++peer) {
+      if (peer == spec_.rank) continue;
+      bool complete = std::all_of(fds_[peer].begin(), fds_[peer].end(),
+                                  [](int fd) { return fd >= 0; });
+      if (complete) continue;
+      if (!missing.empty()) missing += ", ";
+      missing += std::to_string(peer);
+      if (!reasons.empty()) reasons += "; ";
+      reasons += "rank " + std::to_string(peer) + ": ";
+      if (peer > spec_.rank) {
+        reasons += "it has not connected to this rank";
+      } else if (!last_error_[peer].empty()) {
+        reasons += last_error_[peer];
+      } else {
+        reasons += "no answer to the hello from " + EndpointText(peer);
+      }
+    }
+    double waited = std::chrono::duration<double>(Clock::now() - started).count();
+    throw Error(Status::Timeout("rank " + std::to_string(spec_.rank) +
+                                ": timed out after " + FormatSeconds(waited) +
+                                " s connecting the TCP mesh; missing ranks " + missing + " (" +
+                                reasons + ")"));
+  }
+
+  const MeshSpec spec_;
+  const int listen_fd_;
+  const std::vector<Endpoint>& endpoints_;
+  const Deadline deadline_;
+  std::vector<std::vector<int>> fds_;
+  std::vector<std::string> last_error_;
+  std::vector<sockaddr_storage> addrs_;
+  std::vector<socklen_t> addr_lens_;
+  std::vector<Dial> dials_;
+  std::vector<Arrival> arrivals_;
+  std::set<std::string> logged_rejections_;
+};
+
+}  // namespace
+
+std::vector<std::vector<int>> BuildMesh(const MeshSpec& spec, int listen_fd,
+                                        const std::vector<Endpoint>& endpoints,
+                                        Deadline deadline) {
+  MeshBuilder builder(spec, listen_fd, endpoints, deadline);
+  return builder.Run();
+}
+
+}  // namespace herring

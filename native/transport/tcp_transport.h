@@ -1,0 +1,110 @@
+// TcpTransport: every rank connected to every other rank by one control stream and N bulk data
+// streams (TCP_NODELAY, large socket buffers), driven by one epoll I/O thread per process.
+//
+// Bulk messages are identified by a 64-bit tag chosen by the collective that sends them; they are
+// striped over the data streams in chunks and reassembled by offset, received straight into the
+// buffer the receiver posted (or into a temporary one if the data arrives first). Control
+// messages are small, ordered per peer, and land in one inbox the engine drains.
+//
+// Failure model: a peer whose connection closes, or who sends nothing (not even a ping) for
+// peer_timeout, is lost: every pending transfer with it fails with PeerLost naming the rank, and
+// on_event fires so the engine can abort the job with that message. A peer that says goodbye
+// before closing shut down in order and is reported as such.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/deadline.h"
+#include "common/status.h"
+#include "transport/completion.h"
+
+namespace herring {
+
+struct Endpoint {
+  std::string ip;
+  uint16_t port = 0;
+};
+
+struct ControlMessage {
+  int from = -1;
+  uint32_t type = 0;
+  std::string payload;
+};
+
+struct TransportOptions {
+  int rank = 0;
+  int size = 1;
+  std::string bind_ip = "127.0.0.1";  // listen on this address only
+  int data_streams = 2;
+  size_t chunk_bytes = 1 << 20;
+  int socket_buffer_bytes = 4 << 20;
+  uint64_t job_token = 0;             // both ends of a connection must present the same token
+  double peer_timeout_seconds = 30;
+  // Called from the I/O thread after a control message was queued or a peer was lost. Must be
+  // cheap and must not call back into the transport (the engine just wakes its loop).
+  std::function<void()> on_event;
+};
+
+class TcpTransport {
+ public:
+  // Binds and listens on options.bind_ip with an ephemeral port. Throws Error on failure.
+  explicit TcpTransport(TransportOptions options);
+  ~TcpTransport();
+  TcpTransport(const TcpTransport&) = delete;
+  TcpTransport& operator=(const TcpTransport&) = delete;
+
+  Endpoint listen_endpoint() const;
+  int rank() const;
+  int size() const;
+
+  // Builds the full mesh (higher ranks connect to lower ones, with a hello/ack handshake carrying
+  // rank, stream index and job token; connections from strangers are dropped), then starts the
+  // I/O thread. endpoints[r] is rank r's listen endpoint. Throws Error(Timeout) naming the ranks
+  // still missing at the deadline.
+  void ConnectMesh(const std::vector<Endpoint>& endpoints, Deadline deadline);
+  // The token both ends of every connection must present; replaces TransportOptions::job_token.
+  // The engine learns it in the rendezvous, after the listener exists. Call before ConnectMesh.
+  void set_job_token(uint64_t token);
+
+  // Bulk transfer. `data` must stay valid and untouched until the completion is done. At most one
+  // message with a given (peer, tag) may be in flight per direction. peer == rank() is delivered
+  // by a local copy. Zero-byte messages are allowed.
+  CompletionPtr Send(int peer, uint64_t tag, const void* data, size_t bytes);
+  // The matching message must have exactly `bytes` bytes; otherwise the completion fails with an
+  // error naming the peer, the tag and both sizes.
+  CompletionPtr Recv(int peer, uint64_t tag, void* data, size_t bytes);
+
+  // Control messages (payload < kMaxControlPayloadBytes); delivered in order per peer. Sending to
+  // a lost peer is silently dropped (its loss is reported through PeerStatus / on_event).
+  void SendControl(int peer, uint32_t type, const std::string& payload);
+  // Non-blocking; returns false when the inbox is empty.
+  bool PopControl(ControlMessage* out);
+
+  // OK while the peer is connected; otherwise PeerLost / Shutdown with the reason.
+  Status PeerStatus(int peer) const;
+  // The first peer failure observed (OK if none).
+  Status FirstFailure() const;
+
+  // Fails every pending and future Send/Recv with `reason`. Control messages still flow, so the
+  // engine can tell the others why it stopped.
+  void Abort(const Status& reason);
+  // Says goodbye on every connection, closes them and joins the I/O thread. Idempotent.
+  void Close();
+
+  struct Stats {
+    uint64_t bytes_sent = 0;
+    uint64_t bytes_received = 0;
+    uint64_t unexpected_messages = 0;  // data that arrived before its receive was posted
+  };
+  Stats stats() const;
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace herring

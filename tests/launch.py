@@ -1,0 +1,68 @@
+"""Launching real ranks for the tests: through horovodrun (gloo mode) or mpirun, exactly as a
+user would, with HOROVOD_BACKEND=herring."""
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BIN = os.path.dirname(sys.executable)
+
+
+@dataclass
+class Run:
+    returncode: int
+    output: str
+    seconds: float
+
+
+def herring_env(**extra):
+    env = dict(os.environ)
+    env["HOROVOD_BACKEND"] = "herring"
+    env["PATH"] = BIN + os.pathsep + env.get("PATH", "")
+    env["PYTHONUNBUFFERED"] = "1"
+    env["PYTHONPATH"] = os.path.join(ROOT, "tests") + os.pathsep + env.get("PYTHONPATH", "")
+    for k, v in extra.items():
+        if v is None:
+            env.pop(k, None)
+        else:
+            env[k] = str(v)
+    return env
+
+
+def _run(cmd, env, timeout):
+    import time
+    start = time.monotonic()
+    proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        import signal
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        raise AssertionError(f"{' '.join(cmd)} did not finish within {timeout} s; output:\n{out}")
+    return Run(proc.returncode, out, time.monotonic() - start)
+
+
+def horovodrun(np, script_args, timeout=240, **env):
+    """horovodrun --gloo -np N -H localhost:N python <script_args...>"""
+    cmd = [os.path.join(BIN, "horovodrun"), "--gloo", "-np", str(np), "-H", f"localhost:{np}",
+           sys.executable] + list(script_args)
+    return _run(cmd, herring_env(**env), timeout)
+
+
+def mpirun(np, script_args, timeout=240, **env):
+    """mpirun -np N python <script_args...> (Open MPI; environment passed with -x)."""
+    e = herring_env(**env)
+    cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(np), "--bind-to", "none"]
+    for k in ("HOROVOD_BACKEND", "PATH", "PYTHONPATH", "PYTHONUNBUFFERED") + tuple(env):
+        if k in e:
+            cmd += ["-x", k]
+    cmd += [sys.executable] + list(script_args)
+    return _run(cmd, e, timeout)
+
+
+def python(script_args, timeout=120, **env):
+    return _run([sys.executable] + list(script_args), herring_env(**env), timeout)

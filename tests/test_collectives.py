@@ -1,0 +1,86 @@
+"""Every collective and dtype of Horovod's torch API on the herring engine, run inside real
+ranks launched by horovodrun (and mpirun), compared with references computed from every rank's
+inputs. One launch runs every check; each check is reported as its own test."""
+
+import json
+import os
+import tempfile
+
+import pytest
+
+import launch
+
+WORKER = os.path.join("tests", "workers", "collectives_worker.py")
+CHECK_NAMES = [
+    "allreduce_every_dtype_and_op", "allreduce_bool_min_max", "allreduce_in_place_async_poll_and_scaling",
+    "allreduce_results_bitwise_identical_on_every_rank", "allreduce_large_tensor_through_chunks",
+    "allreduce_empty_and_scalar", "allreduce_non_contiguous_input", "many_small_tensors_are_fused",
+    "grouped_allreduce_variants", "allgather_first_dimension_differs_per_rank",
+    "grouped_allgather_and_empty_contribution", "broadcast_from_every_root_and_dtype",
+    "broadcast_object_and_allgather_object", "alltoall_with_and_without_splits",
+    "reducescatter_uneven_rows_and_ops", "grouped_reducescatter", "gradients_of_collectives",
+    "barrier_and_join", "static_and_dynamic_process_sets", "bad_input_is_rejected_locally",
+    "mismatches_raise_on_every_rank_then_the_next_collective_works",
+]
+
+# name -> (launcher, ranks, extra environment)
+CONFIGS = {
+    "herring-np3": ("horovodrun", 3, {}),
+    "ring-np3": ("horovodrun", 3, {"HERRING_ALLREDUCE": "ring"}),
+    "herring-2hosts-np4": ("horovodrun", 4, {"HERRING_SIMULATED_HOSTS": "2"}),
+    "herring-mpirun-np3": ("mpirun", 3, {}),
+    "nocache-np3": ("horovodrun", 3, {"HOROVOD_CACHE_CAPACITY": "0"}),
+}
+
+
+def run_worker(launcher, np, extra):
+    results_dir = tempfile.mkdtemp(prefix="herring-results-")
+    env = dict(extra, HERRING_TEST_RESULTS=results_dir, HOROVOD_DYNAMIC_PROCESS_SETS="1")
+    fn = launch.horovodrun if launcher == "horovodrun" else launch.mpirun
+    args = [WORKER]
+    if env.pop("HERRING_SIMULATED_HOSTS", None):
+        # Ranks 0,1 report one host name and ranks 2,3 another: two shared-memory groups joined
+        # by the parameter servers over TCP, on one machine.
+        args = [os.path.join("tests", "workers", "as_simulated_host.py"), "2", WORKER]
+    run = fn(np, args, timeout=600, **env)
+    per_rank = {}
+    for r in range(np):
+        path = os.path.join(results_dir, f"{r}.json")
+        if os.path.exists(path):
+            with open(path) as f:
+                per_rank[r] = json.load(f)
+    return run, per_rank
+
+
+@pytest.fixture(scope="module", params=list(CONFIGS))
+def launched(request):
+    launcher, np, extra = CONFIGS[request.param]
+    run, per_rank = run_worker(launcher, np, extra)
+    return request.param, np, run, per_rank
+
+
+def test_every_rank_reported(launched):
+    name, np, run, per_rank = launched
+    assert sorted(per_rank) == list(range(np)), f"{name}: ranks reported {sorted(per_rank)}\n{run.output[-4000:]}"
+    assert run.returncode == 0, f"{name}: exit status {run.returncode}\n{run.output[-6000:]}"
+
+
+@pytest.mark.parametrize("check", CHECK_NAMES)
+def test_check(launched, check):
+    name, np, run, per_rank = launched
+    for r, data in sorted(per_rank.items()):
+        assert check in data["results"], f"{name}: rank {r} did not run {check}"
+        assert data["results"][check] == "ok", f"{name}: rank {r}: {data['results'][check]}"
+
+
+def test_engine_paths_used(launched):
+    name, np, run, per_rank = launched
+    counters = per_rank[0]["counters"]
+    if name.startswith("ring"):
+        assert counters["ring_allreduces"] > 0 and counters["herring_allreduces"] == 0, counters
+    else:
+        assert counters["herring_allreduces"] > 0, counters
+    if "2hosts" in name:
+        assert counters["server_ranges"] > 0, counters   # the cross-host PS path ran
+    if name.startswith("nocache"):
+        assert counters["cache_hits"] == 0, counters

@@ -1,0 +1,470 @@
+"""Runs inside every rank (launched by horovodrun or mpirun): every collective and dtype of
+Horovod's torch API, checked against references computed from all ranks' inputs.
+
+Every rank can compute every rank's input (inputs depend only on the rank and the check), so each
+rank builds the reference itself. All ranks run the same collectives in the same order and only
+compare afterwards, so a failing check never leaves a peer waiting. Results go to
+$HERRING_TEST_RESULTS/<rank>.json, one entry per check.
+"""
+
+import json
+import os
+import sys
+import time
+import traceback
+
+import torch
+
+import horovod.torch as hvd
+
+CHECKS = []
+ALL_DTYPES = [torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16, torch.bfloat16,
+              torch.float32, torch.float64]
+FLOATS = [torch.float16, torch.bfloat16, torch.float32, torch.float64]
+
+
+def check(fn):
+    CHECKS.append(fn)
+    return fn
+
+
+def make(rank, shape, dtype, seed, kind="any"):
+    """This check's input on `rank` (any rank can compute any rank's input)."""
+    g = torch.Generator().manual_seed(seed * 1000 + rank)
+    if dtype == torch.bool:
+        return torch.randint(0, 2, shape, generator=g).bool()
+    if kind == "product":
+        if dtype.is_floating_point:
+            return (0.9 + 0.2 * torch.rand(shape, generator=g, dtype=torch.float64)).to(dtype)
+        return torch.randint(1, 3, shape, generator=g).to(dtype)
+    if dtype.is_floating_point:
+        return torch.randn(shape, generator=g, dtype=torch.float64).to(dtype)
+    low = 0 if dtype == torch.uint8 else -20
+    return torch.randint(low, 20, shape, generator=g).to(dtype)
+
+
+def assert_close(actual, expected, what):
+    assert actual.dtype == expected.dtype, f"{what}: dtype {actual.dtype} != {expected.dtype}"
+    assert actual.shape == expected.shape, f"{what}: shape {tuple(actual.shape)} != {tuple(expected.shape)}"
+    if actual.dtype in (torch.float16, torch.bfloat16):
+        ok = torch.allclose(actual.double(), expected.double(), rtol=1e-2, atol=1e-2)
+    elif actual.dtype == torch.float32:
+        ok = torch.allclose(actual, expected, rtol=1e-5, atol=1e-6)
+    elif actual.dtype.is_floating_point:
+        ok = torch.allclose(actual, expected, rtol=1e-12, atol=1e-12)
+    else:
+        ok = torch.equal(actual, expected)
+    if not ok:
+        diff = (actual.double() - expected.double()).abs().max().item()
+        raise AssertionError(f"{what}: max abs difference {diff}\nactual {actual.flatten()[:8]}\n"
+                             f"expected {expected.flatten()[:8]}")
+
+
+def reduce_reference(inputs, op):
+    """What an allreduce of `inputs` (one per rank) must give, computed in float64 / int64."""
+    dtype = inputs[0].dtype
+    wide = [t.double() if dtype.is_floating_point else t.long() for t in inputs]
+    acc = wide[0].clone()
+    for t in wide[1:]:
+        if op in (hvd.Sum, hvd.Average):
+            acc = acc + t
+        elif op == hvd.Min:
+            acc = torch.minimum(acc, t)
+        elif op == hvd.Max:
+            acc = torch.maximum(acc, t)
+        elif op == hvd.Product:
+            acc = acc * t
+    if op == hvd.Average:
+        acc = acc / len(inputs) if dtype.is_floating_point else torch.trunc(acc.double() * (1.0 / len(inputs)))
+    if not dtype.is_floating_point:
+        acc = acc.long()
+        # Integer sums wrap around like the engine's fixed-width arithmetic.
+        acc = acc.to(dtype) if dtype != torch.uint8 else (acc % 256).to(dtype)
+        return acc
+    return acc.to(dtype)
+
+
+def bytes_identical_everywhere(t, what):
+    """Results must be bitwise identical on every rank."""
+    raw = t.detach().contiguous().view(torch.uint8).reshape(1, -1)
+    everyone = hvd.allgather(raw, name=f"bitwise.{what}")
+    for r in range(hvd.size()):
+        assert torch.equal(everyone[r], everyone[0]), f"{what}: rank {r} differs from rank 0 bitwise"
+
+
+N = None
+R = None
+
+
+# --- allreduce ---------------------------------------------------------------------------------
+
+@check
+def allreduce_every_dtype_and_op():
+    seed = 1
+    cases = []
+    for dtype in ALL_DTYPES:
+        for op in (hvd.Sum, hvd.Average, hvd.Min, hvd.Max, hvd.Product):
+            seed += 1
+            kind = "product" if op == hvd.Product else "any"
+            shape = (17, 5)
+            mine = make(R, shape, dtype, seed, kind)
+            out = hvd.allreduce(mine, op=op, name=f"ar.{dtype}.{op}")
+            expected = reduce_reference([make(r, shape, dtype, seed, kind) for r in range(N)], op)
+            cases.append((out, expected, f"allreduce {dtype} op={op}"))
+    for out, expected, what in cases:
+        assert_close(out, expected, what)
+
+
+@check
+def allreduce_bool_min_max():
+    a = make(R, (33,), torch.bool, 70)
+    lo = hvd.allreduce(a, op=hvd.Min, name="bool.min")
+    hi = hvd.allreduce(a, op=hvd.Max, name="bool.max")
+    everyone = [make(r, (33,), torch.bool, 70) for r in range(N)]
+    assert torch.equal(lo, torch.stack(everyone).all(dim=0))
+    assert torch.equal(hi, torch.stack(everyone).any(dim=0))
+
+
+@check
+def allreduce_in_place_async_poll_and_scaling():
+    t = make(R, (1000,), torch.float32, 80)
+    h = hvd.allreduce_async_(t, op=hvd.Sum, name="inplace", prescale_factor=0.5, postscale_factor=3.0)
+    while not hvd.poll(h):
+        time.sleep(0.001)
+    res = hvd.synchronize(h)
+    assert res.data_ptr() == t.data_ptr(), "in-place allreduce must return its input tensor"
+    expected = reduce_reference([make(r, (1000,), torch.float32, 80) * 0.5 for r in range(N)], hvd.Sum) * 3.0
+    assert_close(t, expected, "allreduce_ with pre/postscale")
+    src = make(R, (10,), torch.float64, 81)
+    keep = src.clone()
+    out = hvd.synchronize(hvd.allreduce_async(src, name="outofplace"))
+    assert torch.equal(src, keep), "allreduce_async must not modify its input"
+    assert_close(out, reduce_reference([make(r, (10,), torch.float64, 81) for r in range(N)], hvd.Average),
+                 "allreduce_async average")
+
+
+@check
+def allreduce_results_bitwise_identical_on_every_rank():
+    for dtype in FLOATS:
+        out = hvd.allreduce(make(R, (4099,), dtype, 90), op=hvd.Sum, name=f"bitwise.in.{dtype}")
+        bytes_identical_everywhere(out, f"allreduce {dtype}")
+
+
+@check
+def allreduce_large_tensor_through_chunks():
+    # Larger than the shared-memory slot (16 MiB by default): streams through it in chunks.
+    n = 5 * 1024 * 1024 + 3
+    out = hvd.allreduce(make(R, (n,), torch.float32, 95), op=hvd.Sum, name="large")
+    expected = reduce_reference([make(r, (n,), torch.float32, 95) for r in range(N)], hvd.Sum)
+    assert_close(out, expected, "large allreduce")
+
+
+@check
+def allreduce_empty_and_scalar():
+    e = hvd.allreduce(torch.zeros(0, 3), name="empty")
+    assert e.shape == (0, 3)
+    s = hvd.allreduce(torch.tensor(float(R)), op=hvd.Sum, name="scalar")
+    assert s.item() == sum(range(N)), s
+
+
+@check
+def allreduce_non_contiguous_input():
+    base = make(R, (6, 8), torch.float32, 97)
+    view = base.t()  # not contiguous
+    out = hvd.allreduce(view, op=hvd.Sum, name="noncontig")
+    expected = reduce_reference([make(r, (6, 8), torch.float32, 97).t() for r in range(N)], hvd.Sum)
+    assert_close(out, expected.contiguous(), "non-contiguous allreduce")
+    try:
+        hvd.allreduce_(view, name="noncontig.inplace")
+    except ValueError as e:
+        assert "contiguous" in str(e), e
+    else:
+        raise AssertionError("in-place allreduce of a non-contiguous tensor must raise")
+
+
+@check
+def many_small_tensors_are_fused():
+    before = hvd_counters()
+    handles = [hvd.allreduce_async(make(R, (i + 1,), torch.float32, 200 + i), op=hvd.Sum, name=f"small.{i}")
+               for i in range(64)]
+    outs = [hvd.synchronize(h) for h in handles]
+    for i, out in enumerate(outs):
+        assert_close(out, reduce_reference([make(r, (i + 1,), torch.float32, 200 + i) for r in range(N)], hvd.Sum),
+                     f"small tensor {i}")
+    after = hvd_counters()
+    buffers = after["fused_buffers"] - before["fused_buffers"]
+    assert buffers < 64, f"64 small tensors submitted together took {buffers} fused buffers"
+
+
+def hvd_counters():
+    import hvd_herring
+    return hvd_herring.counters()
+
+
+# --- grouped allreduce -------------------------------------------------------------------------
+
+@check
+def grouped_allreduce_variants():
+    shapes = [(3,), (4, 5), (1,), (2, 2, 2)]
+    mine = [make(R, s, torch.float32, 300 + i) for i, s in enumerate(shapes)]
+    refs = [reduce_reference([make(r, s, torch.float32, 300 + i) for r in range(N)], hvd.Average)
+            for i, s in enumerate(shapes)]
+    outs = hvd.grouped_allreduce(mine, name="group.a")
+    for o, e in zip(outs, refs):
+        assert_close(o, e, "grouped_allreduce")
+    outs = hvd.synchronize(hvd.grouped_allreduce_async(mine, name="group.b"))
+    for o, e in zip(outs, refs):
+        assert_close(o, e, "grouped_allreduce_async")
+    copies = [m.clone() for m in mine]
+    hvd.grouped_allreduce_(copies, name="group.c")
+    for o, e in zip(copies, refs):
+        assert_close(o, e, "grouped_allreduce_")
+    copies = [m.clone() for m in mine]
+    hvd.synchronize(hvd.grouped_allreduce_async_(copies, op=hvd.Sum, name="group.d"))
+    sums = [reduce_reference([make(r, s, torch.float32, 300 + i) for r in range(N)], hvd.Sum)
+            for i, s in enumerate(shapes)]
+    for o, e in zip(copies, sums):
+        assert_close(o, e, "grouped_allreduce_async_")
+
+
+# --- allgather ---------------------------------------------------------------------------------
+
+@check
+def allgather_first_dimension_differs_per_rank():
+    for dtype in ALL_DTYPES + [torch.bool]:
+        mine = make(R, (R + 1, 3), dtype, 400)
+        out = hvd.allgather(mine, name=f"ag.{dtype}")
+        expected = torch.cat([make(r, (r + 1, 3), dtype, 400) for r in range(N)])
+        assert torch.equal(out, expected), f"allgather {dtype}"
+
+
+@check
+def grouped_allgather_and_empty_contribution():
+    a = make(R, (R, 2), torch.float32, 410)  # rank 0 contributes no rows
+    b = make(R, (2,), torch.float32, 411)
+    outs = hvd.grouped_allgather([a, b], name="gag")
+    assert torch.equal(outs[0], torch.cat([make(r, (r, 2), torch.float32, 410) for r in range(N)]))
+    assert torch.equal(outs[1], torch.cat([make(r, (2,), torch.float32, 411) for r in range(N)]))
+
+
+# --- broadcast ---------------------------------------------------------------------------------
+
+@check
+def broadcast_from_every_root_and_dtype():
+    for root in range(N):
+        for dtype in ALL_DTYPES + [torch.bool]:
+            mine = make(R, (7, 2), dtype, 500 + root)
+            out = hvd.broadcast(mine, root_rank=root, name=f"bc.{root}.{dtype}")
+            assert torch.equal(out, make(root, (7, 2), dtype, 500 + root)), f"broadcast root {root} {dtype}"
+    t = make(R, (5,), torch.float32, 520)
+    hvd.broadcast_(t, root_rank=N - 1, name="bc.inplace")
+    assert torch.equal(t, make(N - 1, (5,), torch.float32, 520))
+
+
+@check
+def broadcast_object_and_allgather_object():
+    obj = hvd.broadcast_object({"rank": R, "payload": list(range(R + 3))}, root_rank=1 % N)
+    assert obj == {"rank": 1 % N, "payload": list(range(1 % N + 3))}, obj
+    objs = hvd.allgather_object(("hello", R))
+    assert objs == [("hello", r) for r in range(N)], objs
+
+
+# --- alltoall ----------------------------------------------------------------------------------
+
+@check
+def alltoall_with_and_without_splits():
+    splits = [(R + j) % 3 for j in range(N)]  # rows this rank sends to each rank
+    rows = sum(splits)
+    mine = make(R, (rows, 2), torch.float32, 600)
+    out, received = hvd.alltoall(mine, splits=torch.tensor(splits, dtype=torch.int32), name="a2a")
+    expected, expected_splits = [], []
+    for r in range(N):
+        their_splits = [(r + j) % 3 for j in range(N)]
+        theirs = make(r, (sum(their_splits), 2), torch.float32, 600)
+        start = sum(their_splits[:R])
+        expected.append(theirs[start:start + their_splits[R]])
+        expected_splits.append(their_splits[R])
+    assert torch.equal(out, torch.cat(expected)), "alltoall with splits"
+    assert received.tolist() == expected_splits, received
+    even = make(R, (2 * N, 3), torch.int32, 610)
+    out = hvd.alltoall(even, name="a2a.even")
+    assert torch.equal(out, torch.cat([make(r, (2 * N, 3), torch.int32, 610)[2 * R:2 * R + 2] for r in range(N)]))
+
+
+# --- reducescatter -----------------------------------------------------------------------------
+
+@check
+def reducescatter_uneven_rows_and_ops():
+    rows = 2 * N + 1  # not divisible: the first rows % N ranks get one more
+    share = [rows // N + (1 if r < rows % N else 0) for r in range(N)]
+    start = sum(share[:R])
+    for op in (hvd.Sum, hvd.Average):
+        for dtype in (torch.float32, torch.int32, torch.bfloat16):
+            out = hvd.reducescatter(make(R, (rows, 3), dtype, 700), op=op, name=f"rs.{op}.{dtype}")
+            full = reduce_reference([make(r, (rows, 3), dtype, 700) for r in range(N)], op)
+            assert_close(out, full[start:start + share[R]], f"reducescatter {dtype} op={op}")
+
+
+@check
+def grouped_reducescatter():
+    rows = [N * 2, N + 1]
+    mine = [make(R, (n, 2), torch.float64, 710 + i) for i, n in enumerate(rows)]
+    outs = hvd.grouped_reducescatter(mine, op=hvd.Sum, name="grs")
+    for i, (out, n) in enumerate(zip(outs, rows)):
+        share = [n // N + (1 if r < n % N else 0) for r in range(N)]
+        start = sum(share[:R])
+        full = reduce_reference([make(r, (n, 2), torch.float64, 710 + i) for r in range(N)], hvd.Sum)
+        assert_close(out, full[start:start + share[R]], f"grouped_reducescatter {i}")
+
+
+# --- autograd ----------------------------------------------------------------------------------
+
+@check
+def gradients_of_collectives():
+    x = make(R, (4,), torch.float64, 800).requires_grad_()
+    y = hvd.allreduce(x, op=hvd.Sum, name="grad.ar")
+    (y * (R + 1)).sum().backward()
+    # d/dx of sum_r (r+1) * sum_k x_k: the gradient is allreduced with the same op.
+    assert torch.allclose(x.grad, torch.full((4,), float(sum(r + 1 for r in range(N))), dtype=torch.float64))
+    x = make(R, (R + 1, 2), torch.float64, 801).requires_grad_()
+    g = hvd.allgather(x, name="grad.ag")
+    g.sum().backward()
+    assert torch.allclose(x.grad, torch.ones_like(x)), x.grad  # averaged over ranks of all-ones
+    x = make(R, (3,), torch.float64, 802).requires_grad_()
+    b = hvd.broadcast(x, root_rank=0, name="grad.bc")
+    b.sum().backward()
+    assert torch.allclose(x.grad, torch.ones(3, dtype=torch.float64) * (1.0 if R == 0 else 0.0)), x.grad
+
+
+# --- synchronization ---------------------------------------------------------------------------
+
+@check
+def barrier_and_join():
+    hvd.barrier()
+    # Rank r submits r + 1 allreduces of ones, then joins: a joined rank contributes zeros.
+    results = []
+    for i in range(R + 1):
+        results.append(hvd.allreduce(torch.ones(3), op=hvd.Sum, name=f"join.step{i}"))
+    last = hvd.join()
+    assert last == N - 1, f"the last rank to join is {N - 1}, got {last}"
+    for i, res in enumerate(results):
+        # Step i is submitted by ranks i..N-1; the others have joined.
+        assert torch.equal(res, torch.full((3,), float(N - i))), (i, res)
+    hvd.barrier()
+
+
+# --- process sets ------------------------------------------------------------------------------
+
+@check
+def static_and_dynamic_process_sets():
+    global STATIC_SET
+    ps = STATIC_SET
+    members = [0, N - 1]
+    assert ps.ranks == members
+    if R in members:
+        out = hvd.allreduce(torch.tensor([float(R)]), op=hvd.Sum, name="ps.static", process_set=ps)
+        assert out.item() == sum(members), out
+        assert ps.size() == 2 and ps.rank() == members.index(R)
+    dyn = hvd.add_process_set([1, 2] if N > 2 else [0, 1])
+    if R in dyn.ranks:
+        out = hvd.allreduce(torch.tensor([float(R)]), op=hvd.Sum, name="ps.dyn", process_set=dyn)
+        assert out.item() == sum(dyn.ranks), out
+        gathered = hvd.allgather(torch.tensor([R]), name="ps.dyn.ag", process_set=dyn)
+        assert gathered.tolist() == dyn.ranks
+    assert hvd.remove_process_set(dyn)
+    hvd.barrier()
+    if R not in members:
+        try:
+            hvd.allreduce(torch.ones(1), name="ps.notmember", process_set=ps)
+        except ValueError as e:
+            assert "not a member" in str(e), e
+        else:
+            raise AssertionError("a collective on a process set this rank is not in must raise")
+
+
+# --- input validation --------------------------------------------------------------------------
+
+@check
+def bad_input_is_rejected_locally():
+    def raises(fn, text):
+        try:
+            fn()
+        except (ValueError, NotImplementedError) as e:
+            assert text in str(e), f"expected {text!r} in {e}"
+        else:
+            raise AssertionError(f"expected an error containing {text!r}")
+
+    raises(lambda: hvd.broadcast(torch.ones(2), root_rank=N + 5, name="bad.root"), "out of range")
+    raises(lambda: hvd.alltoall(torch.ones(N + 1, 2), splits=torch.tensor([1] * N), name="bad.splits"),
+           "splits sum to")
+    raises(lambda: hvd.allreduce(torch.ones(2, dtype=torch.complex64), name="bad.dtype"), "not supported")
+    raises(lambda: hvd.allreduce(torch.ones(2), op=hvd.Adasum, name="bad.adasum"), "Adasum")
+    raises(lambda: hvd.allreduce(torch.ones(2, dtype=torch.bool), op=hvd.Sum, name="bad.bool"), "not supported")
+    h = hvd.allreduce_async(torch.ones(2), name="dup")
+    raises(lambda: hvd.allreduce_async(torch.ones(2), name="dup"), "already in flight")
+    hvd.synchronize(h)
+    hvd.allreduce(torch.ones(2), name="dup")  # the name is free again
+
+
+# --- disagreement between ranks -----------------------------------------------------------------
+
+@check
+def mismatches_raise_on_every_rank_then_the_next_collective_works():
+    def expect_error(fn, *parts):
+        start = time.monotonic()
+        try:
+            fn()
+        except hvd.HorovodInternalError as e:
+            message = str(e)
+        else:
+            raise AssertionError(f"expected an error mentioning {parts}")
+        took = time.monotonic() - start
+        for p in parts:
+            assert p in message, f"{p!r} not in {message!r}"
+        assert took < 10, f"the error took {took:.1f} s"
+
+    odd = 1 % N
+    expect_error(lambda: hvd.allreduce(torch.ones((4,) if R == odd else (3,)), name="mismatch.shape"),
+                 "'mismatch.shape'", f"rank {odd} has [4]", "[3]")
+    expect_error(lambda: hvd.allreduce(torch.ones(3, dtype=torch.float64 if R == odd else torch.float32),
+                                       name="mismatch.dtype"),
+                 "Mismatched data types", f"rank {odd} has float64")
+    expect_error(lambda: hvd.allreduce(torch.ones(3), op=hvd.Sum if R == odd else hvd.Average, name="mismatch.op"),
+                 "Mismatched reduction operations", f"rank {odd} has Sum")
+    expect_error(lambda: hvd.broadcast(torch.ones(2), root_rank=odd if R == 0 else 0, name="mismatch.root"),
+                 "Mismatched broadcast root ranks")
+    out = hvd.allreduce(torch.ones(2), op=hvd.Sum, name="after.mismatch")
+    assert torch.equal(out, torch.full((2,), float(N))), out
+    # The same name again with the now-agreed shape works too (the failed one left no state behind).
+    out = hvd.allreduce(torch.ones(3), op=hvd.Sum, name="mismatch.shape")
+    assert torch.equal(out, torch.full((3,), float(N))), out
+
+
+def main():
+    global N, R, STATIC_SET
+    STATIC_SET = hvd.ProcessSet([0, int(os.environ.get("HOROVOD_SIZE", os.environ.get("OMPI_COMM_WORLD_SIZE", "1"))) - 1])
+    hvd.init(process_sets=[STATIC_SET])
+    N, R = hvd.size(), hvd.rank()
+    only = os.environ.get("HERRING_TEST_ONLY")
+    results = {}
+    for fn in CHECKS:
+        if only and fn.__name__ not in only.split(","):
+            continue
+        try:
+            fn()
+            results[fn.__name__] = "ok"
+        except Exception:
+            results[fn.__name__] = traceback.format_exc()
+    out_dir = os.environ.get("HERRING_TEST_RESULTS")
+    if out_dir:
+        with open(os.path.join(out_dir, f"{R}.json"), "w") as f:
+            json.dump({"results": results, "counters": hvd_counters(), "size": N}, f)
+    hvd.shutdown()
+    failed = [k for k, v in results.items() if v != "ok"]
+    for k in failed:
+        print(f"rank {R}: {k} FAILED\n{results[k]}", file=sys.stderr)
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,57 @@
+"""Runs inside every rank: trains, and the rank named by HERRING_TEST_VICTIM kills itself with
+SIGKILL at step 5. The survivors must get an error naming the lost rank within the deadline; they
+record what they saw in $HERRING_TEST_RESULTS/<rank>.json and exit non-zero.
+
+horovodrun terminates the remaining workers when one fails (SIGTERM, then SIGKILL 5 s later), so
+the survivors defer SIGTERM while they report: the engine must have raised long before."""
+
+import json
+import os
+import signal
+import sys
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import horovod.torch as hvd
+
+terminated = []
+signal.signal(signal.SIGTERM, lambda *_: terminated.append(time.monotonic()))
+
+
+def main():
+    hvd.init()
+    victim = int(os.environ["HERRING_TEST_VICTIM"])
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 10))
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01),
+                                   named_parameters=model.named_parameters())
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    outcome = {"rank": hvd.rank()}
+    killed_at = None
+    try:
+        for step in range(10_000):
+            if step == 5 and hvd.rank() == victim:
+                os.kill(os.getpid(), signal.SIGKILL)
+            if step == 5:
+                killed_at = time.monotonic()
+            x = torch.randn(32, 64)
+            y = torch.randint(0, 10, (32,))
+            opt.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            opt.step()
+        outcome["error"] = None
+    except Exception as e:  # noqa: BLE001 - the point is to see what the user sees
+        outcome["error"] = f"{type(e).__name__}: {e}"
+        outcome["seconds_to_error"] = time.monotonic() - killed_at if killed_at else None
+    outcome["sigterm_before_error"] = bool(terminated) and killed_at is not None and \
+        terminated[0] < killed_at + outcome.get("seconds_to_error", 0)
+    with open(os.path.join(os.environ["HERRING_TEST_RESULTS"], f"{hvd.rank()}.json"), "w") as f:
+        json.dump(outcome, f)
+    sys.exit(1 if outcome["error"] else 0)
+
+
+if __name__ == "__main__":
+    main()
