@@ -3,8 +3,8 @@
 An ordinary Horovod script: run it with stock Horovod, or on the herring engine with
     HOROVOD_BACKEND=herring horovodrun --gloo -np 4 -H localhost:4 python examples/pytorch_train.py
 
-The data is synthetic (no downloads): images labelled by a fixed random "teacher" network, so the
-model has something real to learn. Every rank starts from different random weights; the
+The data is synthetic (no downloads): ten random prototype images, and samples that are a
+prototype plus noise, labelled by their prototype, so the model has something real to learn. Every rank starts from different random weights; the
 broadcast makes them equal, DistributedOptimizer keeps them equal, and the script checks that at
 the end.
 """
@@ -36,14 +36,11 @@ class Net(nn.Module):
 
 
 def synthetic_dataset(samples, seed=1234):
-    """The same data on every rank: inputs and the labels a fixed random network gives them."""
+    """The same data on every rank: noisy copies of ten prototype images, labelled by prototype."""
     g = torch.Generator().manual_seed(seed)
-    x = torch.randn(samples, 1, 28, 28, generator=g)
-    teacher = nn.Sequential(nn.Flatten(), nn.Linear(28 * 28, 10))
-    with torch.no_grad():
-        for p in teacher.parameters():
-            p.copy_(torch.randn(p.shape, generator=g))
-        y = teacher(x).argmax(dim=1)
+    prototypes = torch.randn(10, 1, 28, 28, generator=g)
+    y = torch.randint(0, 10, (samples,), generator=g)
+    x = prototypes[y] + 2.0 * torch.randn(samples, 1, 28, 28, generator=g)
     return x, y
 
 

@@ -41,10 +41,11 @@ bool Engine::WaitForTrigger() {
   const auto cycle_time = std::chrono::duration_cast<Clock::duration>(
       std::chrono::duration<double, std::milli>(config_.cycle_time_ms));
   while (true) {
+    // After an agreed shutdown, peers closing their connections is expected, not a failure.
+    if (stop_after_cycle_) return false;
     DrainControl();
     Status f = transport_->FirstFailure();
     if (!f.ok()) throw Error(f);
-    if (stop_after_cycle_) return false;
 
     // Invitations for cycles we already took part in are stale.
     inbox_.erase(std::remove_if(inbox_.begin(), inbox_.end(),

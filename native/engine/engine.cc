@@ -132,6 +132,7 @@ void Engine::Rendezvous(const EngineOptions& options, Deadline deadline) {
   topts.chunk_bytes = config_.chunk_bytes;
   topts.peer_timeout_seconds = config_.timeout_seconds;
   topts.on_event = [this] { Wake(); };
+  topts.abort_control_type = kAbortMessage;
   transport_ = std::make_unique<TcpTransport>(topts);
   mine.port = transport_->listen_endpoint().port;
 

@@ -1305,3 +1305,20 @@ TEST(TransportBenchLoopback) {
   EXPECT_EQ(micros.size(), static_cast<size_t>(kRounds));
   mesh->Close();
 }
+
+TEST(TransportAbortMessageFromPeerFailsPendingTransfersAtOnce) {
+  // A rank that fails tells the others with a control message of the abort type: their pending
+  // receives must fail with its reason right away, not at their deadline.
+  auto mesh = MakeMesh(2, [](TransportOptions* o) { o->abort_control_type = 77; });
+  ASSERT_TRUE(mesh != nullptr);
+  std::vector<uint8_t> got(100);
+  CompletionPtr r = (*mesh)[1].Recv(0, 5, got.data(), got.size());
+  (*mesh)[0].SendControl(1, 77, "reduction kernel failed");
+  Status rs = WaitOne(r, 5);
+  EXPECT_TRUE(rs.code() == StatusCode::kAborted);
+  EXPECT_EQ(rs.message(), std::string("rank 0 aborted the job: reduction kernel failed"));
+  ControlMessage m;
+  EXPECT_TRUE(PopWithin((*mesh)[1], *mesh->events[1], &m, 5));  // still delivered to the inbox
+  EXPECT_EQ(m.type, uint32_t(77));
+  mesh->Close();
+}

@@ -358,10 +358,13 @@ void TcpTransport::Impl::FinishChunk(Stream* s) {
 }
 
 void TcpTransport::Impl::DeliverControl(Stream* s) {
+  const uint32_t type = static_cast<uint32_t>(s->frame.tag);
+  if (opts_.abort_control_type != 0 && type == opts_.abort_control_type) {
+    Abort(Status::Aborted("rank " + std::to_string(s->peer->rank) + " aborted the job: " + s->control));
+  }
   {
     std::lock_guard<std::mutex> lock(inbox_mu_);
-    inbox_.push_back(ControlMessage{s->peer->rank, static_cast<uint32_t>(s->frame.tag),
-                                    std::move(s->control)});
+    inbox_.push_back(ControlMessage{s->peer->rank, type, std::move(s->control)});
   }
   s->control.clear();
   NotifyEvent();

@@ -44,6 +44,10 @@ struct TransportOptions {
   int socket_buffer_bytes = 4 << 20;
   uint64_t job_token = 0;             // both ends of a connection must present the same token
   double peer_timeout_seconds = 30;
+  // A control message of this type (0: none) aborts every pending transfer as soon as it arrives
+  // (with "rank N aborted the job: <payload>"), so a failure on one rank reaches the others while
+  // they wait for data, not only when they next read their inbox.
+  uint32_t abort_control_type = 0;
   // Called from the I/O thread after a control message was queued or a peer was lost. Must be
   // cheap and must not call back into the transport (the engine just wakes its loop).
   std::function<void()> on_event;
