@@ -35,13 +35,12 @@ class CMakeBuild(build_ext):
         subprocess.check_call(["cmake", "--build", ".", "--target", "_native", "herring_native_tests",
                                "-j", jobs], cwd=build_dir)
         suffix = sysconfig.get_config_var("EXT_SUFFIX")
-        built = os.path.join(build_dir, "_native" + suffix)
         dest = self.get_ext_fullpath(ext.name)
         os.makedirs(os.path.dirname(dest), exist_ok=True)
-        shutil.copyfile(built, dest)
-        in_tree = os.path.join(ROOT, "hvd_herring", "_native" + suffix)
-        if os.path.abspath(dest) != in_tree:
-            shutil.copyfile(built, in_tree)
+        package_dirs = {os.path.dirname(os.path.abspath(dest)), os.path.join(ROOT, "hvd_herring")}
+        for built in ("_native" + suffix, "libherring_core.so"):
+            for d in package_dirs:
+                shutil.copyfile(os.path.join(build_dir, built), os.path.join(d, built))
 
 
 class BuildPyWithPth(build_py):

@@ -46,7 +46,7 @@ if ! stamp_ok horovod "0.28.1"; then
 fi
 
 # 4. This package, rebuilt when its sources change (CMake keeps build/cmake: incremental).
-src_hash=$(cat setup.py pyproject.toml CMakeLists.txt hvd_herring_switch.pth \
+src_hash=$(cat setup.py pyproject.toml CMakeLists.txt hvd_herring_switch.pth scripts/setup.sh \
            $(find native hvd_herring -type f \( -name '*.cc' -o -name '*.h' -o -name '*.py' \) | sort) \
            | sha256sum | cut -d' ' -f1)
 if ! stamp_ok package "$src_hash"; then

@@ -108,18 +108,25 @@ PYBIND11_MODULE(_native, m) {
   m.def("resolved_knobs", [] { return Config::FromProcessEnvironment().resolved; },
         "Every knob's value as this process would use it.");
 
-  py::class_<Engine>(m, "Engine")
+  py::class_<Engine, std::shared_ptr<Engine>>(m, "Engine")
       .def(py::init([](std::vector<std::vector<int>> process_sets, int epoch,
                        std::function<std::vector<std::string>(const std::string&)> exchange) {
              EngineOptions o;
              o.process_sets = std::move(process_sets);
              o.epoch = epoch;
              o.exchange = std::move(exchange);
-             return std::make_unique<Engine>(std::move(o));
+             auto engine = std::make_shared<Engine>(std::move(o));
+             SetCurrentEngine(engine);  // other native modules (TF kernels) find it here
+             return engine;
            }),
            py::arg("process_sets"), py::arg("epoch"), py::arg("exchange") = nullptr,
            py::call_guard<py::gil_scoped_release>())
-      .def("shutdown", &Engine::Shutdown, py::call_guard<py::gil_scoped_release>())
+      .def("shutdown",
+           [](Engine& e) {
+             e.Shutdown();
+             if (CurrentEngine().get() == &e) SetCurrentEngine(nullptr);
+           },
+           py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("running", &Engine::running)
       .def_property_readonly("rank", &Engine::rank)
       .def_property_readonly("size", &Engine::size)

@@ -68,6 +68,21 @@ std::string HexId(uint64_t v) {
 
 }  // namespace
 
+namespace {
+std::mutex g_current_mu;
+std::shared_ptr<Engine> g_current;
+}  // namespace
+
+std::shared_ptr<Engine> CurrentEngine() {
+  std::lock_guard<std::mutex> lock(g_current_mu);
+  return g_current;
+}
+
+void SetCurrentEngine(std::shared_ptr<Engine> engine) {
+  std::lock_guard<std::mutex> lock(g_current_mu);
+  g_current = std::move(engine);
+}
+
 Engine::Engine(EngineOptions options)
     : config_(Config::FromEnvironment(options.env.empty() ? ProcessEnvironment() : options.env)),
       launch_(DetectLaunch(options.env.empty() ? ProcessEnvironment() : options.env)),
@@ -354,7 +369,7 @@ int64_t Engine::Enqueue(Request request) {
                                           "stay unique until the earlier one completes"));
     }
     in_flight_.insert(key);
-    handle = handles_.Create();
+    handle = handles_.Create(std::move(request.on_complete));
     incoming_.emplace_back(std::move(request), handle);
   }
   Wake();

@@ -57,7 +57,17 @@ struct TensorBuffers {
 struct Request {
   RequestMeta meta;
   std::vector<TensorBuffers> buffers;  // one per meta.tensors entry
+  // If set, the result is pushed here (on the engine's thread) instead of being waited for.
+  HandleTable::Callback on_complete;
 };
+
+class Engine;
+
+// The engine adapters reach from code that Python does not call directly (TensorFlow kernels run
+// on TensorFlow's threads). The engine itself is an ordinary object owned by the Python front;
+// this slot only lets other native modules of the same process find the one that is running.
+std::shared_ptr<Engine> CurrentEngine();
+void SetCurrentEngine(std::shared_ptr<Engine> engine);
 
 class Engine {
  public:

@@ -2,20 +2,31 @@
 
 namespace herring {
 
-int64_t HandleTable::Create() {
+int64_t HandleTable::Create(Callback on_complete) {
   std::lock_guard<std::mutex> lock(mu_);
   int64_t h = next_++;
   slots_[h] = Slot{};
+  slots_[h].on_complete = std::move(on_complete);
   return h;
 }
 
 void HandleTable::Complete(int64_t handle, OpResult result) {
+  Callback callback;
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = slots_.find(handle);
     if (it == slots_.end() || it->second.done) return;
-    it->second.done = true;
-    it->second.result = std::move(result);
+    if (it->second.on_complete) {
+      callback = std::move(it->second.on_complete);
+      slots_.erase(it);  // nobody waits on a callback handle
+    } else {
+      it->second.done = true;
+      it->second.result = std::move(result);
+    }
+  }
+  if (callback) {
+    callback(std::move(result));
+    return;
   }
   cv_.notify_all();
 }
@@ -49,14 +60,26 @@ OpResult HandleTable::Take(int64_t handle) {
 }
 
 void HandleTable::FailAll(const Status& status) {
+  std::vector<Callback> callbacks;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    for (auto& kv : slots_) {
-      if (!kv.second.done) {
-        kv.second.done = true;
-        kv.second.result.status = status;
+    for (auto it = slots_.begin(); it != slots_.end();) {
+      if (it->second.on_complete) {
+        callbacks.push_back(std::move(it->second.on_complete));
+        it = slots_.erase(it);
+        continue;
       }
+      if (!it->second.done) {
+        it->second.done = true;
+        it->second.result.status = status;
+      }
+      ++it;
     }
+  }
+  for (auto& cb : callbacks) {
+    OpResult r;
+    r.status = status;
+    cb(std::move(r));
   }
   cv_.notify_all();
 }

@@ -4,6 +4,7 @@
 
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -27,7 +28,11 @@ struct OpResult {
 
 class HandleTable {
  public:
-  int64_t Create();
+  // A callback instead of a waiter: frameworks with asynchronous kernels (TensorFlow) get the
+  // result pushed to them. It runs on the engine's thread, exactly once, also when the job fails.
+  using Callback = std::function<void(OpResult)>;
+
+  int64_t Create(Callback on_complete = nullptr);
   void Complete(int64_t handle, OpResult result);
   // Throws Error(InvalidArgument) for an unknown handle.
   bool Poll(int64_t handle) const;
@@ -43,6 +48,7 @@ class HandleTable {
   struct Slot {
     bool done = false;
     OpResult result;
+    Callback on_complete;
   };
   mutable std::mutex mu_;
   std::condition_variable cv_;
