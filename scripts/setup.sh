@@ -26,11 +26,23 @@ fi
 [ -x "$PY" ] || { say "creating .venv"; python3 -m venv "$VENV"; }
 mkdir -p "$STAMPS"
 stamp_ok() { [ -f "$STAMPS/$1" ] && [ "$(cat "$STAMPS/$1")" = "$2" ]; }
+# pip, minus the noise this machine's index configuration prints; fails when pip fails.
+pip_quiet() {
+  local log status
+  log=$(mktemp)
+  set +e
+  "$PY" -m pip "$@" >"$log" 2>&1
+  status=$?
+  set -e
+  grep -v "^WARNING: Location" "$log" || true
+  rm -f "$log"
+  return $status
+}
 req_hash=$(sha256sum requirements/base.txt | cut -d' ' -f1)
 if ! stamp_ok requirements "$req_hash"; then
   say "installing requirements/base.txt"
-  "$PY" -m pip install -q --upgrade pip 2>&1 | grep -v "^WARNING: Location" || true
-  "$PY" -m pip install -q -r requirements/base.txt 2>&1 | grep -v "^WARNING: Location" || true
+  pip_quiet install -q --upgrade pip
+  pip_quiet install -q -r requirements/base.txt
   "$PY" -c "import torch, numpy, pybind11, pytest, mpi4py" || { echo "[setup] requirements failed" >&2; exit 1; }
   echo "$req_hash" > "$STAMPS/requirements"
 fi
@@ -40,7 +52,7 @@ fi
 if ! stamp_ok horovod "0.28.1"; then
   say "installing horovod 0.28.1 (no frameworks, about 1 minute)"
   HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_MXNET=1 \
-    "$PY" -m pip install -q --no-cache-dir horovod==0.28.1 2>&1 | grep -v "^WARNING: Location" || true
+    pip_quiet install -q --no-cache-dir horovod==0.28.1
   "$PY" -c "import horovod, horovod.runner" || { echo "[setup] horovod failed" >&2; exit 1; }
   echo "0.28.1" > "$STAMPS/horovod"
 fi
@@ -51,7 +63,7 @@ src_hash=$(cat setup.py pyproject.toml CMakeLists.txt hvd_herring_switch.pth scr
            | sha256sum | cut -d' ' -f1)
 if ! stamp_ok package "$src_hash"; then
   say "building and installing hvd_herring"
-  "$PY" -m pip install -q --no-build-isolation --no-deps . 2>&1 | grep -v "^WARNING: Location" || true
+  pip_quiet install -q --no-build-isolation --no-deps .
   "$PY" -c "import hvd_herring._native" || { echo "[setup] hvd_herring build failed" >&2; exit 1; }
   echo "$src_hash" > "$STAMPS/package"
 fi

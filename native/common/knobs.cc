@@ -24,6 +24,9 @@ const std::vector<KnobSpec>& AllKnobs() {
        "coordinator. 0 disables the cache.", true},
       {"HOROVOD_DYNAMIC_PROCESS_SETS", "0", "bool",
        "Allow hvd.add_process_set / remove_process_set after init.", true},
+      {"HOROVOD_TIMELINE", "", "path",
+       "Write a Chrome trace (chrome://tracing, Perfetto) of every collective's phases: rank 0 to "
+       "this path, rank r to it with .rank<r> before the extension (or {rank} replaced).", false},
       {"HOROVOD_LOG_LEVEL", "WARNING", "enum", "TRACE, DEBUG, INFO, WARNING, ERROR or FATAL.", false},
       {"HERRING_ALLREDUCE", "herring", "enum",
        "Allreduce implementation tried first: `herring` (hierarchical parameter-server reduction) "
@@ -118,6 +121,7 @@ Config Config::FromEnvironment(const std::map<std::string, std::string>& env) {
   c.timeout_seconds = r.Double("HERRING_TIMEOUT_SECONDS", 0.001);
   c.start_timeout_seconds = r.Double("HERRING_START_TIMEOUT_SECONDS", 0.001);
   c.iface = r.Raw("HERRING_IFACE");
+  c.timeline = r.Raw("HOROVOD_TIMELINE");
   c.hostname = r.Raw("HERRING_HOSTNAME");
   c.shm_slot_bytes = r.Int("HERRING_SHM_SLOT_BYTES", 4096);
   c.chunk_bytes = r.Int("HERRING_CHUNK_BYTES", 4096);

@@ -33,6 +33,7 @@ struct Config {
   double timeout_seconds;
   double start_timeout_seconds;
   std::string iface;         // empty: chosen from the launcher's environment
+  std::string timeline;      // HOROVOD_TIMELINE path template, empty: off
   std::string hostname;      // empty: the launcher's (HOROVOD_HOSTNAME) or gethostname()
   int64_t shm_slot_bytes;
   int64_t chunk_bytes;

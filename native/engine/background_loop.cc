@@ -83,6 +83,10 @@ void Engine::TakeNewRequests(std::vector<RequestMeta>* uncached, std::vector<uin
     Pending p;
     p.request = std::move(item.first);
     p.handle = item.second;
+    if (timeline_) {
+      p.taken_us = Timeline::NowMicros();
+      timeline_->Span(p.request.meta.name, "QUEUE", p.request.enqueued_us, p.taken_us);
+    }
     pending_[key] = std::move(p);
   }
   reannounce_ = false;
@@ -231,6 +235,7 @@ void Engine::RunCycle() {
   ++cycle_;
   counters_.cycles++;
   last_cycle_start_ = Clock::now();
+  const int64_t cycle_start_us = timeline_ ? Timeline::NowMicros() : 0;
   std::vector<RequestMeta> uncached;
   std::vector<uint32_t> stale;
   TakeNewRequests(&uncached, &stale);
@@ -264,6 +269,16 @@ void Engine::RunCycle() {
       if (evicted >= 0) RevertCachedAt(static_cast<uint32_t>(evicted));
     }
     ready.push_back(std::move(r));
+  }
+  if (timeline_) {
+    const int64_t now = Timeline::NowMicros();
+    const bool coordinated = !(agreed[0] & kNoUncached) || !(agreed[0] & kNoStale);
+    timeline_->Span("negotiation", coordinated ? "CYCLE (coordinator round)" : "CYCLE (bit vector only)",
+                    cycle_start_us, now, "cycle " + std::to_string(cycle_));
+    for (const auto& r : ready) {
+      auto it = pending_.find({r.process_set, r.name});
+      if (it != pending_.end()) timeline_->Span(r.name, "NEGOTIATE", it->second.taken_us, now);
+    }
   }
   Execute(ready);
 }

@@ -92,6 +92,7 @@ Engine::Engine(EngineOptions options)
   const Deadline deadline = Deadline::AfterSeconds(config_.start_timeout_seconds);
   Rendezvous(options, deadline);
   ops_ = std::make_unique<OperationManager>(config_);
+  timeline_ = Timeline::Open(config_.timeline, rank());
   std::vector<int> everyone(size());
   for (int r = 0; r < size(); ++r) everyone[r] = r;
   CreateProcessSet(0, everyone, deadline);
@@ -353,6 +354,7 @@ int64_t Engine::Enqueue(Request request) {
     throw Error(f.ok() ? Status::Shutdown("Horovod has been shut down; call hvd.init() first") : f);
   }
   ValidateAndComplete(&request);
+  if (timeline_) request.enqueued_us = Timeline::NowMicros();
   RequestMeta& m = request.meta;
   int64_t handle;
   {
@@ -423,6 +425,7 @@ void Engine::Shutdown() {
   handles_.FailAll(Status::Shutdown("Horovod has been shut down"));
   std::lock_guard<std::mutex> lock(sets_mu_);
   for (int32_t id : sets_.ids()) sets_.Remove(id);
+  timeline_.reset();  // closes the trace: valid JSON from here on
 }
 
 }  // namespace herring

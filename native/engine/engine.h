@@ -25,6 +25,7 @@
 #include "engine/message.h"
 #include "engine/process_sets.h"
 #include "engine/response_cache.h"
+#include "engine/timeline.h"
 #include "engine/topology.h"
 #include "ops/operation_manager.h"
 #include "rendezvous/launch_env.h"
@@ -59,6 +60,7 @@ struct Request {
   std::vector<TensorBuffers> buffers;  // one per meta.tensors entry
   // If set, the result is pushed here (on the engine's thread) instead of being waited for.
   HandleTable::Callback on_complete;
+  int64_t enqueued_us = 0;  // for the timeline
 };
 
 class Engine;
@@ -114,6 +116,7 @@ class Engine {
     int64_t handle = -1;
     RequestState state = RequestState::kNew;
     uint32_t position = 0;  // cache position when kCached
+    int64_t taken_us = 0;   // when a cycle first picked it up (timeline)
   };
   using Key = std::pair<int32_t, std::string>;
 
@@ -161,6 +164,7 @@ class Engine {
   std::unique_ptr<OperationManager> ops_;
   HandleTable handles_;
   Counters counters_;
+  std::unique_ptr<Timeline> timeline_;
 
   // Shared between adapters and the loop.
   mutable std::mutex queue_mu_;

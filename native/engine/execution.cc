@@ -25,7 +25,7 @@ bool Fusable(const Response& a, const Response& b) {
 
 ExecContext Engine::MakeContext(ProcessSet& set, uint32_t unit) {
   return ExecContext{config_, *transport_, set, topo_, rank(), MakeTagBase(cycle_, unit), counters_,
-                     [this] { return CheckAbort(); }};
+                     [this] { return CheckAbort(); }, timeline_.get(), ""};
 }
 
 void Engine::Execute(const std::vector<Response>& ready) {
@@ -121,7 +121,17 @@ void Engine::ExecuteAllreduceBatch(const std::vector<const Response*>& responses
     batch.label += (batch.label.empty() ? "" : ", ") + r->name;
   }
   ExecContext ctx = MakeContext(set, unit);
-  ops_->Allreduce(ctx, batch);
+  ctx.lane = responses.size() == 1 ? first.name
+                                   : "fused: " + first.name + " +" + std::to_string(responses.size() - 1);
+  const int64_t start_us = timeline_ ? Timeline::NowMicros() : 0;
+  const char* impl = ops_->Allreduce(ctx, batch);
+  if (timeline_) {
+    const int64_t end_us = Timeline::NowMicros();
+    for (const Response* r : responses) {
+      timeline_->Span(r->name, "ALLREDUCE", start_us, end_us,
+                      std::string(impl) + ", " + std::to_string(batch.total_bytes()) + " bytes in " + ctx.lane);
+    }
+  }
   counters_.fused_buffers++;
   counters_.allreduce_bytes += batch.total_bytes();
   for (const Response* r : responses) {
@@ -175,7 +185,11 @@ void Engine::ExecuteOne(const Response& r, uint32_t unit) {
   }
   OpResult result;
   ExecContext ctx = MakeContext(set, unit);
-  ops_->Run(r.type, ctx, r, io, &result);
+  ctx.lane = r.name;
+  {
+    TimelinePhase phase(timeline_.get(), r.name, OpTypeName(r.type));
+    ops_->Run(r.type, ctx, r, io, &result);
+  }
   Finish(r, std::move(result));
 }
 

@@ -14,6 +14,7 @@
 #include "common/reduce_op.h"
 #include "engine/counters.h"
 #include "engine/process_sets.h"
+#include "engine/timeline.h"
 #include "engine/topology.h"
 #include "transport/tcp_transport.h"
 
@@ -28,6 +29,8 @@ struct ExecContext {
   uint64_t tag_base;  // this execution's tag space: Tag(sub) for sub < 2^kSubTagBits
   Counters& counters;
   std::function<Status()> check_abort;
+  Timeline* timeline = nullptr;  // null: timeline off
+  std::string lane;              // the timeline lane of this execution (its tensor names)
 
   static constexpr int kSubTagBits = 20;
   uint64_t Tag(uint64_t sub) const;

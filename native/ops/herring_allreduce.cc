@@ -60,12 +60,16 @@ void HerringAllreduce::ReduceChunk(ExecContext& ctx, AllreduceBatch& batch, int6
   const uint64_t seq = arena ? ++ctx.set.arena_sequence : 0;
 
   // 1. Stage my data (prescaled) where my neighbours can read it.
-  batch.GatherInputs(begin, end, slot, batch.prescale);
+  {
+    TimelinePhase phase(ctx.timeline, ctx.lane, "GATHER_INTO_SHM");
+    batch.GatherInputs(begin, end, slot, batch.prescale);
+  }
 
   // 2. Reduce-scatter inside the host: I own slice `me` of the chunk.
   auto slices = SplitEvenly(n, local_size, AlignElements(batch.dtype));
   const ElementRange mine = slices[me];
   if (arena) {
+    TimelinePhase phase(ctx.timeline, ctx.lane, "SHM_REDUCE_SCATTER");
     arena->Publish(kInputReady, seq);
     CheckArena(arena->WaitAll(kInputReady, seq, ctx.StepDeadline()), "staging in shared memory");
     // Nobody may still be copying out the previous chunk's result that I am about to overwrite.
@@ -79,9 +83,13 @@ void HerringAllreduce::ReduceChunk(ExecContext& ctx, AllreduceBatch& batch, int6
   }
 
   // 3. Across hosts through the server shards.
-  if (ctx.set.hosts.size() > 1) AcrossHosts(ctx, batch, chunk_index, n, result);
+  if (ctx.set.hosts.size() > 1) {
+    TimelinePhase phase(ctx.timeline, ctx.lane, "PUSH_PULL_SERVERS");
+    AcrossHosts(ctx, batch, chunk_index, n, result);
+  }
 
   // 4. All-gather inside the host.
+  TimelinePhase phase(ctx.timeline, ctx.lane, "COPY_OUT");
   if (arena) {
     arena->Publish(kSliceDone, seq);
     CheckArena(arena->WaitAll(kSliceDone, seq, ctx.StepDeadline()), "all-gather in shared memory");

@@ -21,6 +21,7 @@ void RingAllreduce::Execute(ExecContext& ctx, AllreduceBatch& batch) {
   uint8_t* incoming = incoming_.Get(widest * esz);
   const int next = ctx.member_rank((me + 1) % n), prev = ctx.member_rank((me - 1 + n) % n);
 
+  TimelinePhase phase(ctx.timeline, ctx.lane, "RING_ALLREDUCE");
   for (int k = 0; k < n - 1; ++k) {  // reduce-scatter
     const ElementRange out = segs[(me - k + n) % n], in = segs[(me - k - 1 + n) % n];
     std::vector<CompletionPtr> t = {
