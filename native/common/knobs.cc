@@ -27,6 +27,18 @@ const std::vector<KnobSpec>& AllKnobs() {
       {"HOROVOD_TIMELINE", "", "path",
        "Write a Chrome trace (chrome://tracing, Perfetto) of every collective's phases: rank 0 to "
        "this path, rank r to it with .rank<r> before the extension (or {rank} replaced).", false},
+      {"HOROVOD_STALL_CHECK_TIME_SECONDS", "60", "seconds",
+       "Rank 0 warns, naming the missing ranks and tensors, when some ranks submitted a collective "
+       "and others have not for this long.", false},
+      {"HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "0", "seconds",
+       "If > 0, a collective stalled this long ends the job with the stall report as the error.", false},
+      {"HOROVOD_STALL_CHECK_DISABLE", "0", "bool", "Turns the stall inspector off.", false},
+      {"HERRING_VERIFY", "0", "bool",
+       "After every allreduce, broadcast and allgather, members compare a hash of the result and "
+       "fail the job naming the ranks that differ.", true},
+      {"HERRING_FAULT", "", "string",
+       "Fault injection for tests: action:phase:rank[:occurrence], e.g. kill:push:2 (actions kill, "
+       "stop, exit, reset, corrupt; phases negotiate, gather, shm, push, serve, pull, scatter).", false},
       {"HOROVOD_LOG_LEVEL", "WARNING", "enum", "TRACE, DEBUG, INFO, WARNING, ERROR or FATAL.", false},
       {"HERRING_ALLREDUCE", "herring", "enum",
        "Allreduce implementation tried first: `herring` (hierarchical parameter-server reduction) "
@@ -122,6 +134,11 @@ Config Config::FromEnvironment(const std::map<std::string, std::string>& env) {
   c.start_timeout_seconds = r.Double("HERRING_START_TIMEOUT_SECONDS", 0.001);
   c.iface = r.Raw("HERRING_IFACE");
   c.timeline = r.Raw("HOROVOD_TIMELINE");
+  c.verify = r.Bool("HERRING_VERIFY");
+  c.fault = r.Raw("HERRING_FAULT");
+  c.stall_check_seconds = r.Double("HOROVOD_STALL_CHECK_TIME_SECONDS", 0.001);
+  c.stall_shutdown_seconds = r.Double("HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", 0.0);
+  c.stall_check_disabled = r.Bool("HOROVOD_STALL_CHECK_DISABLE");
   c.hostname = r.Raw("HERRING_HOSTNAME");
   c.shm_slot_bytes = r.Int("HERRING_SHM_SLOT_BYTES", 4096);
   c.chunk_bytes = r.Int("HERRING_CHUNK_BYTES", 4096);

@@ -33,6 +33,11 @@ struct Config {
   double timeout_seconds;
   double start_timeout_seconds;
   std::string iface;         // empty: chosen from the launcher's environment
+  double stall_check_seconds;
+  double stall_shutdown_seconds;  // 0: never
+  bool stall_check_disabled;
+  bool verify;                // HERRING_VERIFY
+  std::string fault;          // HERRING_FAULT spec, empty: none
   std::string timeline;      // HOROVOD_TIMELINE path template, empty: off
   std::string hostname;      // empty: the launcher's (HOROVOD_HOSTNAME) or gethostname()
   int64_t shm_slot_bytes;

@@ -62,6 +62,12 @@ bool Engine::WaitForTrigger() {
       std::lock_guard<std::mutex> lock(queue_mu_);
       new_work = !incoming_.empty();
     }
+    UncacheStalled();
+    if (coordinator_) {
+      Status stalled = stall_.Inspect(*coordinator_);
+      counters_.stall_warnings = stall_.warnings();
+      if (!stalled.ok()) throw Error(stalled);
+    }
     const auto due = last_cycle_start_ + cycle_time;
     if (new_work && Clock::now() >= due) return true;
 
@@ -83,6 +89,7 @@ void Engine::TakeNewRequests(std::vector<RequestMeta>* uncached, std::vector<uin
     Pending p;
     p.request = std::move(item.first);
     p.handle = item.second;
+    p.taken_at = Clock::now();
     if (timeline_) {
       p.taken_us = Timeline::NowMicros();
       timeline_->Span(p.request.meta.name, "QUEUE", p.request.enqueued_us, p.taken_us);
@@ -93,7 +100,17 @@ void Engine::TakeNewRequests(std::vector<RequestMeta>* uncached, std::vector<uin
   for (auto& kv : pending_) {
     Pending& p = kv.second;
     if (p.state != RequestState::kNew) continue;
-    const RequestMeta& m = p.request.meta;
+    RequestMeta& m = p.request.meta;
+    m.waited_ms = static_cast<uint32_t>(
+        std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - p.taken_at).count());
+    if (p.uncache_position >= 0) {
+      // Stalled: evict its entry everywhere so the coordinator sees who submitted it.
+      stale->push_back(static_cast<uint32_t>(p.uncache_position));
+      p.uncache_position = -1;
+      p.state = RequestState::kAnnounced;
+      uncached->push_back(m);
+      continue;
+    }
     if (m.type == OpType::kJoin) joined_ = true;
     uint32_t position = 0;
     ResponseCache::Match match = ResponseCache::Match::kMiss;
@@ -222,6 +239,17 @@ ControlMessage Engine::AwaitControl(int from, uint32_t type) {
   }
 }
 
+void Engine::UncacheStalled() {
+  for (auto& kv : pending_) {
+    Pending& p = kv.second;
+    if (p.state == RequestState::kCached && stall_.ShouldUncache(p.taken_at)) {
+      p.state = RequestState::kNew;
+      p.uncache_position = p.position;
+      reannounce_ = true;
+    }
+  }
+}
+
 void Engine::RevertCachedAt(uint32_t position) {
   for (auto& kv : pending_) {
     if (kv.second.state == RequestState::kCached && kv.second.position == position) {
@@ -239,6 +267,7 @@ void Engine::RunCycle() {
   std::vector<RequestMeta> uncached;
   std::vector<uint32_t> stale;
   TakeNewRequests(&uncached, &stale);
+  faults_.At("negotiate", transport_.get());
   const std::vector<uint64_t> agreed = AgreeOnBits(ReadyBits(!uncached.empty(), !stale.empty()));
   if (!(agreed[0] & kNoShutdown)) {
     HLOG(Debug) << "shutdown agreed in cycle " << cycle_;

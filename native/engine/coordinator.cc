@@ -202,11 +202,15 @@ void Coordinator::Submit(const RequestMeta& request) {
   }
   Key key{request.process_set, request.name};
   auto it = table_.find(key);
+  // The age of an entry counts from the earliest submission, including the time a request
+  // spent as a cached hit on its rank before it was sent here (no clocks compared across hosts).
+  const auto submitted = std::chrono::steady_clock::now() - std::chrono::milliseconds(request.waited_ms);
   if (it == table_.end()) {
     it = table_.emplace(key, Entry{}).first;
-    it->second.first_seen = std::chrono::steady_clock::now();
+    it->second.first_seen = submitted;
     arrival_.push_back(key);
   }
+  it->second.first_seen = std::min(it->second.first_seen, submitted);
   if (it->second.by_rank.count(request.rank)) {
     // The submitting rank guards against duplicate in-flight names, so this is a protocol bug.
     Response r;

@@ -87,7 +87,9 @@ Engine::Engine(EngineOptions options)
     : config_(Config::FromEnvironment(options.env.empty() ? ProcessEnvironment() : options.env)),
       launch_(DetectLaunch(options.env.empty() ? ProcessEnvironment() : options.env)),
       epoch_(options.epoch),
-      cache_(static_cast<uint32_t>(config_.cache_capacity)) {
+      cache_(static_cast<uint32_t>(config_.cache_capacity)),
+      stall_(config_),
+      faults_(config_.fault, launch_.rank) {
   SetLogRank(launch_.rank);
   const Deadline deadline = Deadline::AfterSeconds(config_.start_timeout_seconds);
   Rendezvous(options, deadline);
@@ -402,7 +404,7 @@ void Engine::Fail(const Status& status) {
   }
   std::lock_guard<std::mutex> lock(sets_mu_);
   for (int32_t id : sets_.ids()) {
-    if (ProcessSet* s = sets_.Find(id); s && s->arena) s->arena->Poison();
+    if (ProcessSet* s = sets_.Find(id); s && s->arena) s->arena->Poison(status.message());
   }
 }
 

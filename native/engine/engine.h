@@ -21,10 +21,12 @@
 #include "engine/control_messages.h"
 #include "engine/coordinator.h"
 #include "engine/counters.h"
+#include "engine/fault_injector.h"
 #include "engine/handle_table.h"
 #include "engine/message.h"
 #include "engine/process_sets.h"
 #include "engine/response_cache.h"
+#include "engine/stall_inspector.h"
 #include "engine/timeline.h"
 #include "engine/topology.h"
 #include "ops/operation_manager.h"
@@ -117,6 +119,8 @@ class Engine {
     RequestState state = RequestState::kNew;
     uint32_t position = 0;  // cache position when kCached
     int64_t taken_us = 0;   // when a cycle first picked it up (timeline)
+    Clock::time_point taken_at;     // same, for the stall inspector
+    int64_t uncache_position = -1;  // stalled cached request: send it through the coordinator
   };
   using Key = std::pair<int32_t, std::string>;
 
@@ -136,6 +140,7 @@ class Engine {
   void CoordinatorRound(const std::vector<RequestMeta>& uncached, const std::vector<uint32_t>& stale,
                         std::vector<Response>* responses, std::vector<uint32_t>* evict);
   void RevertCachedAt(uint32_t position);
+  void UncacheStalled();
   void DrainControl();
   ControlMessage AwaitControl(int from, uint32_t type);
   void Fail(const Status& status);
@@ -165,6 +170,8 @@ class Engine {
   HandleTable handles_;
   Counters counters_;
   std::unique_ptr<Timeline> timeline_;
+  StallInspector stall_;
+  FaultInjector faults_;
 
   // Shared between adapters and the loop.
   mutable std::mutex queue_mu_;

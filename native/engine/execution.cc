@@ -5,6 +5,8 @@
 
 #include "common/logging.h"
 #include "engine/engine.h"
+#include "kernels/hash.h"
+#include "ops/verify.h"
 
 namespace herring {
 namespace {
@@ -25,7 +27,7 @@ bool Fusable(const Response& a, const Response& b) {
 
 ExecContext Engine::MakeContext(ProcessSet& set, uint32_t unit) {
   return ExecContext{config_, *transport_, set, topo_, rank(), MakeTagBase(cycle_, unit), counters_,
-                     [this] { return CheckAbort(); }, timeline_.get(), ""};
+                     [this] { return CheckAbort(); }, timeline_.get(), "", &faults_};
 }
 
 void Engine::Execute(const std::vector<Response>& ready) {
@@ -132,6 +134,11 @@ void Engine::ExecuteAllreduceBatch(const std::vector<const Response*>& responses
                       std::string(impl) + ", " + std::to_string(batch.total_bytes()) + " bytes in " + ctx.lane);
     }
   }
+  if (config_.verify) {
+    uint64_t h = 0;
+    for (const auto& e : batch.entries) h = HashBytes(e.output, e.count * esz, h);
+    VerifyIdenticalOnMembers(ctx, h, "allreduce of '" + batch.label + "'");
+  }
   counters_.fused_buffers++;
   counters_.allreduce_bytes += batch.total_bytes();
   for (const Response* r : responses) {
@@ -189,6 +196,16 @@ void Engine::ExecuteOne(const Response& r, uint32_t unit) {
   {
     TimelinePhase phase(timeline_.get(), r.name, OpTypeName(r.type));
     ops_->Run(r.type, ctx, r, io, &result);
+  }
+  if (config_.verify && (r.type == OpType::kBroadcast || r.type == OpType::kAllgather)) {
+    uint64_t h = 0;
+    const size_t esz = ElementSize(r.dtype);
+    if (r.type == OpType::kBroadcast) {
+      for (size_t t = 0; t < r.shapes.size(); ++t) h = HashBytes(io.outputs[t], NumElements(r.shapes[t]) * esz, h);
+    } else {
+      for (const auto& out : result.outputs) h = HashBytes(out->data(), out->size(), h);
+    }
+    VerifyIdenticalOnMembers(ctx, h, std::string(OpTypeName(r.type)) + " of '" + r.name + "'");
   }
   Finish(r, std::move(result));
 }

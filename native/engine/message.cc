@@ -72,6 +72,7 @@ void EncodeRequest(const RequestMeta& q, WireWriter* w) {
   }
   w->I32s(q.set_ranks);
   w->I32(q.set_id);
+  w->U32(q.waited_ms);
 }
 
 RequestMeta DecodeRequest(WireReader* r) {
@@ -93,6 +94,7 @@ RequestMeta DecodeRequest(WireReader* r) {
   }
   q.set_ranks = r->I32s();
   q.set_id = r->I32();
+  q.waited_ms = r->U32();
   return q;
 }
 

@@ -46,6 +46,7 @@ struct RequestMeta {
   std::vector<TensorMeta> tensors;
   std::vector<int32_t> set_ranks;    // process-set changes: the ranks of the set
   int32_t set_id = -1;               // remove: the id of the set
+  uint32_t waited_ms = 0;            // how long the submitter had it pending when it sent it
 };
 
 // The agreed form of a collective. per_member holds what legitimately differs between members:

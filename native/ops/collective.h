@@ -14,6 +14,7 @@
 #include "common/reduce_op.h"
 #include "engine/counters.h"
 #include "engine/process_sets.h"
+#include "engine/fault_injector.h"
 #include "engine/timeline.h"
 #include "engine/topology.h"
 #include "transport/tcp_transport.h"
@@ -31,6 +32,7 @@ struct ExecContext {
   std::function<Status()> check_abort;
   Timeline* timeline = nullptr;  // null: timeline off
   std::string lane;              // the timeline lane of this execution (its tensor names)
+  FaultInjector* faults = nullptr;
 
   static constexpr int kSubTagBits = 20;
   uint64_t Tag(uint64_t sub) const;

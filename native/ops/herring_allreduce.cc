@@ -31,7 +31,7 @@ void CheckArena(const Status& s, const std::string& step) {
 }  // namespace
 
 bool HerringAllreduce::Enabled(const ExecContext& ctx, const AllreduceBatch& batch) const {
-  return ctx.n() > 1 && ctx.set.servers.shard_member.size() <= 512;
+  return ctx.n() > 1 && ctx.set.servers.shard_member.size() < 512;  // sub-tag space, see ShardTag
 }
 
 void HerringAllreduce::Execute(ExecContext& ctx, AllreduceBatch& batch) {
@@ -62,6 +62,7 @@ void HerringAllreduce::ReduceChunk(ExecContext& ctx, AllreduceBatch& batch, int6
   // 1. Stage my data (prescaled) where my neighbours can read it.
   {
     TimelinePhase phase(ctx.timeline, ctx.lane, "GATHER_INTO_SHM");
+    if (ctx.faults) ctx.faults->At("gather", &ctx.net);
     batch.GatherInputs(begin, end, slot, batch.prescale);
   }
 
@@ -70,6 +71,7 @@ void HerringAllreduce::ReduceChunk(ExecContext& ctx, AllreduceBatch& batch, int6
   const ElementRange mine = slices[me];
   if (arena) {
     TimelinePhase phase(ctx.timeline, ctx.lane, "SHM_REDUCE_SCATTER");
+    if (ctx.faults) ctx.faults->At("shm", &ctx.net);
     arena->Publish(kInputReady, seq);
     CheckArena(arena->WaitAll(kInputReady, seq, ctx.StepDeadline()), "staging in shared memory");
     // Nobody may still be copying out the previous chunk's result that I am about to overwrite.
@@ -95,6 +97,9 @@ void HerringAllreduce::ReduceChunk(ExecContext& ctx, AllreduceBatch& batch, int6
     CheckArena(arena->WaitAll(kSliceDone, seq, ctx.StepDeadline()), "all-gather in shared memory");
   }
   batch.ScatterOutputs(begin, end, result, batch.postscale);
+  if (ctx.faults && !batch.entries.empty()) {
+    ctx.faults->At("scatter", &ctx.net, batch.entries[0].output, batch.entries[0].count ? 1 : 0);
+  }
   if (arena) arena->Publish(kConsumed, seq);
 }
 
@@ -111,6 +116,7 @@ void HerringAllreduce::AcrossHosts(ExecContext& ctx, const AllreduceBatch& batch
   }
   const ElementRange mine = host_slices[ctx.set.my_host][ctx.set.my_local_index];
 
+  if (ctx.faults) ctx.faults->At("push", &ctx.net);
   std::vector<CompletionPtr> transfers;
   // Push my slice, cut along the shard ranges, and post the receives of the sums.
   for (int s = 0; s < servers.map.num_shards(); ++s) {
@@ -152,6 +158,7 @@ void HerringAllreduce::AcrossHosts(ExecContext& ctx, const AllreduceBatch& batch
     served.push_back(sv);
   }
   WaitTransfers(incoming, ctx, "server shard receiving pushes of '" + batch.label + "'");
+  if (ctx.faults && !served.empty()) ctx.faults->At("serve", &ctx.net);
   for (const Served& sv : served) {
     const ElementRange r = ranges[sv.shard];
     std::vector<const void*> srcs(num_hosts);
@@ -167,6 +174,7 @@ void HerringAllreduce::AcrossHosts(ExecContext& ctx, const AllreduceBatch& batch
     }
     ctx.counters.server_ranges++;
   }
+  if (ctx.faults) ctx.faults->At("pull", &ctx.net);
   WaitTransfers(transfers, ctx, "push/pull of '" + batch.label + "' with the server shards");
 }
 

@@ -4,6 +4,8 @@
 
 #include "engine/control_messages.h"
 #include "engine/coordinator.h"
+#include "engine/fault_injector.h"
+#include "engine/stall_inspector.h"
 #include "engine/response_cache.h"
 #include "engine/wire.h"
 #include "ps/partition_map.h"
@@ -228,4 +230,42 @@ TEST(EngineWireRejectsTruncatedAndHugeCounts) {
     threw = std::string(e.what()).find("count exceeds message") != std::string::npos;
   }
   EXPECT_TRUE(threw);
+}
+
+TEST(EngineFaultInjectorParsesAndArmsOnlyItsRank) {
+  EXPECT_TRUE(FaultInjector("kill:push:2", 2).armed());
+  EXPECT_TRUE(!FaultInjector("kill:push:2", 1).armed());
+  EXPECT_TRUE(!FaultInjector("", 0).armed());
+  for (const char* bad : {"kill:push", "explode:push:1", "kill:nowhere:1", "kill:push:x", "kill:push:1:0"}) {
+    bool threw = false;
+    try {
+      FaultInjector f(bad, 1);
+    } catch (const Error& e) {
+      threw = std::string(e.what()).find("HERRING_FAULT") != std::string::npos;
+    }
+    EXPECT_TRUE(threw);
+  }
+  // "corrupt" flips one bit of the given result, on the configured occurrence only.
+  FaultInjector corrupt("corrupt:scatter:0:2", 0);
+  unsigned char byte = 0x10;
+  corrupt.At("scatter", nullptr, &byte, 1);
+  EXPECT_EQ(int(byte), 0x10);
+  corrupt.At("scatter", nullptr, &byte, 1);
+  EXPECT_EQ(int(byte), 0x11);
+}
+
+TEST(EngineStallInspectorReportsMissingRanksAndShutsDown) {
+  auto set = World(3);
+  ProcessSetTable table;
+  table.Add(std::move(set));
+  Coordinator c(3, &table);
+  auto q = Allreduce("late", 0, {1});
+  q.waited_ms = 5000;  // it had waited on its rank before reaching the coordinator
+  c.Submit(q);
+  Config cfg = Config::FromEnvironment({{"HOROVOD_STALL_CHECK_TIME_SECONDS", "2"},
+                                        {"HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "4"}});
+  StallInspector inspector(cfg);
+  Status s = inspector.Inspect(c);
+  EXPECT_TRUE(s.code() == StatusCode::kAborted);
+  EXPECT_TRUE(Contains(s.message(), "1: ['late'] 2: ['late']"));
 }

@@ -1322,3 +1322,15 @@ TEST(TransportAbortMessageFromPeerFailsPendingTransfersAtOnce) {
   EXPECT_EQ(m.type, uint32_t(77));
   mesh->Close();
 }
+
+TEST(TransportResetConnectionsLooksLikeACrashToPeers) {
+  auto mesh = MakeMesh(2);
+  ASSERT_TRUE(mesh != nullptr);
+  std::vector<uint8_t> got(10);
+  CompletionPtr r = (*mesh)[1].Recv(0, 1, got.data(), got.size());
+  (*mesh)[0].ResetConnections();
+  Status rs = WaitOne(r, 5);
+  EXPECT_TRUE(rs.code() == StatusCode::kPeerLost);  // not an orderly shutdown
+  EXPECT_TRUE(rs.message().find("rank 0") != std::string::npos);
+  mesh->Close();
+}

@@ -36,7 +36,7 @@ void TcpTransport::Impl::FailTransport(const std::string& what) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (abort_.ok()) abort_ = status;
-    if (first_failure_.ok()) first_failure_ = status;
+    RecordFailureLocked(status);
     for (auto& p : peers_) {
       if (p->status.ok() && p->rank != opts_.rank) p->status = status;
     }
@@ -360,7 +360,12 @@ void TcpTransport::Impl::FinishChunk(Stream* s) {
 void TcpTransport::Impl::DeliverControl(Stream* s) {
   const uint32_t type = static_cast<uint32_t>(s->frame.tag);
   if (opts_.abort_control_type != 0 && type == opts_.abort_control_type) {
-    Abort(Status::Aborted("rank " + std::to_string(s->peer->rank) + " aborted the job: " + s->control));
+    Status reason = Status::Aborted("rank " + std::to_string(s->peer->rank) + " aborted the job: " + s->control);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      RecordFailureLocked(reason);
+    }
+    Abort(reason);
   }
   {
     std::lock_guard<std::mutex> lock(inbox_mu_);
@@ -391,7 +396,7 @@ void TcpTransport::Impl::LosePeer(Peer* p, const Status& status) {
     std::lock_guard<std::mutex> lock(mu_);
     if (!p->status.ok()) return;
     p->status = status;
-    if (first_failure_.ok()) first_failure_ = status;
+    RecordFailureLocked(status);
   }
   if (status.code() == StatusCode::kShutdown) {
     HLOG(Info) << status.message();
@@ -464,6 +469,19 @@ void TcpTransport::Impl::AcceptAndDropStrangers() {
 void TcpTransport::Impl::BeginClosing() {
   closing_ = true;
   closing_deadline_ = Clock::now() + kCloseFlushTimeout;
+  if (reset_requested_.load()) {
+    // Fault injection: vanish like a crashed host. No goodbye; closing with a zero linger makes
+    // the kernel answer with RST.
+    closing_deadline_ = Clock::now();
+    linger zero{1, 0};
+    for (auto& p : peers_) {
+      for (auto& s : p->streams) {
+        if (s->fd >= 0) setsockopt(s->fd, SOL_SOCKET, SO_LINGER, &zero, sizeof zero);
+      }
+    }
+    FailPending(Status::Aborted(RankText(opts_.rank) + ": connections reset (fault injection)"), -1);
+    return;
+  }
   FailPending(Status::Shutdown(RankText(opts_.rank) +
                                ": the transport was closed while this transfer was pending"),
               -1);

@@ -506,6 +506,15 @@ Status TcpTransport::Impl::PeerStatus(int peer) const {
   return peers_[peer]->status;
 }
 
+void TcpTransport::Impl::RecordFailureLocked(const Status& status) {
+  // An orderly shutdown of a peer is the least telling failure: a crash, a reset or an abort
+  // reason from a peer that came later explains more, so it replaces it.
+  if (first_failure_.ok() ||
+      (first_failure_.code() == StatusCode::kShutdown && status.code() != StatusCode::kShutdown)) {
+    first_failure_ = status;
+  }
+}
+
 Status TcpTransport::Impl::FirstFailure() const {
   std::lock_guard<std::mutex> lock(mu_);
   return first_failure_;
@@ -620,6 +629,7 @@ Endpoint TcpTransport::listen_endpoint() const { return impl_->listen_endpoint()
 int TcpTransport::rank() const { return impl_->rank(); }
 int TcpTransport::size() const { return impl_->size(); }
 void TcpTransport::set_job_token(uint64_t token) { impl_->set_job_token(token); }
+void TcpTransport::ResetConnections() { impl_->ResetConnections(); }
 
 void TcpTransport::ConnectMesh(const std::vector<Endpoint>& endpoints, Deadline deadline) {
   impl_->ConnectMesh(endpoints, deadline);

@@ -90,7 +90,8 @@ class TcpTransport {
 
   // OK while the peer is connected; otherwise PeerLost / Shutdown with the reason.
   Status PeerStatus(int peer) const;
-  // The first peer failure observed (OK if none).
+  // The first failure observed (OK if none); a peer's orderly shutdown is superseded by a later
+  // crash, reset or abort reason, which says more about what went wrong.
   Status FirstFailure() const;
 
   // Fails every pending and future Send/Recv with `reason`. Control messages still flow, so the
@@ -98,6 +99,9 @@ class TcpTransport {
   void Abort(const Status& reason);
   // Says goodbye on every connection, closes them and joins the I/O thread. Idempotent.
   void Close();
+  // Fault injection: closes every connection with a TCP reset and no goodbye, as a host that
+  // crashed or lost its network would look to the peers.
+  void ResetConnections();
 
   struct Stats {
     uint64_t bytes_sent = 0;

@@ -116,12 +116,17 @@ class TcpTransport::Impl {
 
   void ConnectMesh(const std::vector<Endpoint>& endpoints, Deadline deadline);
   void set_job_token(uint64_t token) { job_token_ = token; }
+  void ResetConnections() {
+    reset_requested_ = true;
+    Close();
+  }
   CompletionPtr Send(int peer, uint64_t tag, const void* data, size_t bytes);
   CompletionPtr Recv(int peer, uint64_t tag, void* data, size_t bytes);
   void SendControl(int peer, uint32_t type, const std::string& payload);
   bool PopControl(ControlMessage* out);
   Status PeerStatus(int peer) const;
   Status FirstFailure() const;
+  void RecordFailureLocked(const Status& status);  // mu_ held
   void Abort(const Status& reason);
   void Close();
   Stats stats() const;
@@ -185,6 +190,7 @@ class TcpTransport::Impl {
   std::atomic<bool> connected_{false};        // the mesh is built and the I/O thread runs
   std::thread io_thread_;
   std::atomic<bool> stop_requested_{false};
+  std::atomic<bool> reset_requested_{false};
   std::atomic<bool> notify_requested_{false};    // fire on_event from the I/O thread
   std::atomic<bool> check_write_errors_{false};  // a caller thread's direct write failed
 
