@@ -38,69 +38,110 @@ void HerringAllreduce::Execute(ExecContext& ctx, AllreduceBatch& batch) {
   const int64_t total = batch.total_count();
   if (total == 0) return;
   const size_t esz = ElementSize(batch.dtype);
+  // A chunk is one of kPipelineDepth sub-slots: small enough that a chunk's copy-in, reduction and
+  // copy-out find it in the shared L3 cache, deep enough that ranks rarely wait for each other.
   const size_t slot_bytes = ctx.set.arena ? ctx.set.arena->slot_bytes() : ctx.config.shm_slot_bytes;
-  int64_t chunk_elems = static_cast<int64_t>(slot_bytes / esz);
-  chunk_elems -= chunk_elems % AlignElements(batch.dtype);
-  int64_t chunk = 0;
-  for (int64_t begin = 0; begin < total; begin += chunk_elems, ++chunk) {
-    ReduceChunk(ctx, batch, chunk, begin, std::min(total, begin + chunk_elems));
+  int64_t chunk_elems = static_cast<int64_t>(slot_bytes / kPipelineDepth / esz);
+  chunk_elems = std::max<int64_t>(AlignElements(batch.dtype), chunk_elems - chunk_elems % AlignElements(batch.dtype));
+  const int64_t chunks = (total + chunk_elems - 1) / chunk_elems;
+  if (ctx.set.arena) {
+    PipelineThroughSharedMemory(ctx, batch, chunk_elems, chunks);
+  } else {
+    // Alone on this host: nothing to share; chunks go through a private buffer to the servers.
+    uint8_t* buf = private_slot_.Get(chunk_elems * esz);
+    for (int64_t c = 0; c < chunks; ++c) {
+      const int64_t begin = c * chunk_elems, end = std::min(total, begin + chunk_elems);
+      {
+        TimelinePhase phase(ctx.timeline, ctx.lane, "GATHER");
+        if (ctx.faults) ctx.faults->At("gather", &ctx.net);
+        batch.GatherInputs(begin, end, buf, batch.prescale);
+      }
+      {
+        TimelinePhase phase(ctx.timeline, ctx.lane, "PUSH_PULL_SERVERS");
+        AcrossHosts(ctx, batch, c, end - begin, buf);
+      }
+      TimelinePhase phase(ctx.timeline, ctx.lane, "COPY_OUT");
+      batch.ScatterOutputs(begin, end, buf, batch.postscale);
+      if (ctx.faults) ctx.faults->At("scatter", &ctx.net, batch.entries[0].output, batch.entries[0].count ? 1 : 0);
+    }
   }
   ctx.counters.herring_allreduces++;
 }
 
-void HerringAllreduce::ReduceChunk(ExecContext& ctx, AllreduceBatch& batch, int64_t chunk_index,
-                                   int64_t begin, int64_t end) {
-  const int64_t n = end - begin;
+void HerringAllreduce::PipelineThroughSharedMemory(ExecContext& ctx, AllreduceBatch& batch, int64_t chunk_elems,
+                                                   int64_t chunks) {
+  const int64_t total = batch.total_count();
   const size_t esz = ElementSize(batch.dtype);
-  ShmArena* arena = ctx.set.arena.get();
+  ShmArena& arena = *ctx.set.arena;
   const int local_size = static_cast<int>(ctx.set.local_members().size());
   const int me = ctx.set.my_local_index;
-  uint8_t* slot = arena ? arena->slot(me) : private_slot_.Get(n * esz);
-  uint8_t* result = arena ? arena->result() : slot;
-  const uint64_t seq = arena ? ++ctx.set.arena_sequence : 0;
+  const size_t sub_slot_bytes = chunk_elems * esz;
+  // Every member runs the same batches in the same order, so sequence numbers agree.
+  const uint64_t base = ctx.set.arena_sequence;
+  ctx.set.arena_sequence += chunks;
+  auto seq = [&](int64_t c) { return base + static_cast<uint64_t>(c) + 1; };
+  auto offset = [&](int64_t c) { return (seq(c) % kPipelineDepth) * sub_slot_bytes; };
+  auto range = [&](int64_t c) { return ElementRange{c * chunk_elems, std::min(total, (c + 1) * chunk_elems)}; };
+  auto check = [](const Status& s, const char* step) { CheckArena(s, step); };
 
-  // 1. Stage my data (prescaled) where my neighbours can read it.
-  {
+  // Stage 1: my chunk into my sub-slot, once every owner finished reading it kPipelineDepth ago.
+  auto copy_in = [&](int64_t c) {
     TimelinePhase phase(ctx.timeline, ctx.lane, "GATHER_INTO_SHM");
     if (ctx.faults) ctx.faults->At("gather", &ctx.net);
-    batch.GatherInputs(begin, end, slot, batch.prescale);
-  }
-
-  // 2. Reduce-scatter inside the host: I own slice `me` of the chunk.
-  auto slices = SplitEvenly(n, local_size, AlignElements(batch.dtype));
-  const ElementRange mine = slices[me];
-  if (arena) {
-    TimelinePhase phase(ctx.timeline, ctx.lane, "SHM_REDUCE_SCATTER");
-    if (ctx.faults) ctx.faults->At("shm", &ctx.net);
-    arena->Publish(kInputReady, seq);
-    CheckArena(arena->WaitAll(kInputReady, seq, ctx.StepDeadline()), "staging in shared memory");
-    // Nobody may still be copying out the previous chunk's result that I am about to overwrite.
-    if (seq > 1) CheckArena(arena->WaitAll(kConsumed, seq - 1, ctx.StepDeadline()), "shared-memory reuse");
-    if (!mine.empty()) {
-      std::vector<const void*> srcs(local_size);
-      for (int i = 0; i < local_size; ++i) srcs[i] = arena->slot(i) + mine.begin * esz;
-      ReduceInto(result + mine.begin * esz, srcs.data(), local_size, mine.size(), batch.dtype, batch.op);
+    if (seq(c) > kPipelineDepth) {
+      check(arena.WaitAll(kSliceDone, seq(c) - kPipelineDepth, ctx.StepDeadline()), "shared-memory slot reuse");
     }
-    ctx.counters.shm_chunks++;
-  }
+    const ElementRange r = range(c);
+    batch.GatherInputs(r.begin, r.end, arena.slot(me) + offset(c), batch.prescale);
+    arena.Publish(kInputReady, seq(c));
+  };
+  // Stage 2: reduce my slice of everyone's chunk (in local order), then across hosts.
+  auto reduce = [&](int64_t c) {
+    const ElementRange r = range(c);
+    uint8_t* result = arena.result() + offset(c);
+    {
+      TimelinePhase phase(ctx.timeline, ctx.lane, "SHM_REDUCE_SCATTER");
+      if (ctx.faults) ctx.faults->At("shm", &ctx.net);
+      check(arena.WaitAll(kInputReady, seq(c), ctx.StepDeadline()), "staging in shared memory");
+      if (seq(c) > kPipelineDepth) {
+        check(arena.WaitAll(kConsumed, seq(c) - kPipelineDepth, ctx.StepDeadline()), "shared-memory result reuse");
+      }
+      const ElementRange mine = SplitEvenly(r.size(), local_size, AlignElements(batch.dtype))[me];
+      if (!mine.empty()) {
+        std::vector<const void*> srcs(local_size);
+        for (int i = 0; i < local_size; ++i) srcs[i] = arena.slot(i) + offset(c) + mine.begin * esz;
+        ReduceInto(result + mine.begin * esz, srcs.data(), local_size, mine.size(), batch.dtype, batch.op);
+      }
+      ctx.counters.shm_chunks++;
+    }
+    if (ctx.set.hosts.size() > 1) {
+      TimelinePhase phase(ctx.timeline, ctx.lane, "PUSH_PULL_SERVERS");
+      AcrossHosts(ctx, batch, c, r.size(), result);
+    }
+    arena.Publish(kSliceDone, seq(c));
+  };
+  // Stage 3: the whole reduced chunk out to my tensors.
+  auto copy_out = [&](int64_t c) {
+    TimelinePhase phase(ctx.timeline, ctx.lane, "COPY_OUT");
+    check(arena.WaitAll(kSliceDone, seq(c), ctx.StepDeadline()), "all-gather in shared memory");
+    const ElementRange r = range(c);
+    batch.ScatterOutputs(r.begin, r.end, arena.result() + offset(c), batch.postscale);
+    if (ctx.faults && !batch.entries.empty()) {
+      ctx.faults->At("scatter", &ctx.net, batch.entries[0].output, batch.entries[0].count ? 1 : 0);
+    }
+    arena.Publish(kConsumed, seq(c));
+  };
 
-  // 3. Across hosts through the server shards.
-  if (ctx.set.hosts.size() > 1) {
-    TimelinePhase phase(ctx.timeline, ctx.lane, "PUSH_PULL_SERVERS");
-    AcrossHosts(ctx, batch, chunk_index, n, result);
+  // Software pipeline: while the others still reduce chunk c, stage chunk c + 1 and copy out
+  // chunk c - 1. Each stage only waits for what other ranks did earlier in their own program
+  // order, so this cannot deadlock (kPipelineDepth >= 3).
+  copy_in(0);
+  for (int64_t c = 0; c < chunks; ++c) {
+    if (c + 1 < chunks) copy_in(c + 1);
+    reduce(c);
+    if (c >= 1) copy_out(c - 1);
   }
-
-  // 4. All-gather inside the host.
-  TimelinePhase phase(ctx.timeline, ctx.lane, "COPY_OUT");
-  if (arena) {
-    arena->Publish(kSliceDone, seq);
-    CheckArena(arena->WaitAll(kSliceDone, seq, ctx.StepDeadline()), "all-gather in shared memory");
-  }
-  batch.ScatterOutputs(begin, end, result, batch.postscale);
-  if (ctx.faults && !batch.entries.empty()) {
-    ctx.faults->At("scatter", &ctx.net, batch.entries[0].output, batch.entries[0].count ? 1 : 0);
-  }
-  if (arena) arena->Publish(kConsumed, seq);
+  copy_out(chunks - 1);
 }
 
 void HerringAllreduce::AcrossHosts(ExecContext& ctx, const AllreduceBatch& batch, int64_t chunk_index,

@@ -5,7 +5,7 @@
 //      server shards owning those byte ranges; each shard sums the H host contributions in host
 //      order and sends the sum back (the "pull");
 //   4. all-gather inside the host: everyone copies the whole result out (postscaled).
-// Large buffers stream through the slots in chunks. Every element is reduced exactly once, by
+// Large buffers stream through the slots in chunks, pipelined (stage, reduce, copy out). Every element is reduced exactly once, by
 // one owner, in a fixed order, so the bits are identical on every rank and from run to run.
 #pragma once
 
@@ -21,8 +21,10 @@ class HerringAllreduce : public AllreduceImpl {
   void Execute(ExecContext& ctx, AllreduceBatch& batch) override;
 
  private:
-  void ReduceChunk(ExecContext& ctx, AllreduceBatch& batch, int64_t chunk_index, int64_t begin,
-                   int64_t end);
+  static constexpr uint64_t kPipelineDepth = 4;  // sub-slots per shared-memory slot
+
+  void PipelineThroughSharedMemory(ExecContext& ctx, AllreduceBatch& batch, int64_t chunk_elems,
+                                   int64_t chunks);
   // Step 3 for one chunk of n elements whose host-reduced slices are in `result`.
   void AcrossHosts(ExecContext& ctx, const AllreduceBatch& batch, int64_t chunk_index, int64_t n,
                    uint8_t* result);
