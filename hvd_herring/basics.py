@@ -58,6 +58,8 @@ class HerringBasics:
             self._engine = _native.Engine([list(ps.ranks) for ps in static_sets], self._epoch,
                                           bootstrap.exchange_function())
             self._epoch += 1
+            if self._engine.is_dedicated_server:
+                self._serve_and_exit()
             if not self._atexit_registered:
                 atexit.register(self.shutdown)
                 self._atexit_registered = True
@@ -67,6 +69,20 @@ class HerringBasics:
             if ps.process_set_id is None:
                 raise ValueError(
                     f"Horovod could not be initialized because process_sets entry number {i} is a duplicate: {ps}")
+
+    def _serve_and_exit(self):
+        """A dedicated server process (HERRING_DEDICATED_SERVERS) never returns to the training
+        script: it serves its shards until the workers shut the job down, then exits."""
+        import os
+        import sys
+        engine = self._engine
+        failure = engine.serve_until_shutdown()
+        engine.shutdown()
+        if failure:
+            print(f"hvd_herring dedicated server (process {engine.rank}): {failure}", file=sys.stderr)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(1 if failure else 0)
 
     def shutdown(self):
         with self._lock:

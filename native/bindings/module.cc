@@ -128,6 +128,11 @@ PYBIND11_MODULE(_native, m) {
            },
            py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("running", &Engine::running)
+      .def_property_readonly("is_dedicated_server", &Engine::is_dedicated_server)
+      .def("serve_until_shutdown", [](Engine& e) { return e.ServeUntilShutdown().message(); },
+           py::call_guard<py::gil_scoped_release>(),
+           "A dedicated server's life: returns when the job ends ('' after an orderly shutdown, "
+           "else the failure).")
       .def_property_readonly("rank", &Engine::rank)
       .def_property_readonly("size", &Engine::size)
       .def_property_readonly("local_rank", &Engine::local_rank)

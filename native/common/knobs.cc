@@ -45,6 +45,10 @@ const std::vector<KnobSpec>& AllKnobs() {
        "or `ring`.", true},
       {"HERRING_NUM_SERVERS", "0", "int",
        "Server shards the fused buffers are cut over; 0 means one per rank, colocated.", true},
+      {"HERRING_DEDICATED_SERVERS", "0", "int",
+       "The last N launched processes (e.g. the slots of server hosts in horovodrun -H) run only "
+       "server shards, as in Herring and BytePS; hvd.size() counts the others. 0: shards are "
+       "colocated with the workers.", true},
       {"HERRING_TCP_STREAMS", "2", "int", "TCP streams per peer for bulk data.", true},
       {"HERRING_TIMEOUT_SECONDS", "30", "seconds",
        "Deadline of every blocking step; a peer silent for this long is declared lost.", false},
@@ -129,6 +133,7 @@ Config Config::FromEnvironment(const std::map<std::string, std::string>& env) {
     KnobReader::Bad("HERRING_ALLREDUCE", algo, "herring or ring");
   }
   c.num_servers = static_cast<int>(r.Int("HERRING_NUM_SERVERS", 0));
+  c.dedicated_servers = static_cast<int>(r.Int("HERRING_DEDICATED_SERVERS", 0));
   c.tcp_streams = static_cast<int>(r.Int("HERRING_TCP_STREAMS", 1));
   c.timeout_seconds = r.Double("HERRING_TIMEOUT_SECONDS", 0.001);
   c.start_timeout_seconds = r.Double("HERRING_START_TIMEOUT_SECONDS", 0.001);

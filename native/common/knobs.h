@@ -29,6 +29,7 @@ struct Config {
   bool dynamic_process_sets;
   AllreduceAlgorithm allreduce;
   int num_servers;           // 0: one server shard per rank
+  int dedicated_servers;     // processes (the last launched) that only serve shards
   int tcp_streams;
   double timeout_seconds;
   double start_timeout_seconds;

@@ -160,7 +160,7 @@ std::vector<uint64_t> Engine::ReadyBits(bool has_uncached, bool has_stale) const
 }
 
 std::vector<uint64_t> Engine::AgreeOnBits(const std::vector<uint64_t>& mine) {
-  if (size() == 1) return mine;
+  if (world_size() == 1) return mine;
   if (rank() != 0) {
     transport_->SendControl(0, kContributeMessage, EncodeBits(cycle_, mine));
     uint64_t c;
@@ -169,15 +169,15 @@ std::vector<uint64_t> Engine::AgreeOnBits(const std::vector<uint64_t>& mine) {
     return agreed;
   }
   // Rank 0: invite the ranks that have not contributed yet, then AND everything.
-  std::vector<bool> contributed(size(), false);
+  std::vector<bool> contributed(world_size(), false);
   for (const auto& m : inbox_) {
     if (m.type == kContributeMessage && CycleOf(m.payload) == cycle_) contributed[m.from] = true;
   }
-  for (int r = 1; r < size(); ++r) {
+  for (int r = 1; r < world_size(); ++r) {
     if (!contributed[r]) transport_->SendControl(r, kBeginMessage, EncodeCycle(cycle_));
   }
   std::vector<uint64_t> agreed = mine;
-  for (int r = 1; r < size(); ++r) {
+  for (int r = 1; r < world_size(); ++r) {
     uint64_t c;
     auto theirs = DecodeBits(AwaitControl(r, kContributeMessage).payload, &c);
     if (theirs.size() != agreed.size()) {
@@ -186,7 +186,7 @@ std::vector<uint64_t> Engine::AgreeOnBits(const std::vector<uint64_t>& mine) {
     for (size_t w = 0; w < agreed.size(); ++w) agreed[w] &= theirs[w];
   }
   const std::string result = EncodeBits(cycle_, agreed);
-  for (int r = 1; r < size(); ++r) transport_->SendControl(r, kResultMessage, result);
+  for (int r = 1; r < world_size(); ++r) transport_->SendControl(r, kResultMessage, result);
   return agreed;
 }
 
@@ -201,7 +201,7 @@ void Engine::CoordinatorRound(const std::vector<RequestMeta>& uncached, const st
   }
   std::set<uint32_t> evicted(stale.begin(), stale.end());
   for (const auto& q : uncached) coordinator_->Submit(q);
-  for (int r = 1; r < size(); ++r) {
+  for (int r = 1; r < world_size(); ++r) {
     uint64_t c;
     std::vector<RequestMeta> theirs;
     std::vector<uint32_t> their_stale;
@@ -215,7 +215,7 @@ void Engine::CoordinatorRound(const std::vector<RequestMeta>& uncached, const st
   *responses = coordinator_->TakeReady();
   evict->assign(evicted.begin(), evicted.end());
   const std::string message = EncodeResponses(cycle_, *responses, *evict);
-  for (int r = 1; r < size(); ++r) transport_->SendControl(r, kResponsesMessage, message);
+  for (int r = 1; r < world_size(); ++r) transport_->SendControl(r, kResponsesMessage, message);
 }
 
 ControlMessage Engine::AwaitControl(int from, uint32_t type) {
@@ -231,7 +231,12 @@ ControlMessage Engine::AwaitControl(int from, uint32_t type) {
       }
     }
     Status f = transport_->PeerStatus(from);
-    if (f.ok()) f = transport_->FirstFailure();
+    if (f.ok()) {
+      f = transport_->FirstFailure();
+      // Another rank that said goodbye may have seen this cycle's shutdown agreement before us;
+      // only the rank we wait for leaving is an error here.
+      if (f.code() == StatusCode::kShutdown) f = Status::OK();
+    }
     if (!f.ok()) throw Error(f);
     std::unique_lock<std::mutex> lock(wake_mu_);
     wake_cv_.wait_for(lock, std::chrono::seconds(1), [this] { return wake_pending_; });

@@ -95,6 +95,11 @@ Engine::Engine(EngineOptions options)
   Rendezvous(options, deadline);
   ops_ = std::make_unique<OperationManager>(config_);
   timeline_ = Timeline::Open(config_.timeline, rank());
+  if (size() < 1) {
+    throw Error(Status::InvalidArgument("HERRING_DEDICATED_SERVERS=" + std::to_string(config_.dedicated_servers) +
+                                        " leaves no worker among the " + std::to_string(world_size()) +
+                                        " launched processes"));
+  }
   std::vector<int> everyone(size());
   for (int r = 0; r < size(); ++r) everyone[r] = r;
   CreateProcessSet(0, everyone, deadline);
@@ -144,7 +149,7 @@ void Engine::Rendezvous(const EngineOptions& options, Deadline deadline) {
 
   TransportOptions topts;
   topts.rank = rank();
-  topts.size = size();
+  topts.size = world_size();
   topts.bind_ip = ip;
   topts.data_streams = config_.tcp_streams;
   topts.chunk_bytes = config_.chunk_bytes;
@@ -159,23 +164,23 @@ void Engine::Rendezvous(const EngineOptions& options, Deadline deadline) {
     texts = options.exchange(mine.Encode());
   } else if (launch_.launcher == Launcher::kHorovodrun) {
     HttpStore store(launch_.rendezvous_addr, launch_.rendezvous_port, "herring");
-    texts = store.AllGather("e" + std::to_string(epoch_), rank(), size(), mine.Encode(), deadline);
-  } else if (size() == 1) {
+    texts = store.AllGather("e" + std::to_string(epoch_), rank(), world_size(), mine.Encode(), deadline);
+  } else if (world_size() == 1) {
     texts = {mine.Encode()};
   } else {
     throw Error(Status::InvalidArgument(std::string("launched by ") + launcher() +
                                         " with no way to exchange endpoints (mpirun needs mpi4py)"));
   }
-  if (static_cast<int>(texts.size()) != size()) {
+  if (static_cast<int>(texts.size()) != world_size()) {
     throw Error(Status::Internal("rendezvous returned " + std::to_string(texts.size()) + " records for " +
-                                 std::to_string(size()) + " ranks"));
+                                 std::to_string(world_size()) + " processes"));
   }
   std::vector<Record> records;
-  for (int r = 0; r < size(); ++r) records.push_back(Record::Decode(texts[r], r));
+  for (int r = 0; r < world_size(); ++r) records.push_back(Record::Decode(texts[r], r));
 
   // Knobs that change what goes on the wire must agree; say which one and who differs.
   auto reference = ParseFingerprint(records[0].fingerprint);
-  for (int r = 1; r < size(); ++r) {
+  for (int r = 1; r < world_size(); ++r) {
     auto theirs = ParseFingerprint(records[r].fingerprint);
     for (const auto& kv : reference) {
       if (theirs[kv.first] != kv.second) {
@@ -198,10 +203,19 @@ void Engine::Rendezvous(const EngineOptions& options, Deadline deadline) {
   transport_->ConnectMesh(endpoints, deadline);
 }
 
-int Engine::local_rank() const { return topo_.local_index(rank()); }
-int Engine::local_size() const { return static_cast<int>(topo_.ranks_on_host(topo_.host_of(rank())).size()); }
-int Engine::cross_rank() const { return topo_.host_of(rank()); }
-int Engine::cross_size() const { return topo_.num_hosts(); }
+// Horovod's local and cross ranks count workers only (the global process set's layout).
+int Engine::local_rank() const { return is_dedicated_server() ? -1 : global_set_->my_local_index; }
+int Engine::local_size() const {
+  return is_dedicated_server() ? 0 : static_cast<int>(global_set_->local_members().size());
+}
+int Engine::cross_rank() const { return is_dedicated_server() ? -1 : global_set_->my_host; }
+int Engine::cross_size() const { return static_cast<int>(global_set_->hosts.size()); }
+
+Status Engine::ServeUntilShutdown() {
+  std::unique_lock<std::mutex> lock(loop_done_mu_);
+  loop_done_cv_.wait(lock, [this] { return loop_done_; });
+  return failure();
+}
 
 std::string Engine::ArenaName(int32_t set_id) const {
   return "/herring." + HexId(job_id_) + "." + std::to_string(set_id) + "." +
@@ -210,7 +224,13 @@ std::string Engine::ArenaName(int32_t set_id) const {
 
 void Engine::CreateProcessSet(int32_t id, const std::vector<int>& ranks, Deadline deadline) {
   auto set = ProcessSetTable::Make(id, ranks, rank(), topo_);
-  set->servers = ServerLayout::Colocated(set->hosts, config_.num_servers);
+  if (config_.dedicated_servers > 0) {
+    std::vector<int> servers;
+    for (int r = size(); r < world_size(); ++r) servers.push_back(r);
+    set->servers = ServerLayout::Dedicated(servers);
+  } else {
+    set->servers = ServerLayout::Colocated(set->hosts, set->ranks, config_.num_servers);
+  }
   if (set->my_index >= 0 && set->local_members().size() > 1) {
     ShmArenaOptions o;
     o.name = ArenaName(id);
@@ -222,6 +242,7 @@ void Engine::CreateProcessSet(int32_t id, const std::vector<int>& ranks, Deadlin
     set->arena = ShmArena::Attach(o);
   }
   std::lock_guard<std::mutex> lock(sets_mu_);
+  if (id == 0) global_set_ = set.get();
   sets_.Add(std::move(set));
 }
 
@@ -398,7 +419,7 @@ void Engine::Fail(const Status& status) {
   stopped_ = true;
   if (transport_) {
     transport_->Abort(status);
-    for (int r = 0; r < size(); ++r) {
+    for (int r = 0; r < world_size(); ++r) {
       if (r != rank() && transport_->PeerStatus(r).ok()) transport_->SendControl(r, kAbortMessage, status.message());
     }
   }

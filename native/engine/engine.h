@@ -86,7 +86,14 @@ class Engine {
   bool running() const;
 
   int rank() const { return launch_.rank; }
-  int size() const { return launch_.size; }
+  // Workers: what Horovod calls the job's size. Dedicated servers, if any, come after them.
+  int size() const { return launch_.size - config_.dedicated_servers; }
+  // Every process of the job, workers and dedicated servers: all take part in negotiation.
+  int world_size() const { return launch_.size; }
+  bool is_dedicated_server() const { return rank() >= size(); }
+  // A dedicated server's whole life after init: serves until the job shuts down or fails.
+  // Returns the job's failure (OK after an orderly shutdown).
+  Status ServeUntilShutdown();
   int local_rank() const;
   int local_size() const;
   int cross_rank() const;
@@ -150,6 +157,7 @@ class Engine {
   // Execution (execution.cc).
   void Execute(const std::vector<Response>& ready);
   void ExecuteAllreduceBatch(const std::vector<const Response*>& responses, uint32_t unit);
+  void ServeAllreduceBatch(const std::vector<const Response*>& responses, uint32_t unit);
   void ExecuteOne(const Response& response, uint32_t unit);
   void ApplyProcessSetChange(const Response& response);
   Pending* FindPending(const Response& response);
@@ -164,6 +172,7 @@ class Engine {
   std::unique_ptr<TcpTransport> transport_;
   mutable std::mutex sets_mu_;  // guards the table's structure: adapters look sets up
   ProcessSetTable sets_;
+  const ProcessSet* global_set_ = nullptr;  // id 0: every worker
   ResponseCache cache_;
   std::unique_ptr<Coordinator> coordinator_;  // rank 0 only
   std::unique_ptr<OperationManager> ops_;

@@ -44,7 +44,10 @@ void Engine::Execute(const std::vector<Response>& ready) {
       continue;
     }
     const ProcessSet* set = sets_.Find(r.process_set);
-    if (set == nullptr || !set->contains(rank())) continue;
+    if (set == nullptr) continue;
+    const bool member = set->contains(rank());
+    const bool serves = is_dedicated_server() && set->servers.dedicated && set->hosts.size() > 1;
+    if (!member && !(serves && r.ok() && r.type == OpType::kAllreduce)) continue;
     if (!r.ok() || r.type != OpType::kAllreduce) {
       ExecuteOne(r, unit);
       continue;
@@ -61,8 +64,29 @@ void Engine::Execute(const std::vector<Response>& ready) {
         done[j] = true;
       }
     }
-    ExecuteAllreduceBatch(batch, unit);
+    if (member) {
+      ExecuteAllreduceBatch(batch, unit);
+    } else {
+      ServeAllreduceBatch(batch, unit);
+    }
   }
+}
+
+void Engine::ServeAllreduceBatch(const std::vector<const Response*>& responses, uint32_t unit) {
+  // The same fusion every member computed, with no tensors: a server needs the layout only.
+  const Response& first = *responses.front();
+  ProcessSet& set = *sets_.Find(first.process_set);
+  AllreduceBatch batch;
+  batch.dtype = first.dtype;
+  batch.op = ExecutedOp(first.reduce_op);
+  for (const Response* r : responses) {
+    for (const auto& shape : r->shapes) batch.entries.push_back({nullptr, nullptr, NumElements(shape)});
+    batch.label += (batch.label.empty() ? "" : ", ") + r->name;
+  }
+  ExecContext ctx = MakeContext(set, unit);
+  ctx.lane = "served: " + first.name + (responses.size() > 1 ? " +" + std::to_string(responses.size() - 1) : "");
+  TimelinePhase phase(timeline_.get(), ctx.lane, "SERVE");
+  ops_->ServeAllreduce(ctx, batch);
 }
 
 Engine::Pending* Engine::FindPending(const Response& r) {

@@ -30,38 +30,56 @@ void CheckArena(const Status& s, const std::string& step) {
 
 }  // namespace
 
+int64_t HerringAllreduce::ChunkElements(const ExecContext& ctx, const AllreduceBatch& batch) {
+  // A chunk is one of kPipelineDepth sub-slots: small enough that a chunk's copy-in, reduction and
+  // copy-out find it in the shared L3 cache, deep enough that ranks rarely wait for each other.
+  // Computed from the knob, not the arena, so dedicated servers (which have none) agree.
+  const int64_t align = AlignElements(batch.dtype);
+  int64_t elems = static_cast<int64_t>(ctx.config.shm_slot_bytes / kPipelineDepth / ElementSize(batch.dtype));
+  return std::max<int64_t>(align, elems - elems % align);
+}
+
 bool HerringAllreduce::Enabled(const ExecContext& ctx, const AllreduceBatch& batch) const {
-  return ctx.n() > 1 && ctx.set.servers.shard_member.size() < 512;  // sub-tag space, see ShardTag
+  return ctx.n() > 1 && ctx.set.servers.shard_rank.size() < 512;  // sub-tag space, see ShardTag
 }
 
 void HerringAllreduce::Execute(ExecContext& ctx, AllreduceBatch& batch) {
   const int64_t total = batch.total_count();
   if (total == 0) return;
   const size_t esz = ElementSize(batch.dtype);
-  // A chunk is one of kPipelineDepth sub-slots: small enough that a chunk's copy-in, reduction and
-  // copy-out find it in the shared L3 cache, deep enough that ranks rarely wait for each other.
-  const size_t slot_bytes = ctx.set.arena ? ctx.set.arena->slot_bytes() : ctx.config.shm_slot_bytes;
-  int64_t chunk_elems = static_cast<int64_t>(slot_bytes / kPipelineDepth / esz);
-  chunk_elems = std::max<int64_t>(AlignElements(batch.dtype), chunk_elems - chunk_elems % AlignElements(batch.dtype));
+  const int64_t chunk_elems = ChunkElements(ctx, batch);
   const int64_t chunks = (total + chunk_elems - 1) / chunk_elems;
   if (ctx.set.arena) {
     PipelineThroughSharedMemory(ctx, batch, chunk_elems, chunks);
   } else {
-    // Alone on this host: nothing to share; chunks go through a private buffer to the servers.
-    uint8_t* buf = private_slot_.Get(chunk_elems * esz);
-    for (int64_t c = 0; c < chunks; ++c) {
+    // Alone on this host: nothing to share. Chunks go through private buffers to the servers,
+    // two in flight: chunk c + 1 is pushed before chunk c's sums are awaited.
+    uint8_t* bufs[2] = {private_slot_[0].Get(chunk_elems * esz), private_slot_[1].Get(chunk_elems * esz)};
+    std::vector<CompletionPtr> inflight[2];
+    ServeWork serving[2];
+    auto start = [&](int64_t c) {
       const int64_t begin = c * chunk_elems, end = std::min(total, begin + chunk_elems);
       {
         TimelinePhase phase(ctx.timeline, ctx.lane, "GATHER");
         if (ctx.faults) ctx.faults->At("gather", &ctx.net);
-        batch.GatherInputs(begin, end, buf, batch.prescale);
+        batch.GatherInputs(begin, end, bufs[c % 2], batch.prescale);
       }
+      TimelinePhase phase(ctx.timeline, ctx.lane, "PUSH_PULL_SERVERS");
+      inflight[c % 2] = PushAndPostPull(ctx, batch, c, end - begin, bufs[c % 2]);
+      serving[c % 2] = PostServe(ctx, batch, c, end - begin, &server_memory_[c % 2]);
+      FinishServe(ctx, batch, &serving[c % 2]);
+    };
+    start(0);
+    for (int64_t c = 0; c < chunks; ++c) {
+      if (c + 1 < chunks) start(c + 1);
+      const int64_t begin = c * chunk_elems, end = std::min(total, begin + chunk_elems);
       {
         TimelinePhase phase(ctx.timeline, ctx.lane, "PUSH_PULL_SERVERS");
-        AcrossHosts(ctx, batch, c, end - begin, buf);
+        AwaitPull(ctx, batch, inflight[c % 2]);
+        WaitTransfers(serving[c % 2].outgoing, ctx, "server shard answering '" + batch.label + "'");
       }
       TimelinePhase phase(ctx.timeline, ctx.lane, "COPY_OUT");
-      batch.ScatterOutputs(begin, end, buf, batch.postscale);
+      batch.ScatterOutputs(begin, end, bufs[c % 2], batch.postscale);
       if (ctx.faults) ctx.faults->At("scatter", &ctx.net, batch.entries[0].output, batch.entries[0].count ? 1 : 0);
     }
   }
@@ -83,6 +101,7 @@ void HerringAllreduce::PipelineThroughSharedMemory(ExecContext& ctx, AllreduceBa
   auto offset = [&](int64_t c) { return (seq(c) % kPipelineDepth) * sub_slot_bytes; };
   auto range = [&](int64_t c) { return ElementRange{c * chunk_elems, std::min(total, (c + 1) * chunk_elems)}; };
   auto check = [](const Status& s, const char* step) { CheckArena(s, step); };
+  std::vector<CompletionPtr> pulls[kPipelineDepth];
 
   // Stage 1: my chunk into my sub-slot, once every owner finished reading it kPipelineDepth ago.
   auto copy_in = [&](int64_t c) {
@@ -115,13 +134,23 @@ void HerringAllreduce::PipelineThroughSharedMemory(ExecContext& ctx, AllreduceBa
       ctx.counters.shm_chunks++;
     }
     if (ctx.set.hosts.size() > 1) {
-      TimelinePhase phase(ctx.timeline, ctx.lane, "PUSH_PULL_SERVERS");
-      AcrossHosts(ctx, batch, c, r.size(), result);
+      // Push now, collect the sums at copy-out: the network works while the next chunk is reduced.
+      TimelinePhase phase(ctx.timeline, ctx.lane, "PUSH_SERVE");
+      pulls[c % kPipelineDepth] = PushAndPostPull(ctx, batch, c, r.size(), result);
+      ServeWork work = PostServe(ctx, batch, c, r.size(), &server_memory_[0]);
+      FinishServe(ctx, batch, &work);
+      WaitTransfers(work.outgoing, ctx, "server shard answering '" + batch.label + "'");
+    } else {
+      arena.Publish(kSliceDone, seq(c));
     }
-    arena.Publish(kSliceDone, seq(c));
   };
   // Stage 3: the whole reduced chunk out to my tensors.
   auto copy_out = [&](int64_t c) {
+    if (ctx.set.hosts.size() > 1) {
+      TimelinePhase phase(ctx.timeline, ctx.lane, "PULL");
+      AwaitPull(ctx, batch, pulls[c % kPipelineDepth]);
+      arena.Publish(kSliceDone, seq(c));  // my slice now holds the sum over every host
+    }
     TimelinePhase phase(ctx.timeline, ctx.lane, "COPY_OUT");
     check(arena.WaitAll(kSliceDone, seq(c), ctx.StepDeadline()), "all-gather in shared memory");
     const ElementRange r = range(c);
@@ -144,64 +173,91 @@ void HerringAllreduce::PipelineThroughSharedMemory(ExecContext& ctx, AllreduceBa
   copy_out(chunks - 1);
 }
 
-void HerringAllreduce::AcrossHosts(ExecContext& ctx, const AllreduceBatch& batch, int64_t chunk_index,
-                                   int64_t n, uint8_t* result) {
+std::vector<std::vector<ElementRange>> HerringAllreduce::HostSlices(const ExecContext& ctx, int64_t n,
+                                                                    int64_t align) {
+  std::vector<std::vector<ElementRange>> slices(ctx.set.hosts.size());
+  for (size_t g = 0; g < ctx.set.hosts.size(); ++g) {
+    slices[g] = SplitEvenly(n, static_cast<int>(ctx.set.hosts[g].size()), align);
+  }
+  return slices;
+}
+
+std::vector<CompletionPtr> HerringAllreduce::PushAndPostPull(ExecContext& ctx, const AllreduceBatch& batch,
+                                                             int64_t chunk_index, int64_t n, uint8_t* result) {
   const size_t esz = ElementSize(batch.dtype);
   const int64_t align = AlignElements(batch.dtype);
   const ServerLayout& servers = ctx.set.servers;
   const auto ranges = servers.map.Ranges(n, align);
-  const int num_hosts = static_cast<int>(ctx.set.hosts.size());
-  std::vector<std::vector<ElementRange>> host_slices(num_hosts);
-  for (int g = 0; g < num_hosts; ++g) {
-    host_slices[g] = SplitEvenly(n, static_cast<int>(ctx.set.hosts[g].size()), align);
-  }
-  const ElementRange mine = host_slices[ctx.set.my_host][ctx.set.my_local_index];
-
+  const ElementRange mine = HostSlices(ctx, n, align)[ctx.set.my_host][ctx.set.my_local_index];
   if (ctx.faults) ctx.faults->At("push", &ctx.net);
   std::vector<CompletionPtr> transfers;
-  // Push my slice, cut along the shard ranges, and post the receives of the sums.
+  // My slice, cut along the shard ranges: each piece goes to its shard, and its sum comes back
+  // into the same place (the shard only answers once it has every host's piece, so the send has
+  // left this buffer by then).
   for (int s = 0; s < servers.map.num_shards(); ++s) {
     ElementRange piece = Intersect(mine, ranges[s]);
     if (piece.empty()) continue;
-    int server_rank = ctx.member_rank(servers.shard_member[s]);
     uint8_t* at = result + piece.begin * esz;
-    transfers.push_back(ctx.net.Send(server_rank, ShardTag(ctx, chunk_index, s, 0), at, piece.size() * esz));
-    transfers.push_back(ctx.net.Recv(server_rank, ShardTag(ctx, chunk_index, s, 1), at, piece.size() * esz));
+    transfers.push_back(ctx.net.Send(servers.shard_rank[s], ShardTag(ctx, chunk_index, s, 0), at, piece.size() * esz));
+    ctx.counters.server_pushes++;
+    transfers.push_back(ctx.net.Recv(servers.shard_rank[s], ShardTag(ctx, chunk_index, s, 1), at, piece.size() * esz));
   }
+  return transfers;
+}
 
-  // Serve the shards I host: receive every host's contribution, sum in host order, send back.
-  struct Served {
-    int shard;
-    uint8_t* staging;  // num_hosts contributions, one after the other
-    uint8_t* sum;
-  };
-  std::vector<Served> served;
+void HerringAllreduce::AwaitPull(ExecContext& ctx, const AllreduceBatch& batch,
+                                 const std::vector<CompletionPtr>& transfers) {
+  if (ctx.faults) ctx.faults->At("pull", &ctx.net);
+  WaitTransfers(transfers, ctx, "push/pull of '" + batch.label + "' with the server shards");
+}
+
+HerringAllreduce::ServeWork HerringAllreduce::PostServe(ExecContext& ctx, const AllreduceBatch& batch,
+                                                        int64_t chunk_index, int64_t n, ScratchBuffer* memory) {
+  ServeWork work;
+  work.chunk = chunk_index;
+  work.n = n;
+  const size_t esz = ElementSize(batch.dtype);
+  const int64_t align = AlignElements(batch.dtype);
+  const ServerLayout& servers = ctx.set.servers;
+  const auto ranges = servers.map.Ranges(n, align);
+  const auto host_slices = HostSlices(ctx, n, align);
+  const int num_hosts = static_cast<int>(ctx.set.hosts.size());
   size_t need = 0;
   for (int s = 0; s < servers.map.num_shards(); ++s) {
-    if (servers.shard_member[s] == ctx.me() && !ranges[s].empty()) need += (num_hosts + 1) * ranges[s].size() * esz;
+    if (servers.shard_rank[s] == ctx.my_rank) need += (num_hosts + 1) * ranges[s].size() * esz;
   }
-  uint8_t* memory = need ? server_memory_.Get(need) : nullptr;
-  std::vector<CompletionPtr> incoming;
+  uint8_t* mem = need ? memory->Get(need) : nullptr;
   for (int s = 0; s < servers.map.num_shards(); ++s) {
     const ElementRange r = ranges[s];
-    if (servers.shard_member[s] != ctx.me() || r.empty()) continue;
-    Served sv{s, memory, memory + num_hosts * r.size() * esz};
-    memory += (num_hosts + 1) * r.size() * esz;
+    if (servers.shard_rank[s] != ctx.my_rank || r.empty()) continue;
+    Served sv{s, mem, mem + num_hosts * r.size() * esz};
+    mem += (num_hosts + 1) * r.size() * esz;
     for (int g = 0; g < num_hosts; ++g) {
       for (size_t i = 0; i < ctx.set.hosts[g].size(); ++i) {
         ElementRange piece = Intersect(host_slices[g][i], r);
         if (piece.empty()) continue;
         uint8_t* at = sv.staging + (g * r.size() + (piece.begin - r.begin)) * esz;
-        incoming.push_back(ctx.net.Recv(ctx.member_rank(ctx.set.hosts[g][i]), ShardTag(ctx, chunk_index, s, 0),
-                                        at, piece.size() * esz));
+        work.incoming.push_back(ctx.net.Recv(ctx.member_rank(ctx.set.hosts[g][i]),
+                                             ShardTag(ctx, chunk_index, s, 0), at, piece.size() * esz));
       }
     }
-    served.push_back(sv);
+    work.served.push_back(sv);
   }
-  WaitTransfers(incoming, ctx, "server shard receiving pushes of '" + batch.label + "'");
-  if (ctx.faults && !served.empty()) ctx.faults->At("serve", &ctx.net);
-  for (const Served& sv : served) {
+  return work;
+}
+
+void HerringAllreduce::FinishServe(ExecContext& ctx, const AllreduceBatch& batch, ServeWork* work) {
+  if (work->served.empty()) return;
+  const size_t esz = ElementSize(batch.dtype);
+  const int64_t align = AlignElements(batch.dtype);
+  const auto ranges = ctx.set.servers.map.Ranges(work->n, align);
+  const auto host_slices = HostSlices(ctx, work->n, align);
+  const int num_hosts = static_cast<int>(ctx.set.hosts.size());
+  WaitTransfers(work->incoming, ctx, "server shard receiving pushes of '" + batch.label + "'");
+  if (ctx.faults) ctx.faults->At("serve", &ctx.net);
+  for (const Served& sv : work->served) {
     const ElementRange r = ranges[sv.shard];
+    // Host order, whatever order the pushes arrived in: the same bits on every run.
     std::vector<const void*> srcs(num_hosts);
     for (int g = 0; g < num_hosts; ++g) srcs[g] = sv.staging + g * r.size() * esz;
     ReduceInto(sv.sum, srcs.data(), num_hosts, r.size(), batch.dtype, batch.op);
@@ -209,14 +265,35 @@ void HerringAllreduce::AcrossHosts(ExecContext& ctx, const AllreduceBatch& batch
       for (size_t i = 0; i < ctx.set.hosts[g].size(); ++i) {
         ElementRange piece = Intersect(host_slices[g][i], r);
         if (piece.empty()) continue;
-        transfers.push_back(ctx.net.Send(ctx.member_rank(ctx.set.hosts[g][i]), ShardTag(ctx, chunk_index, sv.shard, 1),
-                                         sv.sum + (piece.begin - r.begin) * esz, piece.size() * esz));
+        work->outgoing.push_back(ctx.net.Send(ctx.member_rank(ctx.set.hosts[g][i]),
+                                              ShardTag(ctx, work->chunk, sv.shard, 1),
+                                              sv.sum + (piece.begin - r.begin) * esz, piece.size() * esz));
       }
     }
     ctx.counters.server_ranges++;
   }
-  if (ctx.faults) ctx.faults->At("pull", &ctx.net);
-  WaitTransfers(transfers, ctx, "push/pull of '" + batch.label + "' with the server shards");
+}
+
+void HerringAllreduce::ServeAsDedicatedServer(ExecContext& ctx, const AllreduceBatch& batch) {
+  const int64_t total = batch.total_count();
+  if (total == 0 || ctx.set.hosts.size() < 2) return;
+  const int64_t chunk_elems = ChunkElements(ctx, batch);
+  const int64_t chunks = (total + chunk_elems - 1) / chunk_elems;
+  // Two chunks in flight: receives for chunk c + 1 are posted before chunk c is summed, so the
+  // pushes of the next chunk land in place while this one is reduced and sent back.
+  ServeWork work[2];
+  auto n_of = [&](int64_t c) { return std::min(total, (c + 1) * chunk_elems) - c * chunk_elems; };
+  work[0] = PostServe(ctx, batch, 0, n_of(0), &server_memory_[0]);
+  for (int64_t c = 0; c < chunks; ++c) {
+    ServeWork& current = work[c % 2];
+    if (c + 1 < chunks) {
+      ServeWork& next = work[(c + 1) % 2];
+      WaitTransfers(next.outgoing, ctx, "server shard answering '" + batch.label + "'");
+      next = PostServe(ctx, batch, c + 1, n_of(c + 1), &server_memory_[(c + 1) % 2]);
+    }
+    FinishServe(ctx, batch, &current);
+  }
+  for (auto& w : work) WaitTransfers(w.outgoing, ctx, "server shard answering '" + batch.label + "'");
 }
 
 }  // namespace herring

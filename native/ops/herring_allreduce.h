@@ -11,6 +11,7 @@
 
 #include "engine/aligned_buffer.h"
 #include "ops/collective.h"
+#include "ps/partition_map.h"
 
 namespace herring {
 
@@ -19,18 +20,46 @@ class HerringAllreduce : public AllreduceImpl {
   const char* name() const override { return "herring"; }
   bool Enabled(const ExecContext& ctx, const AllreduceBatch& batch) const override;
   void Execute(ExecContext& ctx, AllreduceBatch& batch) override;
+  // A dedicated server process's part of the same execution: receive the hosts' pieces of the
+  // ranges its shards own, sum them in host order, send the sums back. `batch` carries only the
+  // layout (dtype, op, counts); a server has no tensors.
+  void ServeAsDedicatedServer(ExecContext& ctx, const AllreduceBatch& batch);
 
  private:
   static constexpr uint64_t kPipelineDepth = 4;  // sub-slots per shared-memory slot
 
+  struct Served {
+    int shard;
+    uint8_t* staging;  // one contribution per host, one after the other
+    uint8_t* sum;
+  };
+  // What a shard server posted for one chunk: receives of the hosts' pieces, then the sends of
+  // the sums.
+  struct ServeWork {
+    int64_t chunk = 0;
+    int64_t n = 0;
+    std::vector<Served> served;
+    std::vector<CompletionPtr> incoming;
+    std::vector<CompletionPtr> outgoing;
+  };
+
+  static int64_t ChunkElements(const ExecContext& ctx, const AllreduceBatch& batch);
+  static std::vector<std::vector<ElementRange>> HostSlices(const ExecContext& ctx, int64_t n, int64_t align);
+
   void PipelineThroughSharedMemory(ExecContext& ctx, AllreduceBatch& batch, int64_t chunk_elems,
                                    int64_t chunks);
-  // Step 3 for one chunk of n elements whose host-reduced slices are in `result`.
-  void AcrossHosts(ExecContext& ctx, const AllreduceBatch& batch, int64_t chunk_index, int64_t n,
-                   uint8_t* result);
+  // Worker side of one chunk across hosts: pushes this rank's host-reduced slice (in `result`)
+  // to the shards and posts the receives of the sums into the same place.
+  std::vector<CompletionPtr> PushAndPostPull(ExecContext& ctx, const AllreduceBatch& batch,
+                                             int64_t chunk_index, int64_t n, uint8_t* result);
+  void AwaitPull(ExecContext& ctx, const AllreduceBatch& batch, const std::vector<CompletionPtr>& transfers);
+  // Server side of one chunk for the shards this process hosts.
+  ServeWork PostServe(ExecContext& ctx, const AllreduceBatch& batch, int64_t chunk_index, int64_t n,
+                      ScratchBuffer* memory);
+  void FinishServe(ExecContext& ctx, const AllreduceBatch& batch, ServeWork* work);
 
-  ScratchBuffer private_slot_;  // stands in for the shared slot when a rank is alone on its host
-  ScratchBuffer server_memory_;
+  ScratchBuffer private_slot_[2];   // stand in for the shared slot when a rank is alone on its host
+  ScratchBuffer server_memory_[2];
 };
 
 }  // namespace herring

@@ -6,12 +6,15 @@
 namespace herring {
 
 OperationManager::OperationManager(const Config& config) {
+  auto herring = std::make_unique<HerringAllreduce>();
+  herring_ = herring.get();
   allreduce_.push_back(std::make_unique<LocalAllreduce>());
-  if (config.allreduce == AllreduceAlgorithm::kRing) {
+  // With dedicated servers only the herring implementation can use them: it must run first.
+  if (config.allreduce == AllreduceAlgorithm::kRing && config.dedicated_servers == 0) {
     allreduce_.push_back(std::make_unique<RingAllreduce>());
-    allreduce_.push_back(std::make_unique<HerringAllreduce>());
+    allreduce_.push_back(std::move(herring));
   } else {
-    allreduce_.push_back(std::make_unique<HerringAllreduce>());
+    allreduce_.push_back(std::move(herring));
     allreduce_.push_back(std::make_unique<RingAllreduce>());
   }
   allgather_.push_back(std::make_unique<DirectAllgather>());
@@ -28,6 +31,10 @@ const char* OperationManager::Allreduce(ExecContext& ctx, AllreduceBatch& batch)
     }
   }
   throw Error(Status::Internal("no allreduce implementation is enabled for '" + batch.label + "'"));
+}
+
+void OperationManager::ServeAllreduce(ExecContext& ctx, const AllreduceBatch& batch) {
+  herring_->ServeAsDedicatedServer(ctx, batch);
 }
 
 const char* OperationManager::Run(OpType type, ExecContext& ctx, const Response& response, const TensorIO& io,

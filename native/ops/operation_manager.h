@@ -8,6 +8,7 @@
 
 #include "ops/collective.h"
 #include "ops/direct_collectives.h"
+#include "ops/herring_allreduce.h"
 
 namespace herring {
 
@@ -17,10 +18,13 @@ class OperationManager {
 
   // Returns the name of the implementation that ran.
   const char* Allreduce(ExecContext& ctx, AllreduceBatch& batch);
+  // A dedicated server's part of an allreduce the members run with the herring implementation.
+  void ServeAllreduce(ExecContext& ctx, const AllreduceBatch& batch);
   const char* Run(OpType type, ExecContext& ctx, const Response& response, const TensorIO& io, OpResult* result);
 
  private:
   std::vector<std::unique_ptr<AllreduceImpl>> allreduce_;
+  HerringAllreduce* herring_ = nullptr;  // owned by allreduce_
   std::vector<std::unique_ptr<CollectiveImpl>> allgather_, broadcast_, alltoall_, reducescatter_;
 };
 

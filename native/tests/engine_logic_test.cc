@@ -179,10 +179,14 @@ TEST(EnginePartitionMapBalancedAndMoved) {
 
 TEST(EngineServerLayoutInterleavesHosts) {
   // Two hosts with two members each: shards go host 0, host 1, host 0, host 1.
-  auto layout = ServerLayout::Colocated({{0, 1}, {2, 3}}, 0);
-  EXPECT_EQ(layout.shard_member, (std::vector<int>{0, 2, 1, 3}));
-  auto three = ServerLayout::Colocated({{0, 1}, {2, 3}}, 3);
-  EXPECT_EQ(three.shard_member, (std::vector<int>{0, 2, 1}));
+  const std::vector<int> ranks = {10, 11, 12, 13};  // member index -> transport rank
+  auto layout = ServerLayout::Colocated({{0, 1}, {2, 3}}, ranks, 0);
+  EXPECT_EQ(layout.shard_rank, (std::vector<int>{10, 12, 11, 13}));
+  auto three = ServerLayout::Colocated({{0, 1}, {2, 3}}, ranks, 3);
+  EXPECT_EQ(three.shard_rank, (std::vector<int>{10, 12, 11}));
+  auto dedicated = ServerLayout::Dedicated({4, 5});
+  EXPECT_TRUE(dedicated.dedicated);
+  EXPECT_EQ(dedicated.map.num_shards(), 2);
 }
 
 TEST(EngineControlMessagesRoundTrip) {

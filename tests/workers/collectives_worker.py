@@ -442,7 +442,9 @@ def mismatches_raise_on_every_rank_then_the_next_collective_works():
 
 def main():
     global N, R, STATIC_SET
-    STATIC_SET = hvd.ProcessSet([0, int(os.environ.get("HOROVOD_SIZE", os.environ.get("OMPI_COMM_WORLD_SIZE", "1"))) - 1])
+    launched = int(os.environ.get("HOROVOD_SIZE", os.environ.get("OMPI_COMM_WORLD_SIZE", "1")))
+    workers = launched - int(os.environ.get("HERRING_DEDICATED_SERVERS", "0"))
+    STATIC_SET = hvd.ProcessSet([0, workers - 1])
     hvd.init(process_sets=[STATIC_SET])
     N, R = hvd.size(), hvd.rank()
     only = os.environ.get("HERRING_TEST_ONLY")
