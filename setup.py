@@ -7,12 +7,21 @@ import subprocess
 import sys
 import sysconfig
 
-from setuptools import Extension, setup
+from setuptools import Extension, find_packages, setup
 from setuptools.command.build_ext import build_ext
 from setuptools.command.build_py import build_py
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 PTH = "hvd_herring_switch.pth"
+TF_OPS = "libherring_tensorflow.so"  # built only when TensorFlow is importable
+
+
+def install_file(src, dest):
+    """Copies atomically: processes that have the old library loaded keep their mapping, instead of
+    seeing its bytes change under them (a rebuild during a running job must not crash it)."""
+    tmp = dest + ".tmp"
+    shutil.copyfile(src, tmp)
+    os.replace(tmp, dest)
 
 
 class CMakeExtension(Extension):
@@ -30,17 +39,28 @@ class CMakeBuild(build_ext):
         cfg = ["-DPython3_EXECUTABLE=" + sys.executable, "-DCMAKE_BUILD_TYPE=Release"]
         if os.environ.get("HERRING_SANITIZE") == "1":
             cfg.append("-DHERRING_SANITIZE=ON")
+        if os.environ.get("HERRING_TENSORFLOW"):  # AUTO (default), ON or OFF
+            cfg.append("-DHERRING_TENSORFLOW=" + os.environ["HERRING_TENSORFLOW"])
         subprocess.check_call(["cmake", ROOT] + cfg, cwd=build_dir)
+        # The TensorFlow op library exists only where CMake found TensorFlow.
+        with open(os.path.join(build_dir, "CMakeCache.txt")) as f:
+            with_tf = "HERRING_TENSORFLOW_OPS_BUILT:INTERNAL=ON" in f.read()
+        targets = ["_native", "herring_native_tests"] + (["herring_tensorflow"] if with_tf else [])
         jobs = str(os.cpu_count() or 2)
-        subprocess.check_call(["cmake", "--build", ".", "--target", "_native", "herring_native_tests",
-                               "-j", jobs], cwd=build_dir)
+        subprocess.check_call(["cmake", "--build", ".", "--target", *targets, "-j", jobs], cwd=build_dir)
         suffix = sysconfig.get_config_var("EXT_SUFFIX")
         dest = self.get_ext_fullpath(ext.name)
         os.makedirs(os.path.dirname(dest), exist_ok=True)
         package_dirs = {os.path.dirname(os.path.abspath(dest)), os.path.join(ROOT, "hvd_herring")}
         for built in ("_native" + suffix, "libherring_core.so"):
             for d in package_dirs:
-                shutil.copyfile(os.path.join(build_dir, built), os.path.join(d, built))
+                install_file(os.path.join(build_dir, built), os.path.join(d, built))
+        for d in package_dirs:
+            tf_ops = os.path.join(d, TF_OPS)
+            if with_tf:
+                install_file(os.path.join(build_dir, TF_OPS), tf_ops)
+            elif os.path.exists(tf_ops):
+                os.remove(tf_ops)  # stale: it would not match this core
 
 
 class BuildPyWithPth(build_py):
@@ -55,7 +75,7 @@ setup(
     name="hvd-herring",
     version="0.1.0",
     description="A Horovod-compatible backend with a Herring-style parameter-server reduction engine",
-    packages=["hvd_herring", "hvd_herring.torch"],
+    packages=find_packages(include=["hvd_herring", "hvd_herring.*"]),
     ext_modules=[CMakeExtension("hvd_herring._native")],
     cmdclass={"build_ext": CMakeBuild, "build_py": BuildPyWithPth},
     python_requires=">=3.9",

@@ -66,3 +66,18 @@ def mpirun(np, script_args, timeout=240, **env):
 
 def python(script_args, timeout=120, **env):
     return _run([sys.executable] + list(script_args), herring_env(**env), timeout)
+
+
+_scratch = []
+
+
+def scratch_dir(prefix):
+    """A temporary directory for a launch's results, removed when the test session ends."""
+    import atexit
+    import shutil
+    import tempfile
+    if not _scratch:
+        atexit.register(lambda: [shutil.rmtree(d, ignore_errors=True) for d in _scratch])
+    d = tempfile.mkdtemp(prefix=prefix)
+    _scratch.append(d)
+    return d

@@ -4,7 +4,7 @@ inputs. One launch runs every check; each check is reported as its own test."""
 
 import json
 import os
-import tempfile
+import shutil
 
 import pytest
 
@@ -41,7 +41,7 @@ def workers(name):
 
 
 def run_worker(launcher, np, extra):
-    results_dir = tempfile.mkdtemp(prefix="herring-results-")
+    results_dir = launch.scratch_dir("herring-results-")
     env = dict(extra, HERRING_TEST_RESULTS=results_dir, HOROVOD_DYNAMIC_PROCESS_SETS="1")
     fn = launch.horovodrun if launcher == "horovodrun" else launch.mpirun
     args = [WORKER]
@@ -56,6 +56,7 @@ def run_worker(launcher, np, extra):
         if os.path.exists(path):
             with open(path) as f:
                 per_rank[r] = json.load(f)
+    shutil.rmtree(results_dir, ignore_errors=True)
     return run, per_rank
 
 

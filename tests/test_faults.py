@@ -3,7 +3,6 @@ naming the lost rank, horovodrun exits non-zero, nothing hangs."""
 
 import json
 import os
-import tempfile
 
 import launch
 
@@ -11,7 +10,7 @@ WORKER = os.path.join("tests", "workers", "fault_worker.py")
 
 
 def test_sigkill_of_a_rank_mid_training():
-    results = tempfile.mkdtemp(prefix="herring-fault-")
+    results = launch.scratch_dir("herring-fault-")
     run = launch.horovodrun(4, [WORKER], timeout=180, HERRING_TEST_RESULTS=results, HERRING_TEST_VICTIM=2,
                             HERRING_TIMEOUT_SECONDS=30)
     assert run.returncode != 0, run.output[-3000:]

@@ -2,13 +2,12 @@
 
 import json
 import os
-import tempfile
 
 import launch
 
 
 def test_training_under_mpirun_matches_the_reference():
-    results = tempfile.mkdtemp(prefix="herring-mpi-")
+    results = launch.scratch_dir("herring-mpi-")
     run = launch.mpirun(3, [os.path.join("tests", "workers", "training_worker.py")], timeout=300,
                         HERRING_TEST_RESULTS=results)
     assert run.returncode == 0, run.output[-6000:]

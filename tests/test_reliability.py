@@ -5,7 +5,6 @@ nothing is left in /dev/shm."""
 import glob
 import json
 import os
-import tempfile
 
 import pytest
 
@@ -20,7 +19,7 @@ def herring_segments():
 
 def run_fault(spec, np=4, hosts=2, **env):
     """Runs the phase-fault worker with HERRING_FAULT=spec on `hosts` simulated hosts."""
-    results = tempfile.mkdtemp(prefix="herring-fault-")
+    results = launch.scratch_dir("herring-fault-")
     args = [os.path.join(WORKERS, "phase_fault_worker.py")]
     if hosts > 1:
         args = [os.path.join(WORKERS, "as_simulated_host.py"), str(np // hosts)] + args
@@ -68,7 +67,7 @@ def test_fault_in_every_phase(spec, victim, needle):
 
 
 def test_stall_inspector_names_missing_ranks_and_tensors_then_shuts_down():
-    results = tempfile.mkdtemp(prefix="herring-stall-")
+    results = launch.scratch_dir("herring-stall-")
     run = launch.horovodrun(3, [os.path.join(WORKERS, "stall_worker.py")], timeout=120,
                             HERRING_TEST_RESULTS=results, HOROVOD_STALL_CHECK_TIME_SECONDS=2,
                             HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=6)

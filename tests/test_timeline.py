@@ -3,7 +3,6 @@ negotiation and execution phases of every tensor."""
 
 import json
 import os
-import tempfile
 
 import launch
 
@@ -20,7 +19,7 @@ hvd.shutdown()
 
 
 def test_timeline_of_a_two_rank_job():
-    d = tempfile.mkdtemp(prefix="herring-timeline-")
+    d = launch.scratch_dir("herring-timeline-")
     script = os.path.join(d, "job.py")
     with open(script, "w") as f:
         f.write(SCRIPT)

@@ -4,7 +4,6 @@ negotiation needs no coordinator round (one bit-vector AND per cycle)."""
 
 import json
 import os
-import tempfile
 
 import pytest
 
@@ -14,7 +13,7 @@ WORKER = os.path.join("tests", "workers", "training_worker.py")
 
 
 def run(np, **env):
-    results = tempfile.mkdtemp(prefix="herring-train-")
+    results = launch.scratch_dir("herring-train-")
     r = launch.horovodrun(np, [WORKER], timeout=600, HERRING_TEST_RESULTS=results, **env)
     assert r.returncode == 0, r.output[-6000:]
     out = {}

@@ -357,7 +357,6 @@ def barrier_and_join():
 
 @check
 def static_and_dynamic_process_sets():
-    global STATIC_SET
     ps = STATIC_SET
     members = [0, N - 1]
     assert ps.ranks == members
