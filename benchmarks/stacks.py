@@ -1,14 +1,71 @@
-"""How to launch each stack on the same workload, from one driver process."""
+"""The stacks compared, and how to launch one of them on this host with N ranks running the
+benchmark worker. Each launch is its own process tree with a deadline: a stack that fails or hangs
+is reported as failed (with its error) and the run goes on.
+
+    herring       Horovod's torch API on the herring engine (HOROVOD_BACKEND=herring), PS allreduce
+    herring-ring  the same with HERRING_ALLREDUCE=ring
+    torch-gloo    torch.distributed, gloo backend, DistributedDataParallel for models (torchrun)
+    horovod-gloo  stock Horovod 0.28.1 built with PyTorch and gloo, from its cached environment
+    mpi           Open MPI's MPI_Allreduce through mpi4py (mpirun)"""
 
 import json
 import os
+import re
+import signal
 import socket
 import subprocess
 import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.path.dirname(sys.executable)
-WORKER = os.path.join(ROOT, "benchmarks", "workers", "allreduce_worker.py")
+WORKER = os.path.join(ROOT, "benchmarks", "workers", "bench_worker.py")
+PEER_SETUP = os.path.join(ROOT, "benchmarks", "peers", "setup_horovod_torch.sh")
+
+
+def peer_cache_dir():
+    return os.path.join(os.environ.get("HERRING_BENCH_CACHE", os.path.join(ROOT, ".cache")), "horovod-torch")
+
+
+def peer_python():
+    return os.path.join(peer_cache_dir(), "venv", "bin", "python")
+
+
+@dataclass
+class Stack:
+    name: str
+    api: str                      # the worker's --api
+    launcher: str                 # horovodrun | torchrun | mpirun
+    env: dict = field(default_factory=dict)
+    variants: dict = field(default_factory=dict)   # variant name -> extra environment
+    description: str = ""
+
+
+CACHE_OFF = {"cache-off": {"HOROVOD_CACHE_CAPACITY": "0"}}
+
+STACKS = {s.name: s for s in [
+    Stack("herring", "horovod", "horovodrun", {"HOROVOD_BACKEND": "herring", "HERRING_ALLREDUCE": "herring"},
+          CACHE_OFF, "Horovod's torch API on the herring engine (HOROVOD_BACKEND=herring): parameter-server "
+          "allreduce (shared-memory reduce-scatter, server shards, shared-memory all-gather); "
+          "launched by horovodrun --gloo"),
+    Stack("herring-ring", "horovod", "horovodrun", {"HOROVOD_BACKEND": "herring", "HERRING_ALLREDUCE": "ring"},
+          {}, "the same engine with HERRING_ALLREDUCE=ring (TCP ring reduce-scatter + all-gather)"),
+    Stack("torch-gloo", "torch", "torchrun", {},
+          {}, "torch.distributed with the gloo backend (torchrun); models wrapped in torch's own "
+          "DistributedDataParallel with its defaults (25 MiB buckets, first bucket 1 MiB)"),
+    Stack("horovod-gloo", "horovod", "horovodrun-peer", {},
+          CACHE_OFF, "stock Horovod 0.28.1 built with PyTorch and gloo (CPU operations gloo), in its own "
+          "cached environment; launched by its own horovodrun --gloo"),
+    Stack("mpi", "mpi", "mpirun", {},
+          {}, "Open MPI's MPI_Allreduce / MPI_Iallreduce through mpi4py (mpirun --bind-to none --oversubscribe)"),
+]}
+
+# Knobs of the stacks under test that a caller's environment must not leak into a launch: each
+# stack runs with its own defaults unless the plan says otherwise.
+_SCRUBBED_PREFIXES = ("HOROVOD_", "HERRING_", "OMPI_", "PMIX_", "MASTER_", "TORCHELASTIC_")
+_KEPT = ("HERRING_BENCH_CACHE", "HERRING_BENCH_COLLECTIVE_TIMEOUT")
 
 
 def _free_port():
@@ -17,40 +74,160 @@ def _free_port():
         return s.getsockname()[1]
 
 
-def _env(**extra):
-    env = dict(os.environ, PATH=BIN + os.pathsep + os.environ.get("PATH", ""), PYTHONUNBUFFERED="1")
-    env.pop("HOROVOD_BACKEND", None)
-    env.update({k: str(v) for k, v in extra.items()})
+def _base_env(bin_dir):
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(_SCRUBBED_PREFIXES) or k in _KEPT}
+    for k in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME", "RANK", "WORLD_SIZE", "LOCAL_RANK"):
+        env.pop(k, None)
+    env.update(PATH=bin_dir + os.pathsep + os.environ.get("PATH", ""), PYTHONUNBUFFERED="1",
+               OMP_NUM_THREADS="1")
     return env
 
 
-def command(stack, np, worker_args):
-    """(argv, env) that runs the worker under `stack` with np ranks on this host."""
-    if stack in ("herring", "herring-ring"):
-        env = _env(HOROVOD_BACKEND="herring",
-                   HERRING_ALLREDUCE="ring" if stack == "herring-ring" else "herring")
-        return ([os.path.join(BIN, "horovodrun"), "--gloo", "-np", str(np), "-H", f"localhost:{np}",
-                 sys.executable, WORKER, "--api", "horovod"] + worker_args, env)
-    if stack == "torch-gloo":
-        return ([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(np),
-                 "--master-addr", "127.0.0.1", "--master-port", str(_free_port()),
-                 WORKER, "--api", "torch"] + worker_args, _env(OMP_NUM_THREADS=1))
-    if stack == "mpi":
-        return (["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", str(np),
-                 sys.executable, WORKER, "--api", "mpi"] + worker_args, _env())
-    raise ValueError(f"unknown stack {stack}")
+def available(name):
+    """(True, "") or (False, why not)."""
+    stack = STACKS[name]
+    if stack.launcher == "horovodrun-peer" and not os.access(peer_python(), os.X_OK):
+        return False, (f"the Horovod-with-PyTorch environment is missing ({peer_cache_dir()}); "
+                       f"build it with: bash {os.path.relpath(PEER_SETUP, ROOT)}")
+    if stack.launcher == "mpirun" and not _which("mpirun"):
+        return False, "mpirun is not installed (apt-get install openmpi-bin libopenmpi-dev)"
+    return True, ""
 
 
-def run(stack, np, sizes, iters=10, warmup=2, timeout=900):
-    """Runs one stack; returns its JSON records (one per size)."""
-    argv, env = command(stack, np, ["--sizes"] + [str(s) for s in sizes] +
-                        ["--iters", str(iters), "--warmup", str(warmup), "--label", stack])
-    proc = subprocess.run(argv, env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
-    records = []
-    for line in proc.stdout.splitlines():
-        line = line.split("<stdout>:", 1)[-1].strip()
-        if line.startswith("{"):
-            records.append(json.loads(line))
-    if proc.returncode != 0 or not records:
-        raise RuntimeError(f"{stack} np={np} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
-    return records
+def _which(cmd):
+    return any(os.access(os.path.join(d, cmd), os.X_OK) for d in os.environ.get("PATH", "").split(os.pathsep))
+
+
+def command(name, np, worker_args, variant=None, extra_env=None):
+    """(argv, env) that runs the worker under stack `name` with np ranks on this host; extra_env
+    (e.g. a herring knob being tuned) goes on top of the stack's own settings."""
+    stack = STACKS[name]
+    extra = dict(stack.env, **(stack.variants[variant] if variant else {}), **(extra_env or {}))
+    if stack.launcher == "horovodrun":
+        env = _base_env(BIN)
+        argv = [os.path.join(BIN, "horovodrun"), "--gloo", "-np", str(np), "-H", f"localhost:{np}",
+                sys.executable, WORKER]
+    elif stack.launcher == "horovodrun-peer":
+        peer_bin = os.path.dirname(peer_python())
+        env = _base_env(peer_bin)
+        argv = [os.path.join(peer_bin, "horovodrun"), "--gloo", "-np", str(np), "-H", f"localhost:{np}",
+                peer_python(), WORKER]
+    elif stack.launcher == "torchrun":
+        env = _base_env(BIN)
+        argv = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", str(np),
+                "--master-addr", "127.0.0.1", "--master-port", str(_free_port()), WORKER]
+    elif stack.launcher == "mpirun":
+        env = _base_env(BIN)
+        argv = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", str(np),
+                sys.executable, WORKER]
+    else:
+        raise ValueError(f"unknown launcher {stack.launcher}")
+    env.update(extra)
+    return argv + ["--api", stack.api] + list(worker_args), env
+
+
+@dataclass
+class Launch:
+    stack: str
+    variant: str
+    np: int
+    workloads: list
+    records: list
+    errors: list                  # error records written by failing ranks
+    returncode: int
+    seconds: float
+    output_tail: str
+    timed_out: bool
+    error_lines: list = field(default_factory=list)   # the ranks' own error messages, deduplicated
+
+    @property
+    def ok(self):
+        return self.returncode == 0 and not self.errors and not self.timed_out
+
+
+_ERROR = re.compile(r"\b[A-Za-z_.]*(Error|Exception|Timeout)\b: ")
+_PREFIX = re.compile(r"^(\[\d+(,\d+)?\]<std(out|err)>:|\[(default)?rank\d+\]:)\s*")
+# What launchers say about a failed rank, which is not the rank's error itself.
+_LAUNCHER_NOISE = ("Horovod detected that one or more processes exited", "ChildFailedError")
+
+
+def error_lines(text, limit=5):
+    """The distinct exception lines the ranks printed, without launcher prefixes."""
+    out = []
+    for line in text.splitlines():
+        line = _PREFIX.sub("", line).strip()
+        if _ERROR.search(line) and not any(n in line for n in _LAUNCHER_NOISE) and line not in out:
+            out.append(line[:500])
+    return out[:limit]
+
+
+def _kill_tree(proc):
+    """Ends the launcher and every process it started (by PID), TERM first, then KILL."""
+    try:
+        import psutil
+        children = psutil.Process(proc.pid).children(recursive=True)
+    except Exception:
+        children = []
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for p in [proc] + children:
+            try:
+                os.kill(p.pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and any(_alive(p.pid) for p in [proc] + children):
+            time.sleep(0.1)
+    proc.wait()
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie (exited, not yet reaped) counts as gone.
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def launch(name, np, workloads, variant=None, timeout=600, log=None, extra_env=None):
+    """Runs `workloads` (list of worker specs, each with an "id") under one stack; never raises for
+    a failing stack: the Launch says what happened."""
+    with tempfile.TemporaryDirectory(prefix="herring-bench-") as tmp:
+        plan_path, out_path = os.path.join(tmp, "plan.json"), os.path.join(tmp, "out.jsonl")
+        with open(plan_path, "w") as f:
+            json.dump({"workloads": workloads}, f)
+        argv, env = command(name, np, ["--plan", plan_path, "--out", out_path], variant, extra_env)
+        start = time.monotonic()
+        timed_out = False
+        with open(os.path.join(tmp, "output.txt"), "w+") as output:
+            proc = subprocess.Popen(argv, env=env, cwd=ROOT, stdout=output, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, start_new_session=True)
+            try:
+                proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                timed_out = True
+                _kill_tree(proc)
+            output.seek(0)
+            text = output.read()
+        seconds = time.monotonic() - start
+        records, errors = [], []
+        if os.path.exists(out_path):
+            with open(out_path) as f:
+                for line in f:
+                    rec = json.loads(line)
+                    (errors if "error" in rec else records).append(rec)
+    if log is not None and (timed_out or proc.returncode != 0):
+        log.write(f"===== {name}{' (' + variant + ')' if variant else ''} np={np}: "
+                  f"{'timed out' if timed_out else 'exit status ' + str(proc.returncode)}\n{text}\n")
+    tail = "\n".join(text.strip().splitlines()[-25:])
+    if timed_out:
+        tail = f"(killed after the {timeout} s deadline)\n" + tail
+    for rec in records + errors:
+        rec.update(stack=name, variant=variant or "")
+    return Launch(name, variant or "", np, [w["id"] for w in workloads], records, errors,
+                  proc.returncode, seconds, tail, timed_out, error_lines(text))

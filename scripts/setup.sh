@@ -15,6 +15,9 @@ need_apt=()
 command -v mpirun >/dev/null 2>&1 || need_apt+=(openmpi-bin libopenmpi-dev)
 command -v cmake >/dev/null 2>&1 || need_apt+=(cmake)
 command -v g++ >/dev/null 2>&1 || need_apt+=(g++)
+[ -x /usr/sbin/sshd ] || need_apt+=(openssh-server)     # the simulated cluster: an sshd per host
+command -v ssh >/dev/null 2>&1 || need_apt+=(openssh-client)
+command -v iperf3 >/dev/null 2>&1 || need_apt+=(iperf3)   # its link bound
 if [ ${#need_apt[@]} -gt 0 ]; then
   say "installing system packages: ${need_apt[*]}"
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
@@ -38,12 +41,12 @@ pip_quiet() {
   rm -f "$log"
   return $status
 }
-req_hash=$(sha256sum requirements/base.txt | cut -d' ' -f1)
+req_hash=$(cat requirements/base.txt requirements/bench.txt | sha256sum | cut -d' ' -f1)
 if ! stamp_ok requirements "$req_hash"; then
-  say "installing requirements/base.txt"
+  say "installing requirements/base.txt and requirements/bench.txt"
   pip_quiet install -q --upgrade pip
-  pip_quiet install -q -r requirements/base.txt
-  "$PY" -c "import torch, numpy, pybind11, pytest, mpi4py" || { echo "[setup] requirements failed" >&2; exit 1; }
+  pip_quiet install -q -r requirements/base.txt -r requirements/bench.txt
+  "$PY" -c "import torch, numpy, pybind11, pytest, mpi4py, matplotlib" || { echo "[setup] requirements failed" >&2; exit 1; }
   echo "$req_hash" > "$STAMPS/requirements"
 fi
 

@@ -60,6 +60,9 @@ const std::vector<KnobSpec>& AllKnobs() {
       {"HERRING_HOSTNAME", "", "string",
        "Host name this rank reports (default HOROVOD_HOSTNAME, else gethostname()). Ranks with the "
        "same name share memory; different names on one machine simulate separate hosts.", false},
+      {"HERRING_SECRET", "", "secret",
+       "The job's secret, which every connection proves with an HMAC challenge-response. Unset: "
+       "rank 0 draws a random one and hands it out through the launcher's rendezvous.", false},
       {"HERRING_SHM_SLOT_BYTES", "16777216", "bytes",
        "Per-rank shared-memory staging slot; larger buffers stream through it in chunks.", true},
       {"HERRING_CHUNK_BYTES", "1048576", "bytes",
@@ -145,6 +148,7 @@ Config Config::FromEnvironment(const std::map<std::string, std::string>& env) {
   c.stall_shutdown_seconds = r.Double("HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", 0.0);
   c.stall_check_disabled = r.Bool("HOROVOD_STALL_CHECK_DISABLE");
   c.hostname = r.Raw("HERRING_HOSTNAME");
+  c.secret = r.Raw("HERRING_SECRET");
   c.shm_slot_bytes = r.Int("HERRING_SHM_SLOT_BYTES", 4096);
   c.chunk_bytes = r.Int("HERRING_CHUNK_BYTES", 4096);
   for (const auto& k : AllKnobs()) c.resolved[k.name] = r.Raw(k.name);

@@ -41,6 +41,7 @@ struct Config {
   std::string fault;          // HERRING_FAULT spec, empty: none
   std::string timeline;      // HOROVOD_TIMELINE path template, empty: off
   std::string hostname;      // empty: the launcher's (HOROVOD_HOSTNAME) or gethostname()
+  std::string secret;        // HERRING_SECRET; empty: rank 0 draws one
   int64_t shm_slot_bytes;
   int64_t chunk_bytes;
 

@@ -5,6 +5,7 @@
 #include <random>
 #include <sstream>
 
+#include "common/hmac_sha256.h"
 #include "common/logging.h"
 #include "kernels/reduce.h"
 #include "rendezvous/http_store.h"
@@ -27,19 +28,20 @@ std::map<std::string, std::string> ProcessEnvironment() {
 
 // One rank's rendezvous record: what the others need to reach it and to check it is compatible.
 struct Record {
-  std::string hostname, ip, fingerprint, job_id;
+  std::string hostname, ip, fingerprint, job_id, secret_hex;
   uint16_t port = 0;
 
   std::string Encode() const {
-    return hostname + "\n" + ip + "\n" + std::to_string(port) + "\n" + fingerprint + "\n" + job_id;
+    return hostname + "\n" + ip + "\n" + std::to_string(port) + "\n" + fingerprint + "\n" + job_id + "\n" +
+           secret_hex;
   }
   static Record Decode(const std::string& text, int rank) {
     std::vector<std::string> f;
     std::stringstream s(text);
     std::string line;
     while (std::getline(s, line)) f.push_back(line);
-    while (f.size() < 5) f.push_back("");
-    Record r{f[0], f[1], f[3], f[4]};
+    while (f.size() < 6) f.push_back("");
+    Record r{f[0], f[1], f[3], f[4], f[5]};
     try {
       r.port = static_cast<uint16_t>(std::stoi(f[2]));
     } catch (...) {
@@ -58,6 +60,12 @@ std::map<std::string, std::string> ParseFingerprint(const std::string& f) {
     if (eq != std::string::npos) kv[item.substr(0, eq)] = item.substr(eq + 1);
   }
   return kv;
+}
+
+std::string FromHex(const std::string& hex) {
+  std::string out;
+  for (size_t i = 0; i + 1 < hex.size(); i += 2) out += static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16));
+  return out;
 }
 
 std::string HexId(uint64_t v) {
@@ -140,11 +148,17 @@ void Engine::Rendezvous(const EngineOptions& options, Deadline deadline) {
         "ranks run on several hosts: set HERRING_IFACE to the network interface they share (e.g. eth0)"));
   }
   Record mine{config_.hostname.empty() ? launch_.hostname : config_.hostname, ip, config_.MustMatchFingerprint(),
-              "", 0};
+              "", "", 0};
+  std::string secret = config_.secret;
   if (rank() == 0) {
     std::random_device rd;
     job_id_ = (static_cast<uint64_t>(rd()) << 32) ^ rd();
     mine.job_id = HexId(job_id_);
+    if (secret.empty()) {
+      // Handed out through the rendezvous, which only the launched processes are told about.
+      secret = RandomBytes(32);
+      mine.secret_hex = ToHex(reinterpret_cast<const uint8_t*>(secret.data()), secret.size());
+    }
   }
 
   TransportOptions topts;
@@ -190,7 +204,10 @@ void Engine::Rendezvous(const EngineOptions& options, Deadline deadline) {
       }
     }
   }
-  if (rank() != 0) job_id_ = std::stoull(records[0].job_id, nullptr, 16);
+  if (rank() != 0) {
+    job_id_ = std::stoull(records[0].job_id, nullptr, 16);
+    if (secret.empty()) secret = FromHex(records[0].secret_hex);
+  }
 
   std::vector<std::string> hostnames;
   std::vector<Endpoint> endpoints;
@@ -200,6 +217,7 @@ void Engine::Rendezvous(const EngineOptions& options, Deadline deadline) {
   }
   topo_ = Topology(hostnames);
   transport_->set_job_token(job_id_);
+  transport_->set_secret(secret);
   transport_->ConnectMesh(endpoints, deadline);
 }
 

@@ -43,3 +43,30 @@ TEST(DataTypeSizes) {
   EXPECT_EQ(ElementSize(DataType::kFloat64), size_t(8));
   EXPECT_TRUE(!IsValidDataType(42));
 }
+
+#include "common/hmac_sha256.h"
+
+TEST(CryptoSha256StandardVectors) {
+  Digest d = Sha256("abc", 3);
+  EXPECT_EQ(ToHex(d.data(), 32), std::string("ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"));
+  d = Sha256("", 0);
+  EXPECT_EQ(ToHex(d.data(), 32), std::string("e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"));
+  std::string two_blocks = "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq";
+  d = Sha256(two_blocks.data(), two_blocks.size());
+  EXPECT_EQ(ToHex(d.data(), 32), std::string("248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1"));
+}
+
+TEST(CryptoHmacSha256Rfc4231) {
+  // RFC 4231 test cases 1 and 2.
+  Digest d = HmacSha256(std::string(20, '\x0b'), "Hi There");
+  EXPECT_EQ(ToHex(d.data(), 32), std::string("b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7"));
+  d = HmacSha256("Jefe", "what do ya want for nothing?");
+  EXPECT_EQ(ToHex(d.data(), 32), std::string("5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"));
+  // Test case 6: a key longer than the block is hashed first.
+  d = HmacSha256(std::string(131, '\xaa'), "Test Using Larger Than Block-Size Key - Hash Key First");
+  EXPECT_EQ(ToHex(d.data(), 32), std::string("60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54"));
+  Digest a = HmacSha256("k", "m"), b = HmacSha256("k", "m"), c = HmacSha256("k2", "m");
+  EXPECT_TRUE(DigestsEqual(a.data(), b.data(), 32));
+  EXPECT_TRUE(!DigestsEqual(a.data(), c.data(), 32));
+  EXPECT_EQ(RandomBytes(32).size(), size_t(32));
+}

@@ -30,6 +30,7 @@
 #include "tests/test_framework.h"
 #include "transport/completion.h"
 #include "transport/frame.h"
+#include "transport/tcp_mesh.h"
 #include "transport/tcp_transport.h"
 
 using namespace herring;
@@ -225,6 +226,15 @@ void SendHeader(int fd, const FrameHeader& h) {
   SendAll(fd, bytes, sizeof(bytes));
 }
 
+void SendFrame(int fd, FrameHeader h, const std::string& payload) {
+  h.payload_bytes = static_cast<uint32_t>(payload.size());
+  SendHeader(fd, h);
+  SendAll(fd, payload.data(), payload.size());
+}
+
+const std::string kNonceA(kNonceBytes, 'a');  // the raw peer's nonces: fixed, it is a test double
+const std::string kNonceB(kNonceBytes, 'b');
+
 FrameHeader Hello(FrameKind kind, uint64_t token, int rank, int stream) {
   FrameHeader h;
   h.kind = kind;
@@ -251,10 +261,18 @@ class RawPeer {
       int fd = ConnectTo(e);
       if (fd < 0) return false;
       fds_.push_back(fd);
-      SendHeader(fd, Hello(FrameKind::kHello, token, rank, s));
+      FrameHeader hello = Hello(FrameKind::kHello, token, rank, s);
+      SendFrame(fd, hello, kNonceA);
       FrameHeader ack;
-      std::string unused;
-      if (!ReadFrame(fd, &ack, &unused, 5) || ack.kind != FrameKind::kHelloAck) return false;
+      std::string payload;
+      if (!ReadFrame(fd, &ack, &payload, 5) || ack.kind != FrameKind::kHelloAck) return false;
+      std::string their_nonce = payload.substr(0, kNonceBytes);
+      if (payload.substr(kNonceBytes) != HandshakeProof(secret_, "herring-ack|", kNonceA, their_nonce,
+                                                        hello.offset, ack.offset, token)) {
+        return false;
+      }
+      SendFrame(fd, Hello(FrameKind::kHelloProof, token, rank, s),
+                HandshakeProof(secret_, "herring-proof|", their_nonce, kNonceA, hello.offset, ack.offset, token));
     }
     return true;
   }
@@ -267,10 +285,17 @@ class RawPeer {
       int fd = accept(listen_fd, nullptr, nullptr);
       if (fd < 0) return false;
       FrameHeader hello;
-      std::string unused;
-      if (!ReadFrame(fd, &hello, &unused, 5) || hello.kind != FrameKind::kHello) return false;
+      std::string nonce;
+      if (!ReadFrame(fd, &hello, &nonce, 5) || hello.kind != FrameKind::kHello) return false;
       FrameHeader ack = Hello(FrameKind::kHelloAck, token, 0, hello.offset & 0xffff);
-      SendHeader(fd, ack);
+      SendFrame(fd, ack, kNonceB + HandshakeProof(secret_, "herring-ack|", nonce, kNonceB, hello.offset,
+                                                  ack.offset, token));
+      FrameHeader proof;
+      std::string mac;
+      if (!ReadFrame(fd, &proof, &mac, 5) || proof.kind != FrameKind::kHelloProof ||
+          mac != HandshakeProof(secret_, "herring-proof|", kNonceB, nonce, hello.offset, ack.offset, token)) {
+        return false;
+      }
       fds_.resize(std::max<size_t>(fds_.size(), (hello.offset & 0xffff) + 1), -1);
       fds_[hello.offset & 0xffff] = fd;
     }
@@ -297,6 +322,8 @@ class RawPeer {
     }
     fds_.clear();
   }
+
+ std::string secret_;  // what the transports under test use (Options() sets none)
 
  private:
   std::vector<int> fds_;
@@ -1333,4 +1360,72 @@ TEST(TransportResetConnectionsLooksLikeACrashToPeers) {
   EXPECT_TRUE(rs.code() == StatusCode::kPeerLost);  // not an orderly shutdown
   EXPECT_TRUE(rs.message().find("rank 0") != std::string::npos);
   mesh->Close();
+}
+
+TEST(TransportWrongSecretNeverJoinsTheMesh) {
+  auto t0 = std::make_unique<TcpTransport>([] {
+    TransportOptions o = Options(0, 2);
+    o.secret = "the job's secret";
+    return o;
+  }());
+  auto t1 = std::make_unique<TcpTransport>([] {
+    TransportOptions o = Options(1, 2);
+    o.secret = "a guess";
+    return o;
+  }());
+  std::vector<Endpoint> endpoints = {t0->listen_endpoint(), t1->listen_endpoint()};
+  std::string e0, e1;
+  std::thread a([&] {
+    try {
+      t0->ConnectMesh(endpoints, Deadline::AfterSeconds(1.5));
+    } catch (const std::exception& e) {
+      e0 = e.what();
+    }
+  });
+  try {
+    t1->ConnectMesh(endpoints, Deadline::AfterSeconds(1.5));
+  } catch (const std::exception& e) {
+    e1 = e.what();
+  }
+  a.join();
+  EXPECT_TRUE(e0.find("timed out") != std::string::npos);
+  // The dialer learns why: the acceptor could not prove it holds the secret the dialer has.
+  EXPECT_TRUE(e1.find("could not prove it holds the job's secret") != std::string::npos);
+}
+
+TEST(TransportReplayedHandshakeIsRejected) {
+  // A stranger that recorded a legitimate proof replays it: the acceptor's fresh nonce makes the
+  // old proof worthless, the connection is dropped, and the real rank 1 still joins.
+  auto pair_storage = std::make_unique<RawPair>();
+  RawPair* pair = pair_storage.get();
+  TransportOptions o = Options(0, 2, 1);
+  EventSignal* sig = &pair->events;
+  o.on_event = [sig] { sig->Fire(); };
+  pair->t = std::make_unique<TcpTransport>(o);
+  Endpoint e0 = pair->t->listen_endpoint();
+  std::string error;
+  std::thread connect([&] {
+    try {
+      pair->t->ConnectMesh({e0, Endpoint{"127.0.0.1", 1}}, Deadline::AfterSeconds(10));
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  });
+  int stranger = ConnectTo(e0);
+  ASSERT_TRUE(stranger >= 0);
+  FrameHeader hello = Hello(FrameKind::kHello, kToken, 1, 0);
+  SendFrame(stranger, hello, kNonceA);
+  FrameHeader ack;
+  std::string payload;
+  EXPECT_TRUE(ReadFrame(stranger, &ack, &payload, 5));
+  // The proof a legitimate peer sent for another acceptor nonce, replayed.
+  std::string stale = HandshakeProof("", "herring-proof|", kNonceB, kNonceA, hello.offset, ack.offset, kToken);
+  SendFrame(stranger, Hello(FrameKind::kHelloProof, kToken, 1, 0), stale);
+  uint8_t byte;
+  EXPECT_TRUE(!RecvAll(stranger, &byte, 1, 5));  // closed by the acceptor
+  close(stranger);
+  EXPECT_TRUE(pair->raw.Connect(e0, 1, 2));  // the real rank 1 still gets in
+  connect.join();
+  EXPECT_EQ(error, std::string(""));
+  pair->t->Close();
 }

@@ -60,6 +60,15 @@ Status CheckData(const FrameHeader& h) {
   return Status::OK();
 }
 
+Status CheckHandshake(const FrameHeader& h, const char* kind_name, uint32_t payload) {
+  if (h.payload_bytes != payload) {
+    return Invalid(std::string(kind_name) + " frame with a payload of " + Num(h.payload_bytes) +
+                   " bytes, expected " + Num(payload));
+  }
+  if (h.total_bytes != 0) return Invalid(std::string(kind_name) + " frame with a message size");
+  return Status::OK();
+}
+
 Status CheckControl(const FrameHeader& h) {
   if (h.payload_bytes >= kMaxControlPayloadBytes) {
     return Invalid("control payload of " + Num(h.payload_bytes) + " bytes exceeds the limit of " +
@@ -107,8 +116,11 @@ Status DecodeFrameHeader(const uint8_t in[kFrameHeaderBytes], FrameHeader* out) 
 
   Status s;
   switch (kind) {
-    case static_cast<uint8_t>(FrameKind::kHello): s = CheckEmpty(h, "hello", true); break;
-    case static_cast<uint8_t>(FrameKind::kHelloAck): s = CheckEmpty(h, "hello-ack", true); break;
+    case static_cast<uint8_t>(FrameKind::kHello): s = CheckHandshake(h, "hello", kNonceBytes); break;
+    case static_cast<uint8_t>(FrameKind::kHelloAck):
+      s = CheckHandshake(h, "hello-ack", kNonceBytes + kProofBytes);
+      break;
+    case static_cast<uint8_t>(FrameKind::kHelloProof): s = CheckHandshake(h, "hello-proof", kProofBytes); break;
     case static_cast<uint8_t>(FrameKind::kData): s = CheckData(h); break;
     case static_cast<uint8_t>(FrameKind::kControl): s = CheckControl(h); break;
     case static_cast<uint8_t>(FrameKind::kPing): s = CheckEmpty(h, "ping", false); break;

@@ -11,18 +11,23 @@
 namespace herring {
 
 constexpr uint32_t kFrameMagic = 0x48524E47;  // "HRNG"
-constexpr uint16_t kWireVersion = 1;
+constexpr uint16_t kWireVersion = 2;
 constexpr size_t kFrameHeaderBytes = 40;
 // Upper bounds that a decoded header must respect (a stranger's absurd length is rejected
 // before anything is allocated).
 constexpr uint64_t kMaxControlPayloadBytes = 64ull << 20;
 constexpr uint64_t kMaxMessageBytes = 1ull << 40;
+// Handshake payloads: a fresh random nonce per side and an HMAC-SHA256 proof per side.
+constexpr uint32_t kNonceBytes = 32;
+constexpr uint32_t kProofBytes = 32;
 // One data chunk (the sender splits messages into TransportOptions::chunk_bytes pieces).
 constexpr uint64_t kMaxChunkBytes = 256ull << 20;
 
 enum class FrameKind : uint8_t {
-  kHello = 1,     // first frame on a new connection: tag = job token, offset = (rank << 16) | stream
-  kHelloAck = 2,  // acceptor's answer; same fields
+  kHello = 1,       // first frame of a connection: tag = job token, offset = (rank << 16) | stream,
+                    // payload = the dialer's nonce
+  kHelloAck = 2,    // acceptor's answer: same fields, payload = its nonce + its proof of the secret
+  kHelloProof = 7,  // dialer's proof of the secret; only then does the acceptor admit it
   kData = 3,      // one chunk of a bulk message: tag, offset of the chunk, total_bytes of the message
   kControl = 4,   // one whole control message: tag = message type
   kPing = 5,      // liveness when a connection is otherwise idle; no payload

@@ -7,10 +7,12 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <cstdio>
 #include <set>
 #include <string>
 
+#include "common/hmac_sha256.h"
 #include "common/logging.h"
 #include "transport/frame.h"
 #include "transport/socket_util.h"
@@ -34,23 +36,44 @@ std::string FormatSeconds(double s) {
   return text;
 }
 
-// Sends a whole hello/hello-ack on a fresh socket; its send buffer is empty, so a short write
+constexpr size_t kMaxHandshakeBytes = kFrameHeaderBytes + kNonceBytes + kProofBytes;
+
+// Sends a whole handshake frame on a fresh socket; its send buffer is empty, so a short write
 // means the connection is already broken.
-bool SendHandshake(int fd, FrameKind kind, uint64_t token, uint64_t identity) {
+bool SendHandshake(int fd, FrameKind kind, uint64_t token, uint64_t identity, const std::string& payload) {
   FrameHeader h;
   h.kind = kind;
   h.tag = token;
   h.offset = identity;
-  uint8_t bytes[kFrameHeaderBytes];
+  h.payload_bytes = static_cast<uint32_t>(payload.size());
+  uint8_t bytes[kMaxHandshakeBytes];
   EncodeFrameHeader(h, bytes);
-  return send(fd, bytes, sizeof(bytes), MSG_NOSIGNAL) == static_cast<ssize_t>(sizeof(bytes));
+  std::memcpy(bytes + kFrameHeaderBytes, payload.data(), payload.size());
+  const size_t total = kFrameHeaderBytes + payload.size();
+  return send(fd, bytes, total, MSG_NOSIGNAL) == static_cast<ssize_t>(total);
 }
 
-// Reads the rest of a 40-byte handshake header. Returns >0 when complete, 0 when more is needed,
-// <0 when the connection closed or failed (*why says how).
+// Reads a whole handshake frame (header, then the payload its header announces). Returns >0 when
+// complete, 0 when more is needed, <0 when the connection closed, failed or sent something that
+// is not a handshake frame (*why says how).
 int ReadHandshake(int fd, uint8_t* buf, size_t* got, std::string* why) {
-  while (*got < kFrameHeaderBytes) {
-    ssize_t n = recv(fd, buf + *got, kFrameHeaderBytes - *got, 0);
+  size_t want = kFrameHeaderBytes;
+  while (*got < want || want == kFrameHeaderBytes) {
+    if (*got >= kFrameHeaderBytes) {
+      FrameHeader h;
+      Status s = DecodeFrameHeader(buf, &h);
+      if (!s.ok()) {
+        *why = s.message();
+        return -1;
+      }
+      if (h.kind != FrameKind::kHello && h.kind != FrameKind::kHelloAck && h.kind != FrameKind::kHelloProof) {
+        *why = "a frame that is not part of a handshake";
+        return -1;
+      }
+      want = kFrameHeaderBytes + h.payload_bytes;  // validated against kMaxHandshakeBytes
+      if (*got >= want) break;
+    }
+    ssize_t n = recv(fd, buf + *got, want - *got, 0);
     if (n > 0) {
       *got += static_cast<size_t>(n);
     } else if (n == 0) {
@@ -110,16 +133,21 @@ class MeshBuilder {
     DialState state = DialState::kIdle;
     Clock::time_point retry_at;
     Clock::duration retry_delay = kFirstRetryDelay;
-    uint8_t buf[kFrameHeaderBytes];
+    uint8_t buf[kMaxHandshakeBytes];
     size_t got = 0;
+    std::string nonce;  // this dialer's, fresh per attempt
   };
 
   struct Arrival {
     int fd = -1;
     Clock::time_point expires;
     std::string from;
-    uint8_t buf[kFrameHeaderBytes];
+    uint8_t buf[kMaxHandshakeBytes];
     size_t got = 0;
+    bool awaiting_proof = false;  // the hello passed; the dialer must now prove the secret
+    int peer = -1;
+    int stream = -1;
+    std::string dialer_nonce, my_nonce;
   };
 
   void PrepareDials() {
@@ -239,8 +267,9 @@ class MeshBuilder {
         RetryLater(d, "connect to " + EndpointText(d->peer) + ": " + ErrnoText(err));
         return;
       }
-      if (!SendHandshake(d->fd, FrameKind::kHello, spec_.job_token,
-                         HelloIdentity(spec_.rank, d->stream))) {
+      d->nonce = RandomBytes(kNonceBytes);
+      if (!SendHandshake(d->fd, FrameKind::kHello, spec_.job_token, HelloIdentity(spec_.rank, d->stream),
+                         d->nonce)) {
         RetryLater(d, "sending hello to " + EndpointText(d->peer) + ": " + ErrnoText(errno));
         return;
       }
@@ -262,8 +291,27 @@ class MeshBuilder {
                    h.offset != HelloIdentity(d->peer, d->stream))) {
       s = Status::InvalidArgument("unexpected handshake answer");
     }
+    std::string acceptor_nonce;
+    if (s.ok()) {
+      const char* payload = reinterpret_cast<const char*>(d->buf + kFrameHeaderBytes);
+      acceptor_nonce.assign(payload, kNonceBytes);
+      std::string expected = HandshakeProof(spec_.secret, "herring-ack|", d->nonce, acceptor_nonce,
+                                   HelloIdentity(spec_.rank, d->stream), h.offset, spec_.job_token);
+      if (!DigestsEqual(reinterpret_cast<const uint8_t*>(expected.data()),
+                        reinterpret_cast<const uint8_t*>(payload + kNonceBytes), kProofBytes)) {
+        s = Status::InvalidArgument("rank " + std::to_string(d->peer) +
+                                    " could not prove it holds the job's secret (another job, or a stranger)");
+      }
+    }
     if (!s.ok()) {
       RetryLater(d, EndpointText(d->peer) + ": " + s.message());
+      return;
+    }
+    std::string proof = HandshakeProof(spec_.secret, "herring-proof|", acceptor_nonce, d->nonce,
+                              HelloIdentity(spec_.rank, d->stream), h.offset, spec_.job_token);
+    if (!SendHandshake(d->fd, FrameKind::kHelloProof, spec_.job_token, HelloIdentity(spec_.rank, d->stream),
+                       proof)) {
+      RetryLater(d, "sending the proof to " + EndpointText(d->peer) + ": " + ErrnoText(errno));
       return;
     }
     fds_[d->peer][d->stream] = d->fd;
@@ -306,25 +354,64 @@ class MeshBuilder {
       CloseFd(&a->fd);
       return;
     }
+    if (a->awaiting_proof) {
+      FinishArrival(a);
+      return;
+    }
     int peer = -1, stream = -1;
     Status s = CheckHello(a->buf, &peer, &stream);
     if (!s.ok()) {
-      // A misconfigured peer redials until its deadline: say why once, not at every attempt.
-      if (logged_rejections_.insert(s.message()).second) {
-        HLOG(Warning) << "rank " << spec_.rank << ": rejected a connection from " << a->from
-                      << ": " << s.message();
-      }
-      CloseFd(&a->fd);
+      Reject(a, s);
       return;
     }
     ConfigureStreamSocket(a->fd, 0);  // buffer sizes were inherited from the listener
-    if (!SendHandshake(a->fd, FrameKind::kHelloAck, spec_.job_token,
-                       HelloIdentity(spec_.rank, stream))) {
+    a->peer = peer;
+    a->stream = stream;
+    a->dialer_nonce.assign(reinterpret_cast<const char*>(a->buf + kFrameHeaderBytes), kNonceBytes);
+    a->my_nonce = RandomBytes(kNonceBytes);
+    std::string proof = HandshakeProof(spec_.secret, "herring-ack|", a->dialer_nonce, a->my_nonce,
+                              HelloIdentity(peer, stream), HelloIdentity(spec_.rank, stream), spec_.job_token);
+    if (!SendHandshake(a->fd, FrameKind::kHelloAck, spec_.job_token, HelloIdentity(spec_.rank, stream),
+                       a->my_nonce + proof)) {
       CloseFd(&a->fd);  // the dialer sees the close and dials again
       return;
     }
-    fds_[peer][stream] = a->fd;
+    a->awaiting_proof = true;
+    a->got = 0;
+  }
+
+  // The dialer's proof: only a process holding the job's secret gets a place in the mesh.
+  void FinishArrival(Arrival* a) {
+    FrameHeader h;
+    Status s = DecodeFrameHeader(a->buf, &h);
+    if (s.ok() && (h.kind != FrameKind::kHelloProof || h.tag != spec_.job_token ||
+                   h.offset != HelloIdentity(a->peer, a->stream))) {
+      s = Status::InvalidArgument("expected the proof of the hello");
+    }
+    if (s.ok()) {
+      std::string expected = HandshakeProof(spec_.secret, "herring-proof|", a->my_nonce, a->dialer_nonce,
+                                   HelloIdentity(a->peer, a->stream), HelloIdentity(spec_.rank, a->stream),
+                                   spec_.job_token);
+      if (!DigestsEqual(reinterpret_cast<const uint8_t*>(expected.data()), a->buf + kFrameHeaderBytes, kProofBytes)) {
+        s = Status::InvalidArgument("authentication failed: the peer does not hold the job's secret "
+                                    "(a stranger, a replayed handshake, or HERRING_SECRET differs)");
+      }
+    }
+    if (!s.ok() || fds_[a->peer][a->stream] >= 0) {
+      Reject(a, s.ok() ? Status::InvalidArgument("duplicate connection") : s);
+      return;
+    }
+    fds_[a->peer][a->stream] = a->fd;
     a->fd = -1;
+  }
+
+  void Reject(Arrival* a, const Status& s) {
+    // A misconfigured peer redials until its deadline: say why once, not at every attempt.
+    if (logged_rejections_.insert(s.message()).second) {
+      HLOG(Warning) << "rank " << spec_.rank << ": rejected a connection from " << a->from << ": "
+                    << s.message();
+    }
+    CloseFd(&a->fd);
   }
 
   Status CheckHello(const uint8_t* bytes, int* peer, int* stream) const {
@@ -398,6 +485,14 @@ class MeshBuilder {
 };
 
 }  // namespace
+
+std::string HandshakeProof(const std::string& secret, const char* label, const std::string& first_nonce,
+                           const std::string& second_nonce, uint64_t dialer, uint64_t acceptor, uint64_t token) {
+  std::string m = std::string(label) + first_nonce + second_nonce;
+  for (uint64_t v : {dialer, acceptor, token}) m.append(reinterpret_cast<const char*>(&v), sizeof v);
+  Digest d = HmacSha256(secret, m);
+  return std::string(reinterpret_cast<const char*>(d.data()), d.size());
+}
 
 std::vector<std::vector<int>> BuildMesh(const MeshSpec& spec, int listen_fd,
                                         const std::vector<Endpoint>& endpoints,

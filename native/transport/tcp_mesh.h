@@ -1,11 +1,13 @@
 // Builds the connections of a TcpTransport (private to transport/): rank i dials every rank j < i
 // once per stream (stream 0 carries control, 1..data_streams carry bulk data) and accepts the
-// streams of every rank j > i. Each connection starts with a hello/hello-ack exchange carrying the
-// job token in tag and (rank << 16 | stream) in offset, where rank is the sender's own rank (the
-// acceptor answers with its rank); anything else that reaches the listener is dropped.
+// streams of every rank j > i. Each connection starts with a hello / hello-ack / proof exchange
+// carrying the job token in tag and (rank << 16 | stream) in offset, where rank is the sender's
+// own rank (the acceptor answers with its rank), and nonces and HMAC proofs that both ends hold
+// the job's secret; anything else that reaches the listener is dropped.
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "common/deadline.h"
@@ -14,12 +16,20 @@
 namespace herring {
 
 struct MeshSpec {
+  std::string secret;  // both ends prove they hold it (HMAC-SHA256 over fresh nonces)
   int rank = 0;
   int size = 1;
   int data_streams = 1;
   uint64_t job_token = 0;
   int socket_buffer_bytes = 0;
 };
+
+// The proofs of the handshake: HMAC-SHA256 under the job secret of both nonces and both
+// identities, with a label and an order that differ per direction ("herring-ack|" from the
+// acceptor over dialer nonce then its own; "herring-proof|" from the dialer over acceptor nonce
+// then its own), so no proof can be replayed or reflected.
+std::string HandshakeProof(const std::string& secret, const char* label, const std::string& first_nonce,
+                           const std::string& second_nonce, uint64_t dialer, uint64_t acceptor, uint64_t token);
 
 // The hello field that names the sender: (rank << 16) | stream.
 inline uint64_t HelloIdentity(int rank, int stream) {

@@ -24,7 +24,7 @@ namespace herring {
 // Construction, mesh, teardown
 
 TcpTransport::Impl::Impl(TransportOptions options)
-    : opts_(std::move(options)), job_token_(opts_.job_token) {
+    : opts_(std::move(options)), job_token_(opts_.job_token), secret_(opts_.secret) {
   if (opts_.size < 1 || opts_.rank < 0 || opts_.rank >= opts_.size) {
     throw Error(Status::InvalidArgument("TcpTransport: rank " + std::to_string(opts_.rank) +
                                         " outside a job of size " + std::to_string(opts_.size)));
@@ -78,6 +78,7 @@ void TcpTransport::Impl::ConnectMesh(const std::vector<Endpoint>& endpoints, Dea
   spec.size = opts_.size;
   spec.data_streams = opts_.data_streams;
   spec.job_token = job_token_.load();
+  spec.secret = secret_;
   spec.socket_buffer_bytes = opts_.socket_buffer_bytes;
   std::vector<std::vector<int>> fds = BuildMesh(spec, listen_fd_, endpoints, deadline);
 
@@ -629,6 +630,7 @@ Endpoint TcpTransport::listen_endpoint() const { return impl_->listen_endpoint()
 int TcpTransport::rank() const { return impl_->rank(); }
 int TcpTransport::size() const { return impl_->size(); }
 void TcpTransport::set_job_token(uint64_t token) { impl_->set_job_token(token); }
+void TcpTransport::set_secret(const std::string& secret) { impl_->set_secret(secret); }
 void TcpTransport::ResetConnections() { impl_->ResetConnections(); }
 
 void TcpTransport::ConnectMesh(const std::vector<Endpoint>& endpoints, Deadline deadline) {

@@ -43,6 +43,7 @@ struct TransportOptions {
   size_t chunk_bytes = 1 << 20;
   int socket_buffer_bytes = 4 << 20;
   uint64_t job_token = 0;             // both ends of a connection must present the same token
+  std::string secret;                 // ... and prove they hold this secret (HMAC challenge-response)
   double peer_timeout_seconds = 30;
   // A control message of this type (0: none) aborts every pending transfer as soon as it arrives
   // (with "rank N aborted the job: <payload>"), so a failure on one rank reaches the others while
@@ -73,6 +74,8 @@ class TcpTransport {
   // The token both ends of every connection must present; replaces TransportOptions::job_token.
   // The engine learns it in the rendezvous, after the listener exists. Call before ConnectMesh.
   void set_job_token(uint64_t token);
+  // The secret every connection must prove (replaces TransportOptions::secret). Before ConnectMesh.
+  void set_secret(const std::string& secret);
 
   // Bulk transfer. `data` must stay valid and untouched until the completion is done. At most one
   // message with a given (peer, tag) may be in flight per direction. peer == rank() is delivered

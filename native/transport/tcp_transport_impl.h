@@ -116,6 +116,7 @@ class TcpTransport::Impl {
 
   void ConnectMesh(const std::vector<Endpoint>& endpoints, Deadline deadline);
   void set_job_token(uint64_t token) { job_token_ = token; }
+  void set_secret(const std::string& secret) { secret_ = secret; }
   void ResetConnections() {
     reset_requested_ = true;
     Close();
@@ -182,6 +183,7 @@ class TcpTransport::Impl {
 
   const TransportOptions opts_;
   std::atomic<uint64_t> job_token_;
+  std::string secret_;  // set before ConnectMesh, read only by it
   int listen_fd_ = -1;
   int epoll_fd_ = -1;
   int event_fd_ = -1;

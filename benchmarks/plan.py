@@ -1,0 +1,126 @@
+"""What a benchmark run measures: the presets (smoke, quick, full) and how they become launches.
+
+A plan is a list of workload specs (what bench_worker.py runs), the stacks, the rank counts and the
+number of repeats. Every (rank count, stack, variant) becomes one launch running every workload
+that applies to it, so torch is imported once per launch rather than once per workload."""
+
+import copy
+from dataclasses import dataclass, field
+
+KiB, MiB = 1 << 10, 1 << 20
+ALL_STACKS = ["herring", "herring-ring", "torch-gloo", "horovod-gloo", "mpi"]
+# Stacks the 1000-tiny-tensors workload runs on: the ring variant negotiates exactly as herring does.
+TINY_STACKS = ["herring", "torch-gloo", "horovod-gloo", "mpi"]
+
+
+def _timing(warmup, min_iters, max_iters, budget):
+    return {"warmup": warmup, "min_iters": min_iters, "max_iters": max_iters, "budget": budget}
+
+
+def _full():
+    return dict(
+        nps=[2, 4], stacks=list(ALL_STACKS), repeats=1,
+        membw={"bytes": 256 * MiB, "trials": 5, "reps": 4},
+        workloads=[
+            {"id": "allreduce", "kind": "allreduce", "sizes": [4 * KiB * 4 ** k for k in range(9)],  # 4 KiB .. 256 MiB
+             "timing": _timing(2, 5, 50, 1.5), "timeout": 900},
+            {"id": "gradset-resnet50", "kind": "gradset", "model": "resnet50",
+             "timing": _timing(2, 5, 20, 3.0), "baseline_timing": _timing(1, 3, 10, 1.0), "timeout": 300},
+            {"id": "gradset-bert-base", "kind": "gradset", "model": "bert-base",
+             "timing": _timing(2, 5, 10, 4.0), "baseline_timing": _timing(1, 3, 5, 1.0), "timeout": 600},
+            {"id": "tiny", "kind": "tiny", "count": 1000, "elements": 1, "stacks": TINY_STACKS,
+             "variants": ["cache-off"], "timing": _timing(3, 10, 50, 2.0), "timeout": 300},
+            {"id": "train", "kind": "train", "widths": [1024, 4096, 4096, 4096, 1024], "batch": 8,
+             "timing": _timing(2, 5, 30, 4.0), "baseline_timing": _timing(1, 3, 10, 1.0), "timeout": 400},
+        ])
+
+
+def _quick():
+    return dict(
+        nps=[4], stacks=list(ALL_STACKS), repeats=1,
+        membw={"bytes": 128 * MiB, "trials": 3, "reps": 3},
+        workloads=[
+            {"id": "allreduce", "kind": "allreduce", "sizes": [4 * KiB, 256 * KiB, 4 * MiB, 64 * MiB],
+             "timing": _timing(2, 5, 20, 1.0), "timeout": 400},
+            {"id": "gradset-resnet50", "kind": "gradset", "model": "resnet50",
+             "timing": _timing(1, 3, 10, 1.5), "baseline_timing": _timing(1, 3, 3, 0.5), "timeout": 200},
+            {"id": "tiny", "kind": "tiny", "count": 1000, "elements": 1, "stacks": TINY_STACKS,
+             "variants": ["cache-off"], "timing": _timing(2, 5, 20, 1.0), "timeout": 200},
+            {"id": "train", "kind": "train", "widths": [1024, 4096, 4096, 1024], "batch": 8,
+             "timing": _timing(1, 3, 10, 1.5), "baseline_timing": _timing(1, 3, 3, 0.5), "timeout": 200},
+        ])
+
+
+def _smoke():
+    # Tiny sizes, to check the harness end to end in well under a minute (the test suite's).
+    return dict(
+        nps=[2], stacks=["herring", "torch-gloo", "mpi"], repeats=1,
+        membw={"bytes": 32 * MiB, "trials": 2, "reps": 2},
+        workloads=[
+            {"id": "allreduce", "kind": "allreduce", "sizes": [4 * KiB, 64 * KiB],
+             "timing": _timing(1, 3, 3, 0.1), "timeout": 60},
+            {"id": "gradset-resnet18", "kind": "gradset", "model": "resnet18",
+             "timing": _timing(1, 2, 2, 0.1), "baseline_timing": _timing(1, 2, 2, 0.1), "timeout": 60},
+            {"id": "tiny", "kind": "tiny", "count": 50, "elements": 1, "stacks": TINY_STACKS,
+             "variants": ["cache-off"], "timing": _timing(1, 3, 3, 0.1), "timeout": 60},
+            {"id": "train", "kind": "train", "widths": [256, 512, 256], "batch": 4,
+             "timing": _timing(1, 3, 3, 0.1), "baseline_timing": _timing(1, 2, 2, 0.1), "timeout": 60},
+        ])
+
+
+PRESETS = {"smoke": _smoke, "quick": _quick, "full": _full}
+
+
+@dataclass
+class Plan:
+    preset: str
+    nps: list
+    stacks: list
+    repeats: int
+    workloads: list
+    membw: dict
+    extra_env: dict = field(default_factory=dict)   # stack -> environment added to its launches
+
+    def launches(self, variants_of):
+        """[(repeat, np, stack, variant, [workload specs])] in run order. Stacks alternate inside
+        each (repeat, np) so that slow drifts of the machine's load spread over all of them."""
+        out = []
+        for repeat in range(self.repeats):
+            for np in self.nps:
+                for stack in self.stacks:
+                    for variant in [None] + list(variants_of(stack)):
+                        specs = [w for w in self.workloads if _applies(w, stack, variant, np)]
+                        if specs:
+                            out.append((repeat, np, stack, variant, specs))
+        return out
+
+
+def _applies(spec, stack, variant, np):
+    if stack not in spec.get("stacks", ALL_STACKS):
+        return False
+    if np not in spec.get("nps", [np]):
+        return False
+    return variant is None or variant in spec.get("variants", [])
+
+
+def make_plan(preset, stacks=None, nps=None, workloads=None, sizes=None, repeats=None, tiny_count=None,
+              extra_env=None):
+    base = copy.deepcopy(PRESETS[preset]())
+    specs = base["workloads"]
+    if workloads:
+        known = {w["id"] for w in specs}
+        unknown = set(workloads) - known
+        if unknown:
+            raise ValueError(f"unknown workloads {sorted(unknown)}; preset {preset} has {sorted(known)}")
+        specs = [w for w in specs if w["id"] in workloads]
+    for w in specs:
+        if sizes and w["kind"] == "allreduce":
+            w["sizes"] = list(sizes)
+        if tiny_count and w["kind"] == "tiny":
+            w["count"] = int(tiny_count)
+    unknown = set(stacks or []) - set(ALL_STACKS)
+    if unknown:
+        raise ValueError(f"unknown stacks {sorted(unknown)}; known: {ALL_STACKS}")
+    return Plan(preset=preset, nps=list(nps or base["nps"]), stacks=list(stacks or base["stacks"]),
+                repeats=int(repeats or base["repeats"]), workloads=specs, membw=base["membw"],
+                extra_env=dict(extra_env or {}))

@@ -1,0 +1,171 @@
+"""One interface over the three APIs the stacks are driven through, so that every workload runs
+the same code on every stack:
+
+    horovod : Horovod's torch API (herring when HOROVOD_BACKEND=herring, else stock Horovod-gloo)
+    torch   : torch.distributed with the gloo backend; models go through DistributedDataParallel
+    mpi     : MPI_Allreduce / MPI_Iallreduce through mpi4py (Open MPI)
+
+Each Comm offers: rank, size, barrier(), max_of(value), allreduce_(buffer) (sum in place),
+allreduce_many_(tensors) (submit all asynchronously, then wait for all), distribute(model,
+optimizer) (wrap a model the way a user of that stack would for data-parallel training) and
+counters() (engine counters, herring only)."""
+
+import datetime
+import os
+
+TIMEOUT_SECONDS = int(os.environ.get("HERRING_BENCH_COLLECTIVE_TIMEOUT", "600"))
+
+
+class Distributed:
+    """A model and optimizer wrapped for data-parallel training: forward(x), backward, step()."""
+
+    def __init__(self, forward, step):
+        self.forward, self.step = forward, step
+
+
+class HorovodComm:
+    api = "horovod"
+
+    def __init__(self):
+        import torch
+        import horovod.torch as hvd
+        self.torch, self.hvd = torch, hvd
+        hvd.init()
+        self.rank, self.size = hvd.rank(), hvd.size()
+        self.backend = "herring" if os.environ.get("HOROVOD_BACKEND") == "herring" else "horovod"
+        self._barrier_buf = torch.zeros(1)
+
+    def barrier(self):
+        # An allreduce rather than hvd.barrier(): the same negotiated path on both backends.
+        self.hvd.allreduce_(self._barrier_buf, op=self.hvd.Sum, name="bench.barrier")
+
+    def max_of(self, value):
+        t = self.torch.tensor([float(value)], dtype=self.torch.float64)
+        return self.hvd.allreduce(t, op=self.hvd.Max, name="bench.max").item()
+
+    def make(self, n):
+        return self.torch.empty(n, dtype=self.torch.float32)
+
+    def allreduce_(self, buf):
+        self.hvd.allreduce_(buf, op=self.hvd.Sum, name=f"bench.allreduce.{buf.numel()}")
+
+    def allreduce_many_(self, tensors):
+        handles = [self.hvd.allreduce_async_(t, op=self.hvd.Sum, name=f"bench.tiny.{i}")
+                   for i, t in enumerate(tensors)]
+        for h in handles:
+            self.hvd.synchronize(h)
+
+    def distribute(self, model, optimizer):
+        # What a Horovod user writes: DistributedOptimizer registers one hook per parameter that
+        # starts an asynchronous allreduce (Average) as soon as its gradient is accumulated;
+        # step() synchronizes all of them before updating.
+        opt = self.hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
+        return Distributed(model, opt.step)
+
+    def counters(self):
+        if self.backend != "herring":
+            return None
+        import hvd_herring
+        return dict(hvd_herring.counters())
+
+
+class TorchComm:
+    api = "torch"
+
+    def __init__(self):
+        import torch
+        import torch.distributed as dist
+        self.torch, self.dist = torch, dist
+        dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=TIMEOUT_SECONDS))
+        self.rank, self.size = dist.get_rank(), dist.get_world_size()
+        self.backend = "torch-gloo"
+
+    def barrier(self):
+        self.dist.barrier()
+
+    def max_of(self, value):
+        t = self.torch.tensor([float(value)], dtype=self.torch.float64)
+        self.dist.all_reduce(t, op=self.dist.ReduceOp.MAX)
+        return t.item()
+
+    def make(self, n):
+        return self.torch.empty(n, dtype=self.torch.float32)
+
+    def allreduce_(self, buf):
+        self.dist.all_reduce(buf)
+
+    def allreduce_many_(self, tensors):
+        works = [self.dist.all_reduce(t, async_op=True) for t in tensors]
+        for w in works:
+            w.wait()
+
+    def distribute(self, model, optimizer):
+        # torch's own DistributedDataParallel with its defaults: gradients packed into ~25 MiB
+        # buckets (bucket_cap_mb=25, the first 1 MiB) in reverse parameter order, each bucket
+        # allreduced asynchronously as soon as it is full; backward returns when all are done.
+        from torch.nn.parallel import DistributedDataParallel
+        ddp = DistributedDataParallel(model)
+        return Distributed(ddp, optimizer.step)
+
+    def counters(self):
+        return None
+
+
+class MpiComm:
+    api = "mpi"
+
+    def __init__(self):
+        from mpi4py import MPI
+        self.MPI = MPI
+        self.comm = MPI.COMM_WORLD
+        self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
+        self.backend = "mpi"
+
+    def barrier(self):
+        self.comm.Barrier()
+
+    def max_of(self, value):
+        return float(self.comm.allreduce(float(value), op=self.MPI.MAX))
+
+    def make(self, n):
+        import numpy as np
+        return np.empty(n, dtype=np.float32)
+
+    def allreduce_(self, buf):
+        self.comm.Allreduce(self.MPI.IN_PLACE, _as_array(buf), op=self.MPI.SUM)
+
+    def allreduce_many_(self, tensors):
+        reqs = [self.comm.Iallreduce(self.MPI.IN_PLACE, _as_array(t), op=self.MPI.SUM) for t in tensors]
+        self.MPI.Request.Waitall(reqs)
+
+    def distribute(self, model, optimizer):
+        # DistributedOptimizer's pattern written over MPI: a hook per parameter starts
+        # MPI_Iallreduce on its gradient once accumulated; step() waits for all, averages, updates.
+        pending = []
+
+        def hook(p):
+            pending.append(self.comm.Iallreduce(self.MPI.IN_PLACE, p.grad.numpy(), op=self.MPI.SUM))
+
+        for p in model.parameters():
+            p.register_post_accumulate_grad_hook(hook)
+
+        def step():
+            self.MPI.Request.Waitall(pending)
+            pending.clear()
+            for p in model.parameters():
+                if p.grad is not None:
+                    p.grad.div_(self.size)
+            optimizer.step()
+
+        return Distributed(model, step)
+
+    def counters(self):
+        return None
+
+
+def _as_array(buf):
+    return buf.numpy() if hasattr(buf, "numpy") else buf
+
+
+def connect(api):
+    return {"horovod": HorovodComm, "torch": TorchComm, "mpi": MpiComm}[api]()

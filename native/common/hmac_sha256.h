@@ -1,0 +1,23 @@
+// SHA-256 and HMAC-SHA256 (FIPS 180-4, RFC 2104), for the connection handshake: both ends of
+// every connection prove they hold the job's secret without sending it. Small and dependency-free;
+// checked against the standard test vectors.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace herring {
+
+using Digest = std::array<uint8_t, 32>;
+
+Digest Sha256(const void* data, size_t bytes);
+Digest HmacSha256(const std::string& key, const std::string& message);
+// Compares in time independent of where the first difference is.
+bool DigestsEqual(const uint8_t* a, const uint8_t* b, size_t bytes);
+std::string ToHex(const uint8_t* data, size_t bytes);
+// Random bytes from the kernel (getrandom). Throws Error if none can be had.
+std::string RandomBytes(size_t bytes);
+
+}  // namespace herring

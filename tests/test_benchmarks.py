@@ -1,0 +1,194 @@
+"""The benchmark harness end to end: the smoke preset runs herring, torch-gloo and MPI through
+their real launchers on tiny workloads and writes the report with its tables and plots (the
+Horovod-with-PyTorch peer is not needed: building it takes minutes, the full run does that). Also:
+the generated model shapes, the bound and goal arithmetic, and that a failing workload is reported
+and does not stop the run."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from benchmarks.results import Results  # noqa: E402
+
+SMOKE_STACKS = ["herring", "torch-gloo", "mpi"]
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory):
+    out_dir = str(tmp_path_factory.mktemp("bench-smoke"))
+    out = os.path.join(out_dir, "benchmarks.md")
+    env = dict(os.environ, HERRING_BENCH_CACHE=os.path.join(out_dir, "cache"))
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.run", "--preset", "smoke", "--no-peer-setup",
+                           "--out", out], cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    with open(out) as f:
+        md = f.read()
+    with open(os.path.join(out_dir, "benchmarks.json")) as f:
+        data = json.load(f)
+    return out_dir, md, data, proc.stderr
+
+
+def _table_rows(md, heading):
+    """Rows (lists of cells) of the first table after a heading line."""
+    section = md.split(heading, 1)[1]
+    rows = [l for l in section.split("\n\n", 3)[1:3] if l.startswith("|")]
+    lines = rows[0].splitlines()
+    return [[c.strip() for c in l.strip("|").split("|")] for l in lines[2:]]
+
+
+def test_every_stack_ran_every_workload(smoke):
+    _, _, data, log = smoke
+    assert data["launches"], log
+    failed = [(l["stack"], l["np"], l["error_lines"] or l["output_tail"]) for l in data["launches"] if not l["ok"]]
+    assert not failed, failed
+    res = Results(data)
+    for stack in SMOKE_STACKS:
+        for size in (4096, 65536):
+            times = res.samples("allreduce", stack, 2, bytes=size)
+            assert len(times) >= 3 and all(t > 0 for t in times), (stack, size, times)
+        for wid in ("gradset-resnet18", "tiny", "train"):
+            assert res.median(wid, stack, 2) is not None, (stack, wid)
+        for wid in ("gradset-resnet18", "train"):
+            assert res.baseline(wid, stack, 2) is not None, (stack, wid)
+    assert res.median("tiny", "herring", 2, "cache-off") is not None
+
+
+def test_the_cache_variant_reaches_the_engine(smoke):
+    # Cache on: steady-state steps hit the response cache; HOROVOD_CACHE_CAPACITY=0: never.
+    _, _, data, _ = smoke
+    res = Results(data)
+    on = res.record("tiny", stack="herring", variant="")["counters"]
+    off = res.record("tiny", stack="herring", variant="cache-off")["counters"]
+    assert on["cache_hits"] > 0, on
+    assert off["cache_hits"] == 0 and off["coordinator_rounds"] > on["coordinator_rounds"], (on, off)
+
+
+def test_report_has_the_tables_and_plots(smoke):
+    out_dir, md, data, _ = smoke
+    for heading in ("## Goals", "## The memory-traffic bound of this machine", "## Allreduce, one host",
+                    "### 2 ranks", "## Gradient sets of real models", "tiny tensors per step",
+                    "## A communication-heavy training loop", "## Simulated cluster and the link bound",
+                    "## How each stack runs"):
+        assert heading in md, heading
+    for fact in ("| CPU |", "| Memory |", "| Kernel / OS |", "| torch |", "| openmpi |", "| hvd_herring |"):
+        assert fact in md, fact
+    assert data["machine"]["cores"] == os.cpu_count()
+
+    # The allreduce table: one column per stack; every peer cell carries its ratio to herring,
+    # and the ratio is the one the raw results give.
+    rows = _table_rows(md, "### 2 ranks")
+    assert [r[0] for r in rows] == ["4 KiB", "64 KiB"], rows
+    res = Results(data)
+    header = md.split("### 2 ranks", 1)[1].split("| Size |", 1)[1].splitlines()[0]
+    columns = [c.strip() for c in header.strip("|").split("|")]
+    assert columns[:3] == SMOKE_STACKS, columns
+    for row, size in zip(rows, (4096, 65536)):
+        for stack, cell in zip(columns[1:3], row[2:4]):
+            m = re.search(r"\((\d+\.\d\d)x\)", cell)
+            assert m, cell
+            expected = res.median("allreduce", stack, 2, bytes=size) / res.median("allreduce", "herring", 2, bytes=size)
+            assert float(m.group(1)) == pytest.approx(expected, abs=0.006), (stack, size, cell)
+
+    goals = _table_rows(md, "## Goals")
+    assert len(goals) == 8, goals
+    assert all(g[-1] in ("**met**", "**not met**", "not measured") for g in goals), goals
+
+    bw = _table_rows(md, "## The memory-traffic bound of this machine")
+    assert {(r[0], r[1]) for r in bw} == {("copy", "1"), ("add", "1"), ("copy", str(os.cpu_count())),
+                                          ("add", str(os.cpu_count()))}, bw
+
+    for name in ("allreduce_np2.png", "gradsets.png", "tiny.png", "train.png"):
+        path = os.path.join(out_dir, "img", name)
+        with open(path, "rb") as f:
+            head = f.read(8)
+        assert head == b"\x89PNG\r\n\x1a\n" and os.path.getsize(path) > 10_000, name
+        assert f"](img/{name})" in md, name
+
+
+def test_gradient_sets_have_the_real_shapes():
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks", "workers"))
+    import gradient_sets
+    assert gradient_sets.describe("resnet50") == {"tensors": 161, "params": 25_557_032}
+    assert gradient_sets.describe("bert-base") == {"tensors": 199, "params": 109_482_240}
+    assert gradient_sets.describe("resnet18") == {"tensors": 62, "params": 11_689_512}
+    shapes = dict(gradient_sets.resnet50_shapes())
+    assert shapes["layer3.0.downsample.0.weight"] == (1024, 512, 1, 1)
+    assert shapes["fc.weight"] == (1000, 2048)
+
+
+def test_bound_and_goal_arithmetic():
+    mib = 1 << 20
+    data = {"plan": {"stacks": ["herring", "torch-gloo", "horovod-gloo", "mpi"], "nps": [4]},
+            "membw": {"results": [{"kernel": "copy", "procs": 2, "median": 20e9, "rates": [20e9]},
+                                  {"kernel": "copy", "procs": 1, "median": 11e9, "rates": [11e9]},
+                                  {"kernel": "add", "procs": 2, "median": 16e9, "rates": [16e9]}]},
+            "records": []}
+
+    def rec(workload, stack, t, **kw):
+        data["records"].append(dict(workload=workload, stack=stack, np=4, variant="", times=[t, t * 2, t / 2], **kw))
+
+    rec("allreduce", "herring", 0.03, bytes=64 * mib)
+    rec("allreduce", "torch-gloo", 0.105, bytes=64 * mib)
+    rec("allreduce", "horovod-gloo", 0.15, bytes=64 * mib)
+    rec("allreduce", "mpi", 0.075, bytes=64 * mib)
+    rec("tiny", "herring", 0.01, count=1000)
+    rec("tiny", "horovod-gloo", 0.02, count=1000)
+    res = Results(data)
+    # 2*N*S bytes of traffic at twice the copy rate of every core (the 2-process measurement).
+    assert res.memory_bound(64 * mib, 4) == pytest.approx(4 * 64 * mib / 20e9)
+    goals = {g[0].split(": ", 1)[1]: (g[3], g[4]) for g in res.goals()}
+    bound_ratio, bound_met = goals["herring within 1.5x of the memory-traffic bound"]
+    assert bound_ratio == pytest.approx(0.03 / (4 * 64 * mib / 20e9)) and bound_met is False
+    assert goals["herring >= 3x faster than torch-gloo"] == (pytest.approx(3.5), True)
+    assert goals["herring >= 6x faster than horovod-gloo"] == (pytest.approx(5.0), False)
+    assert goals["herring >= 2x faster than mpi"] == (pytest.approx(2.5), True)
+    assert goals["herring >= 3x faster than horovod-gloo (cache on)"] == (pytest.approx(2.0), False)
+
+
+def test_a_failing_workload_is_reported_and_the_rest_still_runs():
+    from benchmarks import run
+    from benchmarks.plan import Plan
+    good = {"id": "allreduce", "kind": "allreduce", "sizes": [4096],
+            "timing": {"warmup": 1, "min_iters": 2, "max_iters": 2}, "timeout": 60}
+    broken = {"id": "broken", "kind": "allreduce", "sizes": ["not-a-size"], "timeout": 60}
+    plan = Plan(preset="test", nps=[2], stacks=["mpi"], repeats=1, workloads=[broken, good], membw={})
+    with tempfile.TemporaryFile("w+") as log:
+        records, launches = run.run(plan, {}, log)
+        log.seek(0)
+        assert "TypeError" in log.read()
+    # The first launch fails in `broken` (its error is recorded with the rank), then `allreduce`,
+    # which it never reached, runs alone and succeeds.
+    assert [(l["workloads"], l["ok"]) for l in launches] == [(["broken"], False), (["allreduce"], True)], launches
+    errors = launches[0]["errors"]
+    assert {e["rank"] for e in errors} == {0, 1}
+    assert all(e["workload"] == "broken" and "TypeError" in e["error"] for e in errors), errors
+    assert [(r["workload"], r["bytes"], r["stack"]) for r in records] == [("allreduce", 4096, "mpi")]
+
+
+def test_cluster_results_fill_their_slot(smoke, tmp_path):
+    from benchmarks.report import write_report
+    _, md, data, _ = smoke
+    assert "Not part of this run" in md
+    cluster = {"description": "Four simulated hosts, 1 Gbit/s links.",
+               "records": [{"setup": "4x2, 1 Gbit/s", "stack": "herring", "np": 8, "bytes": 64 << 20,
+                            "median": 0.6, "link_bound": 0.54},
+                           {"setup": "4x2, 1 Gbit/s", "stack": "herring-ring", "np": 8, "bytes": 64 << 20,
+                            "median": 1.2}],
+               "goals": [{"goal": "cluster goal A", "target": ">= 1.8x", "measured": "ring 1.2 s, herring 0.6 s",
+                          "ratio": 2.0, "met": True}]}
+    out = str(tmp_path / "benchmarks.md")
+    write_report(data, out, os.path.join(os.path.dirname(out), "img"), cluster)
+    with open(out) as f:
+        text = f.read()
+    assert "| cluster goal A | >= 1.8x | ring 1.2 s, herring 0.6 s | 2.00x | **met** |" in text
+    assert "Four simulated hosts, 1 Gbit/s links." in text
+    assert "| 4x2, 1 Gbit/s | 8 | 64 MiB | herring | 600 ms | 1.00x | 540 ms | 90% |" in text
+    assert "| 4x2, 1 Gbit/s | 8 | 64 MiB | herring-ring | 1.2 s | 2.00x | - | - |" in text
