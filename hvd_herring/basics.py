@@ -173,6 +173,22 @@ class HerringBasics:
         except _native.HerringError as e:
             raise HorovodInternalError(str(e)) from e
 
+    def enqueue_one(self, op_type, name, process_set_id, dtype, reduce_op, prescale, postscale, root,
+                    input_ptr, output_ptr, shape):
+        """One tensor, outputs provided by the caller: the hot path of a training step."""
+        try:
+            return self.engine().enqueue_one(OP_TYPES[op_type], name or "", process_set_id, dtype, reduce_op,
+                                             prescale, postscale, root, input_ptr, output_ptr, shape)
+        except _native.HerringError as e:
+            raise HorovodInternalError(str(e)) from e
+
+    def wait_simple(self, handle, timeout=None):
+        """Waits for a collective that wrote into the caller's outputs; returns its value."""
+        try:
+            return self.engine().wait(handle, -1.0 if timeout is None else float(timeout))
+        except _native.HerringError as e:
+            raise HorovodInternalError(str(e)) from e
+
     def wait(self, handle, dtype=0, timeout=None):
         """Blocks (without the GIL) until the collective completes; returns
         (output capsules, output shapes, received splits, value)."""

@@ -15,11 +15,13 @@ from horovod.torch.compression import Compression
 
 from hvd_herring.basics import basics as _basics, DTYPES as _DTYPES
 
-_TORCH_DTYPES = {
+_TORCH_DTYPES = {  # torch dtype -> the engine's dtype name
     torch.uint8: "uint8", torch.int8: "int8", torch.int16: "int16", torch.int32: "int32",
     torch.int64: "int64", torch.float16: "float16", torch.bfloat16: "bfloat16",
     torch.float32: "float32", torch.float64: "float64", torch.bool: "bool",
 }
+
+_DTYPE_CODES = {t: _DTYPES[n] for t, n in _TORCH_DTYPES.items()}
 
 is_initialized = _basics.is_initialized
 start_timeline = _basics.start_timeline
@@ -96,24 +98,35 @@ def _inplace(tensor):
 
 def _common_dtype(tensors):
     codes = {_dtype_code(t) for t in tensors}
+    if not codes:
+        return _DTYPES["uint8"]
     if len(codes) != 1:
         raise ValueError("tensors of a group must all have the same dtype")
     return codes.pop()
 
 
 def _enqueue(op_type, name, tensors, outputs, process_set, op=None, prescale=1.0, postscale=1.0,
-             root=-1, splits=None, finish=None):
-    """Queues one (possibly grouped) collective and records what synchronize() returns."""
-    dtype = _common_dtype(tensors)
-    args = []
-    for i, t in enumerate(tensors):
-        out = outputs[i] if outputs is not None else None
-        args.append((t.data_ptr(), out.data_ptr() if out is not None else 0, list(t.shape),
-                     list(splits[i]) if splits is not None else []))
-    handle = _basics.enqueue(op_type, name, process_set.process_set_id, dtype,
-                             Sum if op is None else op, prescale, postscale, root, args)
+             root=-1, splits=None, finish=None, result=None):
+    """Queues one (possibly grouped) collective and records what synchronize() returns: `result`
+    when the outputs are the caller's (finish is None), else finish(capsules, splits, value)."""
+    if len(tensors) == 1 and splits is None and outputs is not None:
+        t = tensors[0]
+        code = _DTYPE_CODES.get(t.dtype)
+        if code is None:
+            raise ValueError(f"Tensor type {t.type()} is not supported.")
+        handle = _basics.enqueue_one(op_type, name, process_set.process_set_id, code, Sum if op is None else op,
+                                     prescale, postscale, root, t.data_ptr(), outputs[0].data_ptr(), t.shape)
+    else:
+        code = _common_dtype(tensors)
+        args = []
+        for i, t in enumerate(tensors):
+            out = outputs[i] if outputs is not None else None
+            args.append((t.data_ptr(), out.data_ptr() if out is not None else 0, list(t.shape),
+                         list(splits[i]) if splits is not None else []))
+        handle = _basics.enqueue(op_type, name, process_set.process_set_id, code,
+                                 Sum if op is None else op, prescale, postscale, root, args)
     # Keep inputs and outputs alive until synchronize(): the engine holds their addresses.
-    _handle_map[handle] = (tuple(tensors), outputs, dtype, finish)
+    _handle_map[handle] = (tensors, outputs, code, finish, result)
     return handle
 
 
@@ -130,8 +143,11 @@ def synchronize(handle):
     """Waits for the collective and returns its output (a tensor, or a list for groups)."""
     if handle not in _handle_map:
         return None
-    _, outputs, dtype, finish = _handle_map[handle]
+    _, outputs, dtype, finish, result = _handle_map[handle]
     try:
+        if finish is None:
+            _basics.wait_simple(handle)
+            return result
         capsules, shapes, received_splits, value = _basics.wait(handle, dtype)
     finally:
         _handle_map.pop(handle, None)
@@ -144,7 +160,7 @@ def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor
     if op == Adasum:
         raise NotImplementedError("Adasum is not supported by the herring backend")
     return _enqueue("allreduce", name, [_input(tensor)], [output], process_set, op, prescale_factor,
-                    postscale_factor, finish=lambda *_: output)
+                    postscale_factor, result=output)
 
 
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
@@ -200,7 +216,7 @@ def _grouped_allreduce_async(tensors, outputs, name, op, prescale_factor, postsc
     if op == Adasum:
         raise NotImplementedError("Adasum is not supported by the herring backend")
     return _enqueue("allreduce", name, [_input(t) for t in tensors], outputs, process_set, op, prescale_factor,
-                    postscale_factor, finish=lambda *_: list(outputs))
+                    postscale_factor, result=list(outputs))
 
 
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
@@ -337,8 +353,7 @@ def grouped_allgather(tensors, name=None, process_set=global_process_set):
 # --- broadcast -----------------------------------------------------------------------------------
 
 def _broadcast_async(tensor, output, root_rank, name, process_set):
-    return _enqueue("broadcast", name, [tensor], [output], process_set, root=root_rank,
-                    finish=lambda *_: output)
+    return _enqueue("broadcast", name, [tensor], [output], process_set, root=root_rank, result=output)
 
 
 def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):

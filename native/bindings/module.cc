@@ -43,6 +43,28 @@ int64_t EnqueueFromPython(Engine& e, int op_type, const std::string& name, int p
   return e.Enqueue(std::move(req));
 }
 
+// The fast path for one tensor (most calls in a training step): no list of tuples to convert.
+int64_t EnqueueOne(Engine& e, int op_type, const std::string& name, int process_set, int dtype, int reduce_op,
+                   double prescale, double postscale, int root, uintptr_t input, uintptr_t output,
+                   const std::vector<int64_t>& shape) {
+  return EnqueueFromPython(e, op_type, name, process_set, dtype, reduce_op, prescale, postscale, root,
+                           {TensorArg{input, output, shape, {}}}, {}, -1);
+}
+
+// Waits (without the GIL) for a collective whose outputs the caller provided; returns its value
+// (join: the last rank; process sets: the id) or raises its error.
+int64_t WaitSimple(Engine& e, int64_t handle, double timeout_seconds) {
+  Status s;
+  {
+    py::gil_scoped_release release;
+    s = e.Wait(handle, timeout_seconds < 0 ? Deadline::Never() : Deadline::AfterSeconds(timeout_seconds));
+  }
+  if (!s.ok()) throw Error(s);
+  OpResult r = e.Take(handle);
+  if (!r.status.ok()) throw Error(r.status);
+  return r.value;
+}
+
 // Waits (without the GIL), then returns (outputs as DLPack capsules, shapes, received splits,
 // value) or raises the operation's error.
 py::tuple WaitAndTake(Engine& e, int64_t handle, double timeout_seconds, int dtype) {
@@ -149,6 +171,8 @@ PYBIND11_MODULE(_native, m) {
       .def("enqueue", &EnqueueFromPython, py::arg("op_type"), py::arg("name"), py::arg("process_set"),
            py::arg("dtype"), py::arg("reduce_op"), py::arg("prescale"), py::arg("postscale"), py::arg("root"),
            py::arg("tensors"), py::arg("set_ranks") = std::vector<int32_t>(), py::arg("set_id") = -1)
+      .def("enqueue_one", &EnqueueOne)
+      .def("wait", &WaitSimple, py::arg("handle"), py::arg("timeout_seconds") = -1.0)
       .def("poll", &Engine::Poll)
       .def("wait_and_take", &WaitAndTake, py::arg("handle"), py::arg("timeout_seconds") = -1.0,
            py::arg("dtype") = 0)

@@ -63,8 +63,10 @@ const std::vector<KnobSpec>& AllKnobs() {
       {"HERRING_SECRET", "", "secret",
        "The job's secret, which every connection proves with an HMAC challenge-response. Unset: "
        "rank 0 draws a random one and hands it out through the launcher's rendezvous.", false},
-      {"HERRING_SHM_SLOT_BYTES", "16777216", "bytes",
-       "Per-rank shared-memory staging slot; larger buffers stream through it in chunks.", true},
+      {"HERRING_SHM_SLOT_BYTES", "2097152", "bytes",
+       "Per-rank shared-memory staging slot, cut into 4 pipelined chunks; every buffer streams "
+       "through it chunk by chunk (small chunks stay in cache between staging, reduction and "
+       "copy-out; chunks are also the unit pushed to the server shards).", true},
       {"HERRING_CHUNK_BYTES", "1048576", "bytes",
        "Unit in which bulk TCP messages are striped over the streams.", false},
   };

@@ -72,8 +72,10 @@ bool Engine::WaitForTrigger() {
     if (new_work && Clock::now() >= due) return true;
 
     std::unique_lock<std::mutex> lock(wake_mu_);
+    idle_waiting_ = !new_work;
     wake_cv_.wait_until(lock, new_work ? due : Clock::now() + std::chrono::seconds(1),
                         [this] { return wake_pending_; });
+    idle_waiting_ = false;
     wake_pending_ = false;
   }
 }

@@ -415,7 +415,7 @@ int64_t Engine::Enqueue(Request request) {
     handle = handles_.Create(std::move(request.on_complete));
     incoming_.emplace_back(std::move(request), handle);
   }
-  Wake();
+  WakeForNewWork();
   return handle;
 }
 
@@ -425,6 +425,19 @@ void Engine::Wake() {
     wake_pending_ = true;
   }
   wake_cv_.notify_one();
+}
+
+void Engine::WakeForNewWork() {
+  // Only an idle loop needs a nudge: a loop that is busy, or already waiting out the cycle time
+  // for work it has, finds the queue when it looks next. Skipping the notify spares a context
+  // switch per tensor when a backward pass submits hundreds of them.
+  bool notify;
+  {
+    std::lock_guard<std::mutex> lock(wake_mu_);
+    wake_pending_ = true;
+    notify = idle_waiting_;
+  }
+  if (notify) wake_cv_.notify_one();
 }
 
 void Engine::Fail(const Status& status) {

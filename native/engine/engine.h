@@ -152,6 +152,7 @@ class Engine {
   ControlMessage AwaitControl(int from, uint32_t type);
   void Fail(const Status& status);
   void Wake();
+  void WakeForNewWork();
   Status CheckAbort() const;
 
   // Execution (execution.cc).
@@ -192,6 +193,7 @@ class Engine {
   std::mutex wake_mu_;
   std::condition_variable wake_cv_;
   bool wake_pending_ = false;
+  bool idle_waiting_ = false;  // the loop sleeps with nothing to do (guarded by wake_mu_)
 
   mutable std::mutex failure_mu_;
   Status failure_;

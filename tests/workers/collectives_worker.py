@@ -152,7 +152,7 @@ def allreduce_results_bitwise_identical_on_every_rank():
 
 @check
 def allreduce_large_tensor_through_chunks():
-    # Larger than the shared-memory slot (16 MiB by default): streams through it in chunks.
+    # Many times the shared-memory slot (2 MiB by default): streams through it in chunks.
     n = 5 * 1024 * 1024 + 3
     out = hvd.allreduce(make(R, (n,), torch.float32, 95), op=hvd.Sum, name="large")
     expected = reduce_reference([make(r, (n,), torch.float32, 95) for r in range(N)], hvd.Sum)
