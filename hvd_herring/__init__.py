@@ -16,6 +16,16 @@ def counters():
     return basics.counters()
 
 
+def server_layout(process_set=0):
+    """The server shards of a process set: their ranks, current shares and partition-map version
+    (PSLD moves the shares, HERRING_BALANCER=psld)."""
+    from hvd_herring.basics import basics
+    layout = basics.engine().server_layout(process_set)
+    total = sum(layout["weights"])
+    layout["shares"] = [w / total for w in layout["weights"]]
+    return layout
+
+
 def knobs():
     """Every knob: name, default, kind, description (the README's table comes from here)."""
     from hvd_herring import _native

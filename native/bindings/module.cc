@@ -178,6 +178,17 @@ PYBIND11_MODULE(_native, m) {
            py::arg("dtype") = 0)
       .def("process_set_ids", &Engine::ProcessSetIds)
       .def("process_set_ranks", &Engine::ProcessSetRanks)
+      .def("server_layout",
+           [](const Engine& e, int32_t id) {
+             ServerLayout l = e.ProcessSetServers(id);
+             py::dict d;
+             d["shard_ranks"] = l.shard_rank;
+             d["dedicated"] = l.dedicated;
+             d["weights"] = l.map.weights();
+             d["version"] = l.map.version();
+             return d;
+           },
+           py::arg("process_set") = 0)
       .def("counters", &Engine::CountersSnapshot)
       .def("failure", [](const Engine& e) { return e.failure().message(); });
 }

@@ -49,6 +49,14 @@ const std::vector<KnobSpec>& AllKnobs() {
        "The last N launched processes (e.g. the slots of server hosts in horovodrun -H) run only "
        "server shards, as in Herring and BytePS; hvd.size() counts the others. 0: shards are "
        "colocated with the workers.", true},
+      {"HERRING_BALANCER", "none", "enum",
+       "`psld`: rank 0 measures each server shard's service time and moves byte ranges from slow "
+       "shards to fast ones (PSLD), every rank switching maps at the same step; `none`: static "
+       "equal shares.", true},
+      {"HERRING_BALANCE_INTERVAL", "10", "int", "Allreduce executions between two PSLD decisions.", false},
+      {"HERRING_SLOWDOWN", "", "string",
+       "Simulated slow server for tests and benchmarks: `rank:microseconds_per_MiB` makes that "
+       "process's server shards sleep this long per MiB they reduce.", false},
       {"HERRING_TCP_STREAMS", "2", "int", "TCP streams per peer for bulk data.", true},
       {"HERRING_TIMEOUT_SECONDS", "30", "seconds",
        "Deadline of every blocking step; a peer silent for this long is declared lost.", false},
@@ -139,6 +147,20 @@ Config Config::FromEnvironment(const std::map<std::string, std::string>& env) {
   }
   c.num_servers = static_cast<int>(r.Int("HERRING_NUM_SERVERS", 0));
   c.dedicated_servers = static_cast<int>(r.Int("HERRING_DEDICATED_SERVERS", 0));
+  std::string balancer = r.Raw("HERRING_BALANCER");
+  if (balancer != "none" && balancer != "psld") KnobReader::Bad("HERRING_BALANCER", balancer, "none or psld");
+  c.psld_balancer = balancer == "psld";
+  c.balance_interval = static_cast<int>(r.Int("HERRING_BALANCE_INTERVAL", 1));
+  std::string slow = r.Raw("HERRING_SLOWDOWN");
+  if (!slow.empty()) {
+    auto colon = slow.find(':');
+    char* end = nullptr;
+    c.slowdown_rank = colon == std::string::npos ? -1 : static_cast<int>(std::strtol(slow.c_str(), &end, 10));
+    c.slowdown_us_per_mib = colon == std::string::npos ? -1 : std::strtod(slow.c_str() + colon + 1, nullptr);
+    if (c.slowdown_rank < 0 || !(c.slowdown_us_per_mib >= 0)) {
+      KnobReader::Bad("HERRING_SLOWDOWN", slow, "rank:microseconds_per_MiB");
+    }
+  }
   c.tcp_streams = static_cast<int>(r.Int("HERRING_TCP_STREAMS", 1));
   c.timeout_seconds = r.Double("HERRING_TIMEOUT_SECONDS", 0.001);
   c.start_timeout_seconds = r.Double("HERRING_START_TIMEOUT_SECONDS", 0.001);

@@ -30,6 +30,10 @@ struct Config {
   AllreduceAlgorithm allreduce;
   int num_servers;           // 0: one server shard per rank
   int dedicated_servers;     // processes (the last launched) that only serve shards
+  bool psld_balancer;        // HERRING_BALANCER=psld
+  int balance_interval;
+  int slowdown_rank = -1;    // HERRING_SLOWDOWN (tests, benchmarks)
+  double slowdown_us_per_mib = 0;
   int tcp_streams;
   double timeout_seconds;
   double start_timeout_seconds;

@@ -164,10 +164,13 @@ std::vector<uint64_t> Engine::ReadyBits(bool has_uncached, bool has_stale) const
 std::vector<uint64_t> Engine::AgreeOnBits(const std::vector<uint64_t>& mine) {
   if (world_size() == 1) return mine;
   if (rank() != 0) {
-    transport_->SendControl(0, kContributeMessage, EncodeBits(cycle_, mine));
+    transport_->SendControl(0, kContributeMessage, EncodeContribution(cycle_, mine, shard_samples_));
+    shard_samples_.clear();
     uint64_t c;
-    auto agreed = DecodeBits(AwaitControl(0, kResultMessage).payload, &c);
+    std::vector<MapUpdate> maps;
+    auto agreed = DecodeResult(AwaitControl(0, kResultMessage).payload, &c, &maps);
     if (agreed.size() != mine.size()) throw Error(Status::Internal("rank 0 answered with a bit vector of another size"));
+    for (const auto& m : maps) ApplyMapUpdate(m);
     return agreed;
   }
   // Rank 0: invite the ranks that have not contributed yet, then AND everything.
@@ -181,14 +184,22 @@ std::vector<uint64_t> Engine::AgreeOnBits(const std::vector<uint64_t>& mine) {
   std::vector<uint64_t> agreed = mine;
   for (int r = 1; r < world_size(); ++r) {
     uint64_t c;
-    auto theirs = DecodeBits(AwaitControl(r, kContributeMessage).payload, &c);
+    std::vector<ShardSample> samples;
+    auto theirs = DecodeContribution(AwaitControl(r, kContributeMessage).payload, &c, &samples);
+    if (balancer_) {
+      for (const auto& s : samples) balancer_->Observe(s.shard, s.seconds, s.mib);
+    }
     if (theirs.size() != agreed.size()) {
       throw Error(Status::Internal("rank " + std::to_string(r) + " contributed a bit vector of another size"));
     }
     for (size_t w = 0; w < agreed.size(); ++w) agreed[w] &= theirs[w];
   }
-  const std::string result = EncodeBits(cycle_, agreed);
+  std::vector<MapUpdate> maps;
+  if (pending_map_) maps.push_back(*pending_map_);
+  pending_map_.reset();
+  const std::string result = EncodeResult(cycle_, agreed, maps);
   for (int r = 1; r < world_size(); ++r) transport_->SendControl(r, kResultMessage, result);
+  for (const auto& m : maps) ApplyMapUpdate(m);
   return agreed;
 }
 
@@ -244,6 +255,18 @@ ControlMessage Engine::AwaitControl(int from, uint32_t type) {
     wake_cv_.wait_for(lock, std::chrono::seconds(1), [this] { return wake_pending_; });
     wake_pending_ = false;
   }
+}
+
+void Engine::ApplyMapUpdate(const MapUpdate& update) {
+  ProcessSet* set = sets_.Find(update.process_set);
+  if (set == nullptr) return;
+  if (update.weights.size() != static_cast<size_t>(set->servers.map.num_shards())) {
+    throw Error(Status::Internal("a partition map update for " + std::to_string(update.weights.size()) +
+                                 " shards reached a set with " + std::to_string(set->servers.map.num_shards())));
+  }
+  set->servers.map = PartitionMap::Weighted(update.weights, update.version);
+  counters_.partition_map_version = update.version;
+  HLOG(Debug) << "partition map of process set " << update.process_set << " now " << set->servers.map.ToString();
 }
 
 void Engine::UncacheStalled() {

@@ -21,6 +21,68 @@ std::vector<uint64_t> DecodeBits(const std::string& payload, uint64_t* cycle) {
   return bits;
 }
 
+std::string EncodeContribution(uint64_t cycle, const std::vector<uint64_t>& bits,
+                               const std::vector<ShardSample>& samples) {
+  WireWriter w;
+  w.U64(cycle);
+  w.U64s(bits);
+  w.U32(static_cast<uint32_t>(samples.size()));
+  for (const auto& s : samples) {
+    w.I32(s.shard);
+    w.F64(s.seconds);
+    w.F64(s.mib);
+  }
+  return w.Take();
+}
+
+std::vector<uint64_t> DecodeContribution(const std::string& payload, uint64_t* cycle,
+                                         std::vector<ShardSample>* samples) {
+  WireReader r(payload, "contribution");
+  *cycle = r.U64();
+  auto bits = r.U64s();
+  uint32_t n = r.Count(20);
+  for (uint32_t i = 0; i < n; ++i) {
+    ShardSample s;
+    s.shard = r.I32();
+    s.seconds = r.F64();
+    s.mib = r.F64();
+    samples->push_back(s);
+  }
+  r.ExpectEnd();
+  return bits;
+}
+
+std::string EncodeResult(uint64_t cycle, const std::vector<uint64_t>& bits, const std::vector<MapUpdate>& maps) {
+  WireWriter w;
+  w.U64(cycle);
+  w.U64s(bits);
+  w.U32(static_cast<uint32_t>(maps.size()));
+  for (const auto& m : maps) {
+    w.I32(m.process_set);
+    w.U64(m.version);
+    w.U32(static_cast<uint32_t>(m.weights.size()));
+    for (double x : m.weights) w.F64(x);
+  }
+  return w.Take();
+}
+
+std::vector<uint64_t> DecodeResult(const std::string& payload, uint64_t* cycle, std::vector<MapUpdate>* maps) {
+  WireReader r(payload, "negotiation result");
+  *cycle = r.U64();
+  auto bits = r.U64s();
+  uint32_t n = r.Count(16);
+  for (uint32_t i = 0; i < n; ++i) {
+    MapUpdate m;
+    m.process_set = r.I32();
+    m.version = r.U64();
+    uint32_t k = r.Count(8);
+    for (uint32_t j = 0; j < k; ++j) m.weights.push_back(r.F64());
+    maps->push_back(std::move(m));
+  }
+  r.ExpectEnd();
+  return bits;
+}
+
 std::string EncodeCycle(uint64_t cycle) {
   WireWriter w;
   w.U64(cycle);

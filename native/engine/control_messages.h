@@ -53,6 +53,28 @@ struct BitLayout {
 std::string EncodeBits(uint64_t cycle, const std::vector<uint64_t>& bits);
 std::vector<uint64_t> DecodeBits(const std::string& payload, uint64_t* cycle);
 
+// A partition map decided by rank 0's load balancer, switched to by every rank at the cycle in
+// whose result it arrives.
+struct MapUpdate {
+  int32_t process_set = 0;
+  uint64_t version = 0;
+  std::vector<double> weights;
+};
+// A worker's measurements of the server shards since its last contribution, for rank 0's load
+// balancer (PSLD): only the slice owners that push to a shard can time it.
+struct ShardSample {
+  int32_t shard = 0;
+  double seconds = 0;
+  double mib = 0;
+};
+std::string EncodeContribution(uint64_t cycle, const std::vector<uint64_t>& bits,
+                               const std::vector<ShardSample>& samples);
+std::vector<uint64_t> DecodeContribution(const std::string& payload, uint64_t* cycle,
+                                         std::vector<ShardSample>* samples);
+
+std::string EncodeResult(uint64_t cycle, const std::vector<uint64_t>& bits, const std::vector<MapUpdate>& maps);
+std::vector<uint64_t> DecodeResult(const std::string& payload, uint64_t* cycle, std::vector<MapUpdate>* maps);
+
 std::string EncodeCycle(uint64_t cycle);
 uint64_t DecodeCycle(const std::string& payload);
 

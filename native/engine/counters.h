@@ -25,6 +25,7 @@ struct Counters {
   std::atomic<uint64_t> server_ranges{0};        // byte ranges reduced by this rank's server shards
   std::atomic<uint64_t> server_pushes{0};        // pieces this rank pushed to server shards
   std::atomic<uint64_t> stall_warnings{0};       // stall reports logged (rank 0)
+  std::atomic<uint64_t> partition_map_version{0};  // of the global set's shards (PSLD moves it)
 
   std::map<std::string, uint64_t> Snapshot() const {
     return {{"cycles", cycles},
@@ -40,7 +41,8 @@ struct Counters {
             {"shm_chunks", shm_chunks},
             {"server_ranges", server_ranges},
             {"server_pushes", server_pushes},
-            {"stall_warnings", stall_warnings}};
+            {"stall_warnings", stall_warnings},
+            {"partition_map_version", partition_map_version}};
   }
 };
 

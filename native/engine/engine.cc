@@ -123,6 +123,11 @@ Engine::Engine(EngineOptions options)
     CreateProcessSet(sets_.next_id(), ranks, deadline);
   }
   if (rank() == 0) coordinator_ = std::make_unique<Coordinator>(size(), &sets_);
+  if (rank() == 0 && config_.psld_balancer) {
+    BalancerOptions bo;
+    bo.decision_interval = config_.balance_interval;
+    balancer_ = std::make_unique<PsldBalancer>(bo);
+  }
   last_cycle_start_ = Clock::now();
   loop_ = std::thread([this] { Loop(); });
   HLOG(Debug) << "engine up: " << size() << " ranks on " << topo_.num_hosts() << " hosts, launcher "
@@ -280,6 +285,13 @@ Status Engine::failure() const {
 std::vector<int32_t> Engine::ProcessSetIds() const {
   std::lock_guard<std::mutex> lock(sets_mu_);
   return sets_.ids();
+}
+
+ServerLayout Engine::ProcessSetServers(int32_t id) const {
+  std::lock_guard<std::mutex> lock(sets_mu_);
+  const ProcessSet* s = sets_.Find(id);
+  if (!s) throw Error(Status::InvalidArgument("process set " + std::to_string(id) + " does not exist"));
+  return s->servers;
 }
 
 std::vector<int> Engine::ProcessSetRanks(int32_t id) const {

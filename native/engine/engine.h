@@ -28,6 +28,8 @@
 #include "engine/response_cache.h"
 #include "engine/stall_inspector.h"
 #include "engine/timeline.h"
+#include "ps/psld_balancer.h"
+#include <optional>
 #include "engine/topology.h"
 #include "ops/operation_manager.h"
 #include "rendezvous/launch_env.h"
@@ -113,6 +115,8 @@ class Engine {
   std::vector<int32_t> ProcessSetIds() const;
   // Throws Error(InvalidArgument) for an unknown id.
   std::vector<int> ProcessSetRanks(int32_t id) const;
+  // The server shards of a process set: their ranks, current shares and map version.
+  ServerLayout ProcessSetServers(int32_t id) const;
 
   std::map<std::string, uint64_t> CountersSnapshot() const { return counters_.Snapshot(); }
   // The first failure of the job (OK while healthy).
@@ -148,6 +152,7 @@ class Engine {
                         std::vector<Response>* responses, std::vector<uint32_t>* evict);
   void RevertCachedAt(uint32_t position);
   void UncacheStalled();
+  void ApplyMapUpdate(const MapUpdate& update);
   void DrainControl();
   ControlMessage AwaitControl(int from, uint32_t type);
   void Fail(const Status& status);
@@ -182,6 +187,9 @@ class Engine {
   std::unique_ptr<Timeline> timeline_;
   StallInspector stall_;
   FaultInjector faults_;
+  std::unique_ptr<PsldBalancer> balancer_;  // rank 0 with HERRING_BALANCER=psld
+  std::optional<MapUpdate> pending_map_;     // decided, announced with the next cycle's result
+  std::vector<ShardSample> shard_samples_;   // measured here, sent to rank 0 with the next contribution
 
   // Shared between adapters and the loop.
   mutable std::mutex queue_mu_;

@@ -33,6 +33,8 @@ struct ExecContext {
   Timeline* timeline = nullptr;  // null: timeline off
   std::string lane;              // the timeline lane of this execution (its tensor names)
   FaultInjector* faults = nullptr;
+  // Set on rank 0 when the load balancer runs: how long a shard took for `mib` MiB of one chunk.
+  std::function<void(int shard, double seconds, double mib)> observe_shard;
 
   static constexpr int kSubTagBits = 20;
   uint64_t Tag(uint64_t sub) const;

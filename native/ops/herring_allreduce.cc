@@ -1,6 +1,8 @@
 #include "ops/herring_allreduce.h"
 
 #include <algorithm>
+#include <chrono>
+#include <thread>
 
 #include "kernels/reduce.h"
 #include "ps/partition_map.h"
@@ -55,7 +57,7 @@ void HerringAllreduce::Execute(ExecContext& ctx, AllreduceBatch& batch) {
     // Alone on this host: nothing to share. Chunks go through private buffers to the servers,
     // two in flight: chunk c + 1 is pushed before chunk c's sums are awaited.
     uint8_t* bufs[2] = {private_slot_[0].Get(chunk_elems * esz), private_slot_[1].Get(chunk_elems * esz)};
-    std::vector<CompletionPtr> inflight[2];
+    PullWork inflight[2];
     ServeWork serving[2];
     auto start = [&](int64_t c) {
       const int64_t begin = c * chunk_elems, end = std::min(total, begin + chunk_elems);
@@ -101,7 +103,7 @@ void HerringAllreduce::PipelineThroughSharedMemory(ExecContext& ctx, AllreduceBa
   auto offset = [&](int64_t c) { return (seq(c) % kPipelineDepth) * sub_slot_bytes; };
   auto range = [&](int64_t c) { return ElementRange{c * chunk_elems, std::min(total, (c + 1) * chunk_elems)}; };
   auto check = [](const Status& s, const char* step) { CheckArena(s, step); };
-  std::vector<CompletionPtr> pulls[kPipelineDepth];
+  PullWork pulls[kPipelineDepth];
 
   // Stage 1: my chunk into my sub-slot, once every owner finished reading it kPipelineDepth ago.
   auto copy_in = [&](int64_t c) {
@@ -182,15 +184,17 @@ std::vector<std::vector<ElementRange>> HerringAllreduce::HostSlices(const ExecCo
   return slices;
 }
 
-std::vector<CompletionPtr> HerringAllreduce::PushAndPostPull(ExecContext& ctx, const AllreduceBatch& batch,
-                                                             int64_t chunk_index, int64_t n, uint8_t* result) {
+HerringAllreduce::PullWork HerringAllreduce::PushAndPostPull(ExecContext& ctx, const AllreduceBatch& batch,
+                                                            int64_t chunk_index, int64_t n, uint8_t* result) {
   const size_t esz = ElementSize(batch.dtype);
   const int64_t align = AlignElements(batch.dtype);
   const ServerLayout& servers = ctx.set.servers;
   const auto ranges = servers.map.Ranges(n, align);
   const ElementRange mine = HostSlices(ctx, n, align)[ctx.set.my_host][ctx.set.my_local_index];
   if (ctx.faults) ctx.faults->At("push", &ctx.net);
-  std::vector<CompletionPtr> transfers;
+  PullWork work;
+  work.posted = Clock::now();
+  std::vector<CompletionPtr>& transfers = work.transfers;
   // My slice, cut along the shard ranges: each piece goes to its shard, and its sum comes back
   // into the same place (the shard only answers once it has every host's piece, so the send has
   // left this buffer by then).
@@ -200,15 +204,23 @@ std::vector<CompletionPtr> HerringAllreduce::PushAndPostPull(ExecContext& ctx, c
     uint8_t* at = result + piece.begin * esz;
     transfers.push_back(ctx.net.Send(servers.shard_rank[s], ShardTag(ctx, chunk_index, s, 0), at, piece.size() * esz));
     ctx.counters.server_pushes++;
+    work.pull_index.push_back(transfers.size());
+    work.pull_shard.push_back(s);
+    work.pull_mib.push_back(piece.size() * esz / 1048576.0);
     transfers.push_back(ctx.net.Recv(servers.shard_rank[s], ShardTag(ctx, chunk_index, s, 1), at, piece.size() * esz));
   }
-  return transfers;
+  return work;
 }
 
-void HerringAllreduce::AwaitPull(ExecContext& ctx, const AllreduceBatch& batch,
-                                 const std::vector<CompletionPtr>& transfers) {
+void HerringAllreduce::AwaitPull(ExecContext& ctx, const AllreduceBatch& batch, const PullWork& work) {
   if (ctx.faults) ctx.faults->At("pull", &ctx.net);
-  WaitTransfers(transfers, ctx, "push/pull of '" + batch.label + "' with the server shards");
+  WaitTransfers(work.transfers, ctx, "push/pull of '" + batch.label + "' with the server shards");
+  if (ctx.observe_shard) {
+    for (size_t i = 0; i < work.pull_index.size(); ++i) {
+      double seconds = std::chrono::duration<double>(work.transfers[work.pull_index[i]]->finished_at() - work.posted).count();
+      ctx.observe_shard(work.pull_shard[i], seconds, work.pull_mib[i]);
+    }
+  }
 }
 
 HerringAllreduce::ServeWork HerringAllreduce::PostServe(ExecContext& ctx, const AllreduceBatch& batch,
@@ -261,6 +273,11 @@ void HerringAllreduce::FinishServe(ExecContext& ctx, const AllreduceBatch& batch
     std::vector<const void*> srcs(num_hosts);
     for (int g = 0; g < num_hosts; ++g) srcs[g] = sv.staging + g * r.size() * esz;
     ReduceInto(sv.sum, srcs.data(), num_hosts, r.size(), batch.dtype, batch.op);
+    if (ctx.my_rank == ctx.config.slowdown_rank) {
+      // HERRING_SLOWDOWN: a server made slow on purpose, as a loaded CPU would be (PSLD's stragglers).
+      std::this_thread::sleep_for(std::chrono::duration<double, std::micro>(
+          ctx.config.slowdown_us_per_mib * r.size() * esz / 1048576.0));
+    }
     for (int g = 0; g < num_hosts; ++g) {
       for (size_t i = 0; i < ctx.set.hosts[g].size(); ++i) {
         ElementRange piece = Intersect(host_slices[g][i], r);

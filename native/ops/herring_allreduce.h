@@ -43,6 +43,15 @@ class HerringAllreduce : public AllreduceImpl {
     std::vector<CompletionPtr> outgoing;
   };
 
+  // The pushes and pulls of one chunk in flight, and what the load balancer measures of them.
+  struct PullWork {
+    std::vector<CompletionPtr> transfers;
+    std::vector<size_t> pull_index;  // which transfers are the pulls ...
+    std::vector<int> pull_shard;     // ... from which shard ...
+    std::vector<double> pull_mib;    // ... of how much
+    Clock::time_point posted;
+  };
+
   static int64_t ChunkElements(const ExecContext& ctx, const AllreduceBatch& batch);
   static std::vector<std::vector<ElementRange>> HostSlices(const ExecContext& ctx, int64_t n, int64_t align);
 
@@ -50,9 +59,9 @@ class HerringAllreduce : public AllreduceImpl {
                                    int64_t chunks);
   // Worker side of one chunk across hosts: pushes this rank's host-reduced slice (in `result`)
   // to the shards and posts the receives of the sums into the same place.
-  std::vector<CompletionPtr> PushAndPostPull(ExecContext& ctx, const AllreduceBatch& batch,
-                                             int64_t chunk_index, int64_t n, uint8_t* result);
-  void AwaitPull(ExecContext& ctx, const AllreduceBatch& batch, const std::vector<CompletionPtr>& transfers);
+  PullWork PushAndPostPull(ExecContext& ctx, const AllreduceBatch& batch, int64_t chunk_index, int64_t n,
+                           uint8_t* result);
+  void AwaitPull(ExecContext& ctx, const AllreduceBatch& batch, const PullWork& work);
   // Server side of one chunk for the shards this process hosts.
   ServeWork PostServe(ExecContext& ctx, const AllreduceBatch& batch, int64_t chunk_index, int64_t n,
                       ScratchBuffer* memory);

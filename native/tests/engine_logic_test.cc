@@ -9,6 +9,7 @@
 #include "engine/response_cache.h"
 #include "engine/wire.h"
 #include "ps/partition_map.h"
+#include "ps/psld_balancer.h"
 #include "ps/server_layout.h"
 #include "tests/test_framework.h"
 
@@ -272,4 +273,39 @@ TEST(EngineStallInspectorReportsMissingRanksAndShutsDown) {
   Status s = inspector.Inspect(c);
   EXPECT_TRUE(s.code() == StatusCode::kAborted);
   EXPECT_TRUE(Contains(s.message(), "1: ['late'] 2: ['late']"));
+}
+
+TEST(EnginePsldBalancerMovesLoadToTheFastShardAndSettles) {
+  BalancerOptions o;
+  o.decision_interval = 1;
+  o.exploration = 0;  // deterministic for the test
+  PsldBalancer b(o);
+  PartitionMap map = PartitionMap::Balanced(2);
+  // Shard 1 costs four times as much per MiB: balanced shares are 4/5 and 1/5.
+  for (int round = 0; round < 12; ++round) {
+    auto shares = map.weights();
+    double total = shares[0] + shares[1];
+    b.Observe(0, 1.0 * shares[0] / total, shares[0] / total);
+    b.Observe(1, 4.0 * shares[1] / total, shares[1] / total);
+    if (auto next = b.AfterExecution(map)) map = *next;
+  }
+  double share1 = map.weights()[1] / (map.weights()[0] + map.weights()[1]);
+  EXPECT_TRUE(share1 > 0.17 && share1 < 0.25);
+  EXPECT_TRUE(b.settled());
+  EXPECT_TRUE(map.version() > 0);
+}
+
+TEST(EngineResultCarriesPartitionMapUpdates) {
+  uint64_t cycle = 0;
+  std::vector<MapUpdate> maps;
+  auto bits = DecodeResult(EncodeResult(9, {7, 8}, {MapUpdate{0, 3, {0.25, 0.75}}}), &cycle, &maps);
+  EXPECT_EQ(cycle, uint64_t(9));
+  EXPECT_EQ(bits, (std::vector<uint64_t>{7, 8}));
+  EXPECT_EQ(maps.size(), size_t(1));
+  EXPECT_EQ(maps[0].version, uint64_t(3));
+  EXPECT_EQ(maps[0].weights[1], 0.75);
+  std::vector<ShardSample> samples;
+  DecodeContribution(EncodeContribution(4, {1}, {ShardSample{1, 0.5, 2.0}}), &cycle, &samples);
+  EXPECT_EQ(samples[0].shard, 1);
+  EXPECT_EQ(samples[0].mib, 2.0);
 }

@@ -17,6 +17,11 @@ bool Completion::done() const {
   return done_;
 }
 
+Clock::time_point Completion::finished_at() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return finished_at_;
+}
+
 Status Completion::status() const {
   std::lock_guard<std::mutex> lock(mu_);
   return status_;
@@ -38,6 +43,7 @@ void Completion::Finish(Status status) {
     if (done_) return;
     done_ = true;
     status_ = std::move(status);
+    finished_at_ = Clock::now();
   }
   cv_.notify_all();
 }

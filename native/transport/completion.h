@@ -17,6 +17,7 @@ class Completion {
  public:
   bool done() const;
   Status status() const;  // meaningful once done()
+  Clock::time_point finished_at() const;  // when Finish was called (the load balancer times shards)
   // Blocks until done or the deadline passes (then returns Timeout, the operation stays pending).
   Status Wait(Deadline deadline);
   // First call wins; later calls are ignored (a transfer can fail after it was finished).
@@ -27,6 +28,7 @@ class Completion {
   std::condition_variable cv_;
   bool done_ = false;
   Status status_;
+  Clock::time_point finished_at_{};
 };
 
 using CompletionPtr = std::shared_ptr<Completion>;
