@@ -30,6 +30,8 @@ CONFIGS = {
     "ring-np3": ("horovodrun", 3, {"HERRING_ALLREDUCE": "ring"}),
     "herring-2hosts-np4": ("horovodrun", 4, {"HERRING_SIMULATED_HOSTS": "2"}),
     "herring-2hosts-2servers": ("horovodrun", 6, {"HERRING_SIMULATED_HOSTS": "2", "HERRING_DEDICATED_SERVERS": "2"}),
+    "herring-2hosts-2servers-r2sp": ("horovodrun", 6, {"HERRING_SIMULATED_HOSTS": "2", "HERRING_DEDICATED_SERVERS": "2",
+                                                       "HERRING_SCHEDULE": "r2sp"}),
     "herring-mpirun-np3": ("mpirun", 3, {}),
     "nocache-np3": ("horovodrun", 3, {"HOROVOD_CACHE_CAPACITY": "0"}),
 }

@@ -43,6 +43,7 @@ from hvd_herring.torch.mpi_ops import (  # noqa: E402,F401
     Average, Sum, Adasum, Min, Max, Product,
     HorovodInternalError)
 from horovod.torch.optimizer import DistributedOptimizer  # noqa: E402,F401
+from hvd_herring.torch.batch_tuner import BatchSizeTuner  # noqa: E402,F401  (herring's own: R2SP)
 from horovod.torch.sync_batch_norm import SyncBatchNorm  # noqa: E402,F401
 
 

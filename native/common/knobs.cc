@@ -57,6 +57,10 @@ const std::vector<KnobSpec>& AllKnobs() {
       {"HERRING_SLOWDOWN", "", "string",
        "Simulated slow server for tests and benchmarks: `rank:microseconds_per_MiB` makes that "
        "process's server shards sleep this long per MiB they reduce.", false},
+      {"HERRING_SCHEDULE", "all", "enum",
+       "Order of the pushes to the server shards: `all` at once, or `r2sp`: each worker starts at "
+       "an evenly spaced shard and visits the shards in turn, one push at a time (round-robin "
+       "synchronous parallel), so a shard receives from one worker at a time. Same sums either way.", true},
       {"HERRING_TCP_STREAMS", "2", "int", "TCP streams per peer for bulk data.", true},
       {"HERRING_TIMEOUT_SECONDS", "30", "seconds",
        "Deadline of every blocking step; a peer silent for this long is declared lost.", false},
@@ -147,6 +151,9 @@ Config Config::FromEnvironment(const std::map<std::string, std::string>& env) {
   }
   c.num_servers = static_cast<int>(r.Int("HERRING_NUM_SERVERS", 0));
   c.dedicated_servers = static_cast<int>(r.Int("HERRING_DEDICATED_SERVERS", 0));
+  std::string schedule = r.Raw("HERRING_SCHEDULE");
+  if (schedule != "all" && schedule != "r2sp") KnobReader::Bad("HERRING_SCHEDULE", schedule, "all or r2sp");
+  c.schedule = schedule == "r2sp" ? PushSchedule::kRoundRobin : PushSchedule::kAllAtOnce;
   std::string balancer = r.Raw("HERRING_BALANCER");
   if (balancer != "none" && balancer != "psld") KnobReader::Bad("HERRING_BALANCER", balancer, "none or psld");
   c.psld_balancer = balancer == "psld";

@@ -22,6 +22,8 @@ const std::vector<KnobSpec>& AllKnobs();
 
 enum class AllreduceAlgorithm { kHerring, kRing };
 
+enum class PushSchedule { kAllAtOnce, kRoundRobin };
+
 struct Config {
   int64_t fusion_threshold_bytes;
   double cycle_time_ms;
@@ -31,6 +33,7 @@ struct Config {
   int num_servers;           // 0: one server shard per rank
   int dedicated_servers;     // processes (the last launched) that only serve shards
   bool psld_balancer;        // HERRING_BALANCER=psld
+  PushSchedule schedule = PushSchedule::kAllAtOnce;  // HERRING_SCHEDULE
   int balance_interval;
   int slowdown_rank = -1;    // HERRING_SLOWDOWN (tests, benchmarks)
   double slowdown_us_per_mib = 0;

@@ -198,16 +198,30 @@ HerringAllreduce::PullWork HerringAllreduce::PushAndPostPull(ExecContext& ctx, c
   // My slice, cut along the shard ranges: each piece goes to its shard, and its sum comes back
   // into the same place (the shard only answers once it has every host's piece, so the send has
   // left this buffer by then).
-  for (int s = 0; s < servers.map.num_shards(); ++s) {
+  const int shards = servers.map.num_shards();
+  const bool round_robin = ctx.config.schedule == PushSchedule::kRoundRobin;
+  // R2SP: pushers start at evenly spaced shards and visit them in turn, one push at a time, so
+  // each shard receives from one pusher at a time instead of from all of them at once.
+  const int start = round_robin ? static_cast<int>((static_cast<int64_t>(ctx.me()) * shards / std::max(1, ctx.n())) % shards) : 0;
+  std::vector<std::pair<int, ElementRange>> pieces;
+  for (int k = 0; k < shards; ++k) {
+    const int s = (start + k) % shards;
     ElementRange piece = Intersect(mine, ranges[s]);
-    if (piece.empty()) continue;
-    uint8_t* at = result + piece.begin * esz;
-    transfers.push_back(ctx.net.Send(servers.shard_rank[s], ShardTag(ctx, chunk_index, s, 0), at, piece.size() * esz));
-    ctx.counters.server_pushes++;
+    if (!piece.empty()) pieces.push_back({s, piece});
+  }
+  for (const auto& [s, piece] : pieces) {  // every pull posted before any push
     work.pull_index.push_back(transfers.size());
     work.pull_shard.push_back(s);
     work.pull_mib.push_back(piece.size() * esz / 1048576.0);
-    transfers.push_back(ctx.net.Recv(servers.shard_rank[s], ShardTag(ctx, chunk_index, s, 1), at, piece.size() * esz));
+    transfers.push_back(ctx.net.Recv(servers.shard_rank[s], ShardTag(ctx, chunk_index, s, 1),
+                                     result + piece.begin * esz, piece.size() * esz));
+  }
+  for (const auto& [s, piece] : pieces) {
+    CompletionPtr push = ctx.net.Send(servers.shard_rank[s], ShardTag(ctx, chunk_index, s, 0),
+                                      result + piece.begin * esz, piece.size() * esz);
+    ctx.counters.server_pushes++;
+    transfers.push_back(push);
+    if (round_robin) WaitTransfers({push}, ctx, "round-robin push of '" + batch.label + "'");
   }
   return work;
 }
