@@ -1429,3 +1429,53 @@ TEST(TransportReplayedHandshakeIsRejected) {
   EXPECT_EQ(error, std::string(""));
   pair->t->Close();
 }
+
+TEST(TransportJoinerTakesAVacantSlotAfterTheMesh) {
+  // Ranks 0 and 1 build the mesh with one vacant slot; rank 2 dials in afterwards and then talks
+  // to both like any peer. A stranger claiming the slot without the secret is turned away.
+  auto mesh = MakeMesh(2, [](TransportOptions* o) {
+    o->vacant_slots = 1;
+    o->secret = "s3cret";
+  });
+  ASSERT_TRUE(mesh != nullptr);
+  EXPECT_TRUE(!(*mesh)[0].Joined(2));
+  EXPECT_TRUE((*mesh)[0].PeerStatus(2).code() == StatusCode::kInvalidArgument);
+  {
+    TransportOptions bad = Options(2, 3);
+    bad.secret = "guess";
+    TcpTransport stranger(bad);
+    bool threw = false;
+    try {
+      stranger.ConnectMesh({(*mesh)[0].listen_endpoint(), (*mesh)[1].listen_endpoint(), stranger.listen_endpoint()},
+                           Deadline::AfterSeconds(1.0));
+    } catch (const Error&) {
+      threw = true;
+    }
+    EXPECT_TRUE(threw);
+  }
+  TransportOptions o = Options(2, 3);
+  o.secret = "s3cret";
+  TcpTransport joiner(o);
+  joiner.ConnectMesh({(*mesh)[0].listen_endpoint(), (*mesh)[1].listen_endpoint(), joiner.listen_endpoint()},
+                     Deadline::AfterSeconds(10));
+  auto deadline = Deadline::AfterSeconds(5);
+  while (!((*mesh)[0].Joined(2) && (*mesh)[1].Joined(2)) && !deadline.Expired()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_TRUE((*mesh)[0].Joined(2) && (*mesh)[1].Joined(2));
+  std::vector<uint8_t> data = Pattern(3 << 20, 9), got0(data.size()), got1(data.size());
+  auto r0 = (*mesh)[0].Recv(2, 5, got0.data(), got0.size());
+  auto r1 = (*mesh)[1].Recv(2, 5, got1.data(), got1.size());
+  auto s0 = joiner.Send(0, 5, data.data(), data.size());
+  auto s1 = joiner.Send(1, 5, data.data(), data.size());
+  EXPECT_TRUE(WaitAll({r0, r1, s0, s1}, Deadline::AfterSeconds(10)).ok());
+  EXPECT_TRUE(got0 == data && got1 == data);
+  (*mesh)[0].SendControl(2, 4, "welcome");
+  ControlMessage m;
+  auto until = Deadline::AfterSeconds(5);
+  bool got = false;
+  while (!until.Expired() && !(got = joiner.PopControl(&m))) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  EXPECT_TRUE(got && m.payload == "welcome" && m.from == 0);
+  joiner.Close();
+  mesh->Close();
+}

@@ -1,6 +1,7 @@
 // The I/O thread of TcpTransport: one epoll loop per transport. It reads every stream (frame
 // header, then the payload straight to its destination), writes what the callers' direct writes
 // left queued, watches liveness, accepts-and-drops strangers, and says goodbye on Close.
+#include <poll.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -11,6 +12,7 @@
 
 #include "common/logging.h"
 #include "transport/socket_util.h"
+#include "transport/tcp_mesh.h"
 #include "transport/tcp_transport_impl.h"
 
 namespace herring {
@@ -59,6 +61,7 @@ void TcpTransport::Impl::RunIoLoop() {
         (void)r;
         if (notify_requested_.exchange(false)) NotifyEvent();
         if (check_write_errors_.exchange(false)) CheckWriteErrors();
+        if (opts_.vacant_slots > 0) AdmitJoiners();
       } else if (tag == &listener_marker_) {
         AcceptAndDropStrangers();
       } else {
@@ -463,6 +466,77 @@ void TcpTransport::Impl::AcceptAndDropStrangers() {
                  << " after the mesh was complete";
     }
     close(fd);
+  }
+}
+
+void TcpTransport::Impl::RunAdmission() {
+  // A joiner dials every stream of every member; each connection is authenticated here (the
+  // same handshake as the mesh, blocking but bounded), off the I/O thread, then handed over.
+  MeshSpec spec;
+  spec.rank = opts_.rank;
+  spec.size = static_cast<int>(peers_.size());
+  spec.data_streams = opts_.data_streams;
+  spec.job_token = job_token_.load();
+  spec.secret = secret_;
+  while (!stop_requested_.load()) {
+    pollfd pfd{listen_fd_, POLLIN, 0};
+    if (poll(&pfd, 1, 200) <= 0) continue;
+    int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) continue;
+    int peer = -1, stream = -1;
+    Status s = AcceptJoiner(fd, spec, opts_.size, Deadline::AfterSeconds(5), &peer, &stream);
+    if (s.ok()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!peers_[peer]->vacant || closed_) s = Status::InvalidArgument(RankText(peer) + " already joined");
+    }
+    if (!s.ok()) {
+      HLOG(Warning) << RankText(opts_.rank) << ": rejected a joining connection: " << s.message();
+      CloseFd(&fd);
+      continue;
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      admitted_.push_back({peer, stream, fd});
+    }
+    Wake();
+  }
+}
+
+void TcpTransport::Impl::AdmitJoiners() {
+  std::vector<Admitted> batch;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    batch.swap(admitted_);
+  }
+  for (const Admitted& a : batch) {
+    Peer* p = peers_[a.peer].get();
+    p->arriving.resize(opts_.data_streams + 1, -1);
+    if (p->arriving[a.stream] >= 0) close(p->arriving[a.stream]);
+    p->arriving[a.stream] = a.fd;
+    if (std::any_of(p->arriving.begin(), p->arriving.end(), [](int fd) { return fd < 0; })) continue;
+    // Every stream of the joiner is here: it becomes a peer like the others.
+    int64_t now = NowNs();
+    p->last_send_ns = now;
+    p->last_recv_ns = now;
+    for (size_t i = 0; i < p->arriving.size(); ++i) {
+      auto s = std::make_unique<Stream>();
+      s->peer = p;
+      s->index = static_cast<int>(i);
+      s->fd = p->arriving[i];
+      ConfigureStreamSocket(s->fd, 0);
+      epoll_event ev{};
+      ev.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
+      ev.data.ptr = s.get();
+      epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, s->fd, &ev);
+      p->streams.push_back(std::move(s));
+    }
+    p->arriving.clear();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      p->vacant = false;
+    }
+    HLOG(Info) << RankText(opts_.rank) << ": " << RankText(p->rank) << " joined";
+    NotifyEvent();
   }
 }
 

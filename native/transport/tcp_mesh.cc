@@ -494,6 +494,54 @@ std::string HandshakeProof(const std::string& secret, const char* label, const s
   return std::string(reinterpret_cast<const char*>(d.data()), d.size());
 }
 
+Status AcceptJoiner(int fd, const MeshSpec& spec, int first_joiner_rank, Deadline deadline, int* peer,
+                    int* stream) {
+  uint8_t buf[kMaxHandshakeBytes];
+  auto read_frame = [&](FrameHeader* h) -> Status {
+    size_t got = 0;
+    std::string why;
+    while (true) {
+      int rc = ReadHandshake(fd, buf, &got, &why);
+      if (rc > 0) return DecodeFrameHeader(buf, h);
+      if (rc < 0) return Status::InvalidArgument(why);
+      if (deadline.Expired()) return Status::Timeout("no handshake before the deadline");
+      pollfd pfd{fd, POLLIN, 0};
+      poll(&pfd, 1, 100);
+    }
+  };
+  FrameHeader hello;
+  Status s = read_frame(&hello);
+  if (!s.ok()) return s;
+  if (hello.kind != FrameKind::kHello) return Status::InvalidArgument("first frame is not a hello");
+  if (hello.tag != spec.job_token) return Status::InvalidArgument("wrong job token (a process of another job?)");
+  const int claimed_rank = static_cast<int>(hello.offset >> 16), claimed_stream = static_cast<int>(hello.offset & 0xffff);
+  if (claimed_rank < first_joiner_rank || claimed_rank >= spec.size || claimed_stream > spec.data_streams) {
+    return Status::InvalidArgument("a joiner must claim a free slot (ranks " + std::to_string(first_joiner_rank) +
+                                   ".." + std::to_string(spec.size - 1) + "), not rank " +
+                                   std::to_string(claimed_rank) + " stream " + std::to_string(claimed_stream));
+  }
+  std::string dialer_nonce(reinterpret_cast<const char*>(buf + kFrameHeaderBytes), kNonceBytes);
+  std::string my_nonce = RandomBytes(kNonceBytes);
+  const uint64_t me = HelloIdentity(spec.rank, claimed_stream);
+  std::string proof = HandshakeProof(spec.secret, "herring-ack|", dialer_nonce, my_nonce, hello.offset, me,
+                                     spec.job_token);
+  if (!SendHandshake(fd, FrameKind::kHelloAck, spec.job_token, me, my_nonce + proof)) {
+    return Status::InvalidArgument("the joiner went away during the handshake");
+  }
+  FrameHeader answer;
+  s = read_frame(&answer);
+  if (!s.ok()) return s;
+  std::string expected = HandshakeProof(spec.secret, "herring-proof|", my_nonce, dialer_nonce, hello.offset, me,
+                                        spec.job_token);
+  if (answer.kind != FrameKind::kHelloProof || answer.offset != hello.offset ||
+      !DigestsEqual(reinterpret_cast<const uint8_t*>(expected.data()), buf + kFrameHeaderBytes, kProofBytes)) {
+    return Status::InvalidArgument("authentication failed: the joiner does not hold the job's secret");
+  }
+  *peer = claimed_rank;
+  *stream = claimed_stream;
+  return Status::OK();
+}
+
 std::vector<std::vector<int>> BuildMesh(const MeshSpec& spec, int listen_fd,
                                         const std::vector<Endpoint>& endpoints,
                                         Deadline deadline) {

@@ -31,6 +31,12 @@ struct MeshSpec {
 std::string HandshakeProof(const std::string& secret, const char* label, const std::string& first_nonce,
                            const std::string& second_nonce, uint64_t dialer, uint64_t acceptor, uint64_t token);
 
+// Runs the acceptor's side of the handshake on one connection of a process joining a built mesh
+// (an elastic dedicated server): its rank must be in [first_joiner_rank, spec.size). Blocking
+// (poll on the non-blocking fd) until `deadline`. Fills *peer and *stream on success.
+Status AcceptJoiner(int fd, const MeshSpec& spec, int first_joiner_rank, Deadline deadline, int* peer,
+                    int* stream);
+
 // The hello field that names the sender: (rank << 16) | stream.
 inline uint64_t HelloIdentity(int rank, int stream) {
   return (static_cast<uint64_t>(rank) << 16) | static_cast<uint64_t>(stream);

@@ -116,6 +116,8 @@ struct Peer {
   std::atomic<int64_t> last_recv_ns{0};  // any bytes read from any of its streams
   Status status;                         // guarded by the transport's state mutex
   int goodbyes = 0;                      // I/O thread only
+  bool vacant = false;                   // a slot for a late joiner, not connected (state mutex)
+  std::vector<int> arriving;             // a joiner's fds by stream until all arrived (I/O thread)
 };
 
 }  // namespace tcp

@@ -42,10 +42,12 @@ TcpTransport::Impl::Impl(TransportOptions options)
   if (!(opts_.peer_timeout_seconds > 0)) {
     throw Error(Status::InvalidArgument("TcpTransport: peer_timeout_seconds must be positive"));
   }
-  peers_.resize(opts_.size);
-  for (int r = 0; r < opts_.size; ++r) {
+  if (opts_.vacant_slots < 0) throw Error(Status::InvalidArgument("TcpTransport: negative vacant_slots"));
+  peers_.resize(opts_.size + opts_.vacant_slots);
+  for (size_t r = 0; r < peers_.size(); ++r) {
     peers_[r] = std::make_unique<Peer>();
-    peers_[r]->rank = r;
+    peers_[r]->rank = static_cast<int>(r);
+    peers_[r]->vacant = static_cast<int>(r) >= opts_.size;
   }
   listen_fd_ = CreateListener(opts_.bind_ip, opts_.socket_buffer_bytes);
   epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
@@ -101,13 +103,17 @@ void TcpTransport::Impl::ConnectMesh(const std::vector<Endpoint>& endpoints, Dea
   }
   epoll_event ev{};
   ev.events = EPOLLIN;
-  ev.data.ptr = &listener_marker_;
-  epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, listen_fd_, &ev);
+  if (opts_.vacant_slots == 0) {
+    // Nobody legitimate connects after the mesh: the I/O thread drops whoever does at once.
+    ev.data.ptr = &listener_marker_;
+    epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, listen_fd_, &ev);
+  }
   ev.data.ptr = &wake_marker_;
   epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, event_fd_, &ev);
   next_liveness_check_ = Clock::now();
   connected_.store(true);
   io_thread_ = std::thread([this] { IoLoop(); });
+  if (opts_.vacant_slots > 0) admission_thread_ = std::thread([this] { RunAdmission(); });
 }
 
 void TcpTransport::Impl::Close() {
@@ -121,6 +127,15 @@ void TcpTransport::Impl::Close() {
     stop_requested_.store(true);
     Wake();
     io_thread_.join();
+  }
+  if (admission_thread_.joinable()) admission_thread_.join();  // it polls stop_requested_
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& a : admitted_) CloseFd(&a.fd);
+    admitted_.clear();
+  }
+  for (auto& p : peers_) {
+    for (int& fd : p->arriving) CloseFd(&fd);
   }
   // Anything still pending (no I/O thread ever ran, or posted while it was stopping).
   FailPending(Status::Shutdown(RankText(opts_.rank) +
@@ -150,7 +165,7 @@ void TcpTransport::Impl::CloseAllSockets() {
 // Sending
 
 Status TcpTransport::Impl::CheckPeerArgument(int peer, const char* what) const {
-  if (peer < 0 || peer >= opts_.size) {
+  if (peer < 0 || peer >= static_cast<int>(peers_.size())) {
     return Status::InvalidArgument(std::string(what) + " to/from rank " + std::to_string(peer) +
                                    " outside a job of size " + std::to_string(opts_.size));
   }
@@ -181,6 +196,8 @@ CompletionPtr TcpTransport::Impl::Send(int peer, uint64_t tag, const void* data,
       refuse = Status::Shutdown(RankText(opts_.rank) + ": Send on a closed transport");
     } else if (!connected_.load()) {
       refuse = Status::InvalidArgument(RankText(opts_.rank) + ": Send before ConnectMesh");
+    } else if (peers_[peer]->vacant) {
+      refuse = Status::InvalidArgument(RankText(peer) + " has not joined the job");
     } else if (!peers_[peer]->status.ok()) {
       refuse = peers_[peer]->status;
     } else if (out_.count(msg->key) != 0) {
@@ -383,6 +400,9 @@ CompletionPtr TcpTransport::Impl::Recv(int peer, uint64_t tag, void* data, size_
       return FinishedCompletion(
           Status::Shutdown(RankText(opts_.rank) + ": Recv on a closed transport"));
     }
+    if (peers_[peer]->vacant) {
+      return FinishedCompletion(Status::InvalidArgument(RankText(peer) + " has not joined the job"));
+    }
     auto it = in_.find(key);
     if (it != in_.end()) {
       std::shared_ptr<InMessage> m = it->second;
@@ -455,7 +475,7 @@ void TcpTransport::Impl::RunRecvActions(std::vector<RecvAction>* actions) {
 // Control messages
 
 void TcpTransport::Impl::SendControl(int peer, uint32_t type, const std::string& payload) {
-  if (peer < 0 || peer >= opts_.size) {
+  if (peer < 0 || peer >= static_cast<int>(peers_.size())) {
     throw Error(CheckPeerArgument(peer, "SendControl"));
   }
   if (payload.size() >= kMaxControlPayloadBytes) {
@@ -477,7 +497,7 @@ void TcpTransport::Impl::SendControl(int peer, uint32_t type, const std::string&
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (closed_ || !peers_[peer]->status.ok()) return;  // its loss is reported elsewhere
+    if (closed_ || peers_[peer]->vacant || !peers_[peer]->status.ok()) return;  // reported elsewhere
   }
   OutFrame f;
   FillHeader(&f, FrameKind::kControl, type, 0, 0, payload.size());
@@ -504,7 +524,14 @@ Status TcpTransport::Impl::PeerStatus(int peer) const {
   Status bad = CheckPeerArgument(peer, "PeerStatus");
   if (!bad.ok()) return bad;
   std::lock_guard<std::mutex> lock(mu_);
+  if (peers_[peer]->vacant) return Status::InvalidArgument(RankText(peer) + " has not joined the job");
   return peers_[peer]->status;
+}
+
+bool TcpTransport::Impl::Joined(int peer) const {
+  if (peer < 0 || peer >= static_cast<int>(peers_.size())) return false;
+  std::lock_guard<std::mutex> lock(mu_);
+  return !peers_[peer]->vacant;
 }
 
 void TcpTransport::Impl::RecordFailureLocked(const Status& status) {
@@ -630,6 +657,7 @@ Endpoint TcpTransport::listen_endpoint() const { return impl_->listen_endpoint()
 int TcpTransport::rank() const { return impl_->rank(); }
 int TcpTransport::size() const { return impl_->size(); }
 void TcpTransport::set_job_token(uint64_t token) { impl_->set_job_token(token); }
+bool TcpTransport::Joined(int peer) const { return impl_->Joined(peer); }
 void TcpTransport::set_secret(const std::string& secret) { impl_->set_secret(secret); }
 void TcpTransport::ResetConnections() { impl_->ResetConnections(); }
 

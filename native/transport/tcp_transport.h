@@ -45,6 +45,9 @@ struct TransportOptions {
   uint64_t job_token = 0;             // both ends of a connection must present the same token
   std::string secret;                 // ... and prove they hold this secret (HMAC challenge-response)
   double peer_timeout_seconds = 30;
+  // Ranks size .. size + vacant_slots - 1 may join after the mesh is built (elastic dedicated
+  // servers): they dial in with the same handshake and are admitted into their slot.
+  int vacant_slots = 0;
   // A control message of this type (0: none) aborts every pending transfer as soon as it arrives
   // (with "rank N aborted the job: <payload>"), so a failure on one rank reaches the others while
   // they wait for data, not only when they next read their inbox.
@@ -91,8 +94,11 @@ class TcpTransport {
   // Non-blocking; returns false when the inbox is empty.
   bool PopControl(ControlMessage* out);
 
-  // OK while the peer is connected; otherwise PeerLost / Shutdown with the reason.
+  // OK while the peer is connected; otherwise PeerLost / Shutdown with the reason (or
+  // InvalidArgument for a vacant slot nobody joined yet).
   Status PeerStatus(int peer) const;
+  // Slots for joiners: ranks in [size(), size() + vacant_slots) that dialed in since the mesh.
+  bool Joined(int peer) const;
   // The first failure observed (OK if none); a peer's orderly shutdown is superseded by a later
   // crash, reset or abort reason, which says more about what went wrong.
   Status FirstFailure() const;

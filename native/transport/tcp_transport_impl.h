@@ -126,6 +126,7 @@ class TcpTransport::Impl {
   void SendControl(int peer, uint32_t type, const std::string& payload);
   bool PopControl(ControlMessage* out);
   Status PeerStatus(int peer) const;
+  bool Joined(int peer) const;
   Status FirstFailure() const;
   void RecordFailureLocked(const Status& status);  // mu_ held
   void Abort(const Status& reason);
@@ -174,6 +175,8 @@ class TcpTransport::Impl {
   void CheckLiveness();
   void SendPing(Peer* p);
   void AcceptAndDropStrangers();
+  void AdmitJoiners();     // I/O thread: streams the admission thread handed over
+  void RunAdmission();     // admission thread: accepts and authenticates late joiners
   void BeginClosing();
   bool ClosingDone() const;
   void CloseAllSockets();
@@ -191,6 +194,13 @@ class TcpTransport::Impl {
   std::vector<std::unique_ptr<Peer>> peers_;  // by rank; peers_[rank] has no streams
   std::atomic<bool> connected_{false};        // the mesh is built and the I/O thread runs
   std::thread io_thread_;
+  std::thread admission_thread_;  // only with vacant slots
+  struct Admitted {
+    int peer;
+    int stream;
+    int fd;
+  };
+  std::vector<Admitted> admitted_;  // guarded by mu_
   std::atomic<bool> stop_requested_{false};
   std::atomic<bool> reset_requested_{false};
   std::atomic<bool> notify_requested_{false};    // fire on_event from the I/O thread
