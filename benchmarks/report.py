@@ -293,6 +293,9 @@ class Report:
                              "-" if not lb else f"{100 * lb / r['median']:.0f}%"))
             self.add(_table(["Setup", "np", "Size", "Stack", "Median", "Ratio", "Link bound",
                              "Of link bound"], rows) + "\n")
+        # The R2SP and PSLD scenarios' own tables and plots (image paths relative to docs/).
+        for section in self.cluster.get("sections", []):
+            self.add(section + "\n")
 
     def methods(self):
         self.add("## How each stack runs\n")
@@ -334,6 +337,25 @@ class Report:
                 self.add("  <details><summary>last lines of its output</summary>\n\n  ```\n"
                          + "\n".join("  " + x for x in l["output_tail"].splitlines()) + "\n  ```\n  </details>\n")
 
+    def papers(self):
+        """A section per paper of the other three (issue 6), from their own result files when they
+        exist: EFLOPS (benchmarks/eflops.py -> docs/eflops.json) and R2SP / PSLD in the simulated
+        cluster (benchmarks/cluster_bench.py -> docs/benchmarks_cluster.md)."""
+        doc_dir = os.path.dirname(os.path.abspath(self.out_path))
+        eflops_json = os.path.join(doc_dir, "eflops.json")
+        if os.path.exists(eflops_json):
+            from benchmarks import eflops
+            with open(eflops_json) as f:
+                res = json.load(f)
+            self.add("## EFLOPS: topology-aware allreduce\n")
+            self.add(eflops.section(res, doc_dir, os.path.join(doc_dir, "img", "eflops_allreduce.png"),
+                                    res.get("command", "python -m benchmarks.eflops")))
+        cluster_md = os.path.join(doc_dir, "benchmarks_cluster.md")
+        if os.path.exists(cluster_md) and not self.cluster:
+            self.add("## R2SP, PSLD and the cluster goals in the simulated cluster\n")
+            self.add("Not part of this report's inputs; the last run is in "
+                     "[benchmarks_cluster.md](benchmarks_cluster.md) (`python -m benchmarks.cluster_bench`).\n")
+
     def write(self):
         self.header()
         self.goals()
@@ -343,6 +365,7 @@ class Report:
         self.tiny()
         self.training()
         self.cluster_section()
+        self.papers()
         self.methods()
         self.failures()
         os.makedirs(os.path.dirname(os.path.abspath(self.out_path)), exist_ok=True)

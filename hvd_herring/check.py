@@ -25,6 +25,28 @@ def _version(module):
         return f"broken ({type(e).__name__}: {e})"
 
 
+def _distribution_version(*names):
+    """An installed distribution's version without importing it (TensorFlow takes seconds)."""
+    from importlib import metadata
+    for name in names:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return "installed"
+
+
+def _tensorflow_status():
+    """(usable, description): TensorFlow installed, and the herring ops built against it."""
+    if not _available("tensorflow"):
+        return False, "(not installed)"
+    version = _distribution_version("tensorflow-cpu", "tensorflow", "tensorflow-gpu")
+    library = os.path.join(os.path.dirname(os.path.abspath(__file__)), "libherring_tensorflow.so")
+    if not os.path.exists(library):
+        return False, f"{version} (installed, but the ops were not built: rebuild the package)"
+    return True, f"{version} (ops built: {library})"
+
+
 def knobs_markdown():
     from hvd_herring import _native
     lines = ["| Knob | Default | Kind | Must match on every rank | Meaning |",
@@ -46,7 +68,8 @@ def report():
     print()
     print("Available frameworks:")
     print(f"    {mark(_available('torch'))} PyTorch {_version('torch') if _available('torch') else ''}")
-    print(f"    {mark(_available('tensorflow'))} TensorFlow {'' if not _available('tensorflow') else '(not yet wired)'}")
+    tf_ok, tf_line = _tensorflow_status()
+    print(f"    {mark(tf_ok)} TensorFlow {tf_line}")
     print()
     print("Available launch paths:")
     print(f"    {mark(_which('horovodrun') is not None)} horovodrun --gloo (HTTP rendezvous store)")
@@ -54,11 +77,13 @@ def report():
     print(f"    {mark(mpi)} mpirun / horovodrun --mpi (Open MPI + mpi4py)")
     print("    [X] single process (no launcher)")
     print()
-    print("Allreduce implementations: herring (parameter servers, hierarchical), ring, local")
+    print("Allreduce implementations: herring (parameter servers, hierarchical), ring, "
+          "hd (halving-doubling), hd-topo (EFLOPS topology-aware), local")
     print(f"HOROVOD_BACKEND=herring switch: {'active' if switch.enabled() else 'inactive'} in this process "
           f"(horovod {'installed' if _available('horovod') else 'NOT installed'})")
     knobs = _native.resolved_knobs()
-    changed = {k: v for k, v in knobs.items() if os.environ.get(k)}
+    secret = {k["name"] for k in _native.KNOBS if k["kind"] == "secret"}
+    changed = {k: ("***" if k in secret else v) for k, v in knobs.items() if os.environ.get(k)}
     if changed:
         print("Knobs set in the environment: " + ", ".join(f"{k}={v}" for k, v in sorted(changed.items())))
 

@@ -2,7 +2,14 @@
 
 A one-line .pth file installed with the package calls install() at interpreter start-up, but only
 when HOROVOD_BACKEND=herring; otherwise nothing is imported and Horovod behaves as installed. The
-finder answers imports of Horovod's framework packages with ours."""
+finder answers imports of Horovod's framework packages with ours.
+
+Independently of the switch, a package of ours that stands in for a Horovod package (our
+hvd_herring.tensorflow is horovod.tensorflow) registers with alias_submodules(): then
+`horovod.tensorflow.X` is the same module object as `hvd_herring.tensorflow.X` whenever we have an
+X, instead of a second copy loaded under the other name (which would, for instance, register the
+TensorFlow gradients twice). Horovod's own modules (compression, functions...) are still found
+through the package's path."""
 
 import importlib
 import importlib.abc
@@ -13,7 +20,15 @@ import sys
 # Horovod module -> the hvd_herring module that stands in for it.
 _REPLACEMENTS = {
     "horovod.torch": "hvd_herring.torch",
+    "horovod.tensorflow": "hvd_herring.tensorflow",
+    "horovod.tensorflow.keras": "hvd_herring.tensorflow.keras",
+    # Keras 3 is tf.keras: Horovod's standalone-Keras package is the same as its tf.keras one.
+    "horovod.keras": "hvd_herring.tensorflow.keras",
+    "horovod.keras.callbacks": "hvd_herring.tensorflow.keras.callbacks",
 }
+
+# Horovod package -> our package answering for its submodules (see alias_submodules).
+_SUBMODULE_ALIASES = {}
 
 
 class _AliasLoader(importlib.abc.Loader):
@@ -27,12 +42,43 @@ class _AliasLoader(importlib.abc.Loader):
         pass  # already executed under its own name
 
 
+def _alias_spec(fullname, target_name):
+    target_spec = importlib.util.find_spec(target_name)
+    if target_spec is None:
+        return None
+    return importlib.util.spec_from_loader(fullname, _AliasLoader(target_name),
+                                           is_package=target_spec.submodule_search_locations is not None)
+
+
 class HerringFinder(importlib.abc.MetaPathFinder):
+    """Under the switch: Horovod's framework packages are ours."""
+
     def find_spec(self, fullname, path=None, target=None):
         target_name = _REPLACEMENTS.get(fullname)
         if target_name is None:
             return None
-        return importlib.util.spec_from_loader(fullname, _AliasLoader(target_name), is_package=True)
+        return _alias_spec(fullname, target_name)
+
+
+class SubmoduleAliasFinder(importlib.abc.MetaPathFinder):
+    """horovod.<package>.X is our <package>.X when we have one (see the module docstring)."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        for horovod_package, ours in _SUBMODULE_ALIASES.items():
+            if fullname.startswith(horovod_package + "."):
+                target_name = ours + fullname[len(horovod_package):]
+                try:
+                    return _alias_spec(fullname, target_name)
+                except ImportError:
+                    return None
+        return None
+
+
+def alias_submodules(horovod_package, our_package):
+    """From now on, imports of horovod_package.X resolve to our_package.X when it exists."""
+    _SUBMODULE_ALIASES[horovod_package] = our_package
+    if not any(isinstance(f, SubmoduleAliasFinder) for f in sys.meta_path):
+        sys.meta_path.insert(0, SubmoduleAliasFinder())
 
 
 def enabled():
@@ -43,3 +89,15 @@ def install():
     """Puts the finder in front of the import system (idempotent)."""
     if not any(isinstance(f, HerringFinder) for f in sys.meta_path):
         sys.meta_path.insert(0, HerringFinder())
+    _give_the_job_a_secret()
+
+
+def _give_the_job_a_secret():
+    """In the horovodrun launcher itself: draw the job's secret and pass it to the workers in their
+    environment, so it never travels through horovodrun's rendezvous store (unauthenticated HTTP
+    that anyone on the network can read). The workers prove it on every connection."""
+    if os.path.basename(sys.argv[0] if sys.argv else "") != "horovodrun":
+        return
+    if not os.environ.get("HERRING_SECRET"):
+        import secrets
+        os.environ["HERRING_SECRET"] = secrets.token_hex(32)

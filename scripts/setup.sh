@@ -18,6 +18,9 @@ command -v g++ >/dev/null 2>&1 || need_apt+=(g++)
 [ -x /usr/sbin/sshd ] || need_apt+=(openssh-server)     # the simulated cluster: an sshd per host
 command -v ssh >/dev/null 2>&1 || need_apt+=(openssh-client)
 command -v iperf3 >/dev/null 2>&1 || need_apt+=(iperf3)   # its link bound
+# clang with libFuzzer's runtime: the wire decoders' fuzz target (fuzz/, tests/test_security.py).
+command -v clang++-14 >/dev/null 2>&1 || need_apt+=(clang-14)
+dpkg -s libclang-rt-14-dev >/dev/null 2>&1 || need_apt+=(libclang-rt-14-dev)
 if [ ${#need_apt[@]} -gt 0 ]; then
   say "installing system packages: ${need_apt[*]}"
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
@@ -61,8 +64,8 @@ if ! stamp_ok horovod "0.28.1"; then
 fi
 
 # 4. This package, rebuilt when its sources change (CMake keeps build/cmake: incremental).
-src_hash=$(cat setup.py pyproject.toml CMakeLists.txt hvd_herring_switch.pth scripts/setup.sh \
-           $(find native hvd_herring -type f \( -name '*.cc' -o -name '*.h' -o -name '*.py' \) | sort) \
+src_hash=$( (echo "$req_hash"; cat setup.py pyproject.toml CMakeLists.txt hvd_herring_switch.pth scripts/setup.sh \
+           $(find native hvd_herring -type f \( -name '*.cc' -o -name '*.h' -o -name '*.py' \) | sort)) \
            | sha256sum | cut -d' ' -f1)
 if ! stamp_ok package "$src_hash"; then
   say "building and installing hvd_herring"

@@ -270,12 +270,18 @@ class SimulatedCluster:
                 self._commands.remove(proc)
         return Run(proc.returncode, out, time.monotonic() - started, list(argv))
 
-    def horovodrun_argv(self, command, np=None, slots_per_host=None, extra_args=()):
+    def horovodrun_argv(self, command, np=None, slots_per_host=None, extra_args=(), with_servers=False):
         spec = self.spec
         slots = slots_per_host or None
+        hosts = spec.host_list(slots)
         total = sum(slots or spec.hosts[i].slots for i in spec.workers())
+        if with_servers and spec.servers():
+            # Server hosts last, one slot each: with HERRING_DEDICATED_SERVERS=len(servers) the
+            # last launched processes are the dedicated server shards, one per server host.
+            hosts += "," + ",".join(f"{spec.hosts[i].name}:1" for i in spec.servers())
+            total += len(spec.servers())
         return [os.path.join(BIN, "horovodrun"), "--gloo", "-np", str(np or total),
-                "-H", spec.host_list(slots), "-i", self.identity.user_key,
+                "-H", hosts, "-i", self.identity.user_key,
                 "--network-interfaces", "eth0"] + list(extra_args) + list(command)
 
     def job_env(self, env=None):
@@ -295,10 +301,12 @@ class SimulatedCluster:
         return out
 
     def horovodrun(self, command, np=None, slots_per_host=None, env=None, cwd=None, timeout=600,
-                   extra_args=()):
+                   extra_args=(), with_servers=False):
         """Runs `horovodrun --gloo -np N -H simhost0:s,simhost1:s,... -i <userkey>
-        --network-interfaces eth0 <command>` inside host 0; remote ranks start over ssh."""
-        argv = self.horovodrun_argv(command, np, slots_per_host, extra_args)
+        --network-interfaces eth0 <command>` inside host 0; remote ranks start over ssh.
+        with_servers=True appends every server host with one slot to -H (and to N), for
+        HERRING_DEDICATED_SERVERS=len(c.server_hosts)."""
+        argv = self.horovodrun_argv(command, np, slots_per_host, extra_args, with_servers)
         return self.run(0, argv, env=self.job_env(env), cwd=cwd, timeout=timeout)
 
     # -- internals ----------------------------------------------------------------------------

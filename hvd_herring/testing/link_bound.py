@@ -23,7 +23,7 @@ class LinkMeasurement:
     bidirectional: bool
     sent_bps: float                    # src -> dst, received bits per second
     reverse_bps: Optional[float]       # dst -> src at the same time (bidirectional only)
-    configured_bps: Optional[int]      # the rate the harness configured on src's link
+    configured_bps: Optional[int]      # the configured rate of the path (the slower host's link)
 
     def describe(self):
         def g(bps):
@@ -79,4 +79,10 @@ def measure_link(cluster, src, dst, seconds=3.0, streams=1, bidirectional=False,
     reverse = end["sum_received_bidir_reverse"]["bits_per_second"] if bidirectional else None
     return LinkMeasurement(src=cluster._name(s), dst=cluster._name(d), seconds=seconds, streams=streams,
                            bidirectional=bidirectional, sent_bps=forward, reverse_bps=reverse,
-                           configured_bps=cluster.spec.host_rate_bits(s))
+                           configured_bps=_path_rate(cluster.spec, s, d))
+
+
+def _path_rate(spec, s, d):
+    """The configured rate of the path: the slower of the two hosts' links (None: unshaped)."""
+    rates = [r for r in (spec.host_rate_bits(s), spec.host_rate_bits(d)) if r]
+    return min(rates) if rates else None

@@ -41,8 +41,14 @@ const std::vector<KnobSpec>& AllKnobs() {
        "stop, exit, reset, corrupt; phases negotiate, gather, shm, push, serve, pull, scatter).", false},
       {"HOROVOD_LOG_LEVEL", "WARNING", "enum", "TRACE, DEBUG, INFO, WARNING, ERROR or FATAL.", false},
       {"HERRING_ALLREDUCE", "herring", "enum",
-       "Allreduce implementation tried first: `herring` (hierarchical parameter-server reduction) "
-       "or `ring`.", true},
+       "Allreduce implementation tried first: `herring` (hierarchical parameter-server reduction), "
+       "`ring`, `hd` (halving-doubling over TCP, ranks in rank order) or `hd-topo` (halving-doubling "
+       "with the ranks mapped onto HERRING_TOPOLOGY so that no two exchanges of a step share a link; "
+       "docs/eflops.md).", true},
+      {"HERRING_TOPOLOGY", "", "path",
+       "JSON description of the network for `HERRING_ALLREDUCE=hd-topo`: hosts in groups and how "
+       "pairs inside a group and across groups are linked (the simulated cluster's file works as "
+       "is; docs/eflops.md). Must be the same file on every host.", true},
       {"HERRING_NUM_SERVERS", "0", "int",
        "Server shards the fused buffers are cut over; 0 means one per rank, colocated.", true},
       {"HERRING_DEDICATED_SERVERS", "0", "int",
@@ -73,10 +79,12 @@ const std::vector<KnobSpec>& AllKnobs() {
        "Host name this rank reports (default HOROVOD_HOSTNAME, else gethostname()). Ranks with the "
        "same name share memory; different names on one machine simulate separate hosts.", false},
       {"HERRING_SECRET", "", "secret",
-       "The job's secret, which every connection proves with an HMAC challenge-response. Unset: "
-       "rank 0 draws a random one and hands it out through the launcher's rendezvous.", false},
+       "The job's secret, which every connection proves with an HMAC challenge-response. Under "
+       "HOROVOD_BACKEND=herring horovodrun draws one and passes it to the workers' environment; "
+       "unset otherwise, rank 0 draws one and hands it out through the rendezvous (mpirun: MPI).", false},
       {"HERRING_SHM_SLOT_BYTES", "2097152", "bytes",
-       "Per-rank shared-memory staging slot, cut into 4 pipelined chunks; every buffer streams "
+       "Per-rank shared-memory staging slot (at least 16 MiB for process sets spanning hosts), cut "
+       "into 4 pipelined chunks; every buffer streams "
        "through it chunk by chunk (small chunks stay in cache between staging, reduction and "
        "copy-out; chunks are also the unit pushed to the server shards).", true},
       {"HERRING_CHUNK_BYTES", "1048576", "bytes",
@@ -146,8 +154,16 @@ Config Config::FromEnvironment(const std::map<std::string, std::string>& env) {
     c.allreduce = AllreduceAlgorithm::kHerring;
   } else if (algo == "ring") {
     c.allreduce = AllreduceAlgorithm::kRing;
+  } else if (algo == "hd") {
+    c.allreduce = AllreduceAlgorithm::kHalvingDoubling;
+  } else if (algo == "hd-topo") {
+    c.allreduce = AllreduceAlgorithm::kHalvingDoublingTopo;
   } else {
-    KnobReader::Bad("HERRING_ALLREDUCE", algo, "herring or ring");
+    KnobReader::Bad("HERRING_ALLREDUCE", algo, "herring, ring, hd or hd-topo");
+  }
+  c.topology = r.Raw("HERRING_TOPOLOGY");
+  if (c.allreduce == AllreduceAlgorithm::kHalvingDoublingTopo && c.topology.empty()) {
+    KnobReader::Bad("HERRING_ALLREDUCE", algo, "a topology for hd-topo: set HERRING_TOPOLOGY to its JSON file");
   }
   c.num_servers = static_cast<int>(r.Int("HERRING_NUM_SERVERS", 0));
   c.dedicated_servers = static_cast<int>(r.Int("HERRING_DEDICATED_SERVERS", 0));

@@ -20,7 +20,7 @@ struct KnobSpec {
 
 const std::vector<KnobSpec>& AllKnobs();
 
-enum class AllreduceAlgorithm { kHerring, kRing };
+enum class AllreduceAlgorithm { kHerring, kRing, kHalvingDoubling, kHalvingDoublingTopo };
 
 enum class PushSchedule { kAllAtOnce, kRoundRobin };
 
@@ -30,6 +30,7 @@ struct Config {
   int64_t cache_capacity;
   bool dynamic_process_sets;
   AllreduceAlgorithm allreduce;
+  std::string topology;      // HERRING_TOPOLOGY: JSON description of the network (hd-topo)
   int num_servers;           // 0: one server shard per rank
   int dedicated_servers;     // processes (the last launched) that only serve shards
   bool psld_balancer;        // HERRING_BALANCER=psld

@@ -21,6 +21,7 @@ struct Counters {
   std::atomic<uint64_t> allreduce_bytes{0};      // bytes of fused allreduce buffers
   std::atomic<uint64_t> herring_allreduces{0};   // executions by the PS allreduce
   std::atomic<uint64_t> ring_allreduces{0};      // executions by the ring allreduce
+  std::atomic<uint64_t> hd_allreduces{0};        // executions by halving-doubling (hd, hd-topo)
   std::atomic<uint64_t> shm_chunks{0};           // chunks staged through shared memory
   std::atomic<uint64_t> server_ranges{0};        // byte ranges reduced by this rank's server shards
   std::atomic<uint64_t> server_pushes{0};        // pieces this rank pushed to server shards
@@ -38,6 +39,7 @@ struct Counters {
             {"allreduce_bytes", allreduce_bytes},
             {"herring_allreduces", herring_allreduces},
             {"ring_allreduces", ring_allreduces},
+            {"hd_allreduces", hd_allreduces},
             {"shm_chunks", shm_chunks},
             {"server_ranges", server_ranges},
             {"server_pushes", server_pushes},

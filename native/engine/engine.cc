@@ -7,6 +7,7 @@
 
 #include "common/hmac_sha256.h"
 #include "common/logging.h"
+#include "ops/herring_allreduce.h"
 #include "kernels/reduce.h"
 #include "rendezvous/http_store.h"
 #include "rendezvous/net_interfaces.h"
@@ -259,7 +260,7 @@ void Engine::CreateProcessSet(int32_t id, const std::vector<int>& ranks, Deadlin
     o.name = ArenaName(id);
     o.local_index = set->my_local_index;
     o.local_size = static_cast<int>(set->local_members().size());
-    o.slot_bytes = config_.shm_slot_bytes;
+    o.slot_bytes = SlotBytes(config_, set->hosts.size() > 1);
     o.deadline = deadline;
     o.check_abort = [this] { return CheckAbort(); };
     set->arena = ShmArena::Attach(o);
@@ -414,7 +415,7 @@ int64_t Engine::Enqueue(Request request) {
     std::lock_guard<std::mutex> lock(queue_mu_);
     if (m.name.empty()) {
       m.name = std::string(m.tensors.size() > 1 ? "grouped_" : "") + OpTypeName(m.type) + ".noname." +
-               std::to_string(++auto_names_[static_cast<int>(m.type)]);
+               std::to_string(++auto_names_[{static_cast<int>(m.type), m.process_set}]);
     }
     Key key{m.process_set, m.name};
     if (in_flight_.count(key)) {

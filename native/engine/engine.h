@@ -195,7 +195,8 @@ class Engine {
   mutable std::mutex queue_mu_;
   std::deque<std::pair<Request, int64_t>> incoming_;
   std::set<Key> in_flight_;            // names queued or pending: duplicates are rejected
-  std::map<int, uint64_t> auto_names_;  // per op type, for requests without a name
+  // Per (op type, process set), for requests without a name: only the set's members call it.
+  std::map<std::pair<int, int32_t>, uint64_t> auto_names_;
   std::atomic<bool> shutdown_requested_{false};
 
   std::mutex wake_mu_;

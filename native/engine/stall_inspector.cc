@@ -56,8 +56,9 @@ Status StallInspector::Inspect(const Coordinator& coordinator) {
   }
   last_report_ = report.str();
   if (shutdown_seconds_ > 0 && oldest >= shutdown_seconds_) {
-    return Status::Aborted("stalled for more than HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=" +
-                           std::to_string(shutdown_seconds_) + " s: " + last_report_);
+    std::ostringstream why;
+    why << "stalled for more than HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=" << shutdown_seconds_ << " s: " << last_report_;
+    return Status::Aborted(why.str());
   }
   if (due && oldest >= check_seconds_) {
     ++warnings_;

@@ -25,7 +25,9 @@ void WaitTransfers(const std::vector<CompletionPtr>& transfers, const ExecContex
                                   std::to_string(ctx.config.timeout_seconds) + " s (HERRING_TIMEOUT_SECONDS): " +
                                   s.message()));
     }
-    throw Error(Status(s.code(), s.message() + " (during " + step + ")"));
+    const std::string where = " (during " + step + ")";
+    if (s.message().find(where) != std::string::npos) throw Error(s);
+    throw Error(Status(s.code(), s.message() + where));
   }
 }
 

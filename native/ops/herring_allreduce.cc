@@ -27,17 +27,26 @@ uint64_t ShardTag(const ExecContext& ctx, int64_t chunk, int shard, int directio
 }
 
 void CheckArena(const Status& s, const std::string& step) {
-  if (!s.ok()) throw Error(Status(s.code(), s.message() + " (during " + step + ")"));
+  if (s.ok()) return;
+  // A reason passed on by a neighbour (poison) may already say where it happened.
+  const std::string where = " (during " + step + ")";
+  if (s.message().find(where) != std::string::npos) throw Error(s);
+  throw Error(Status(s.code(), s.message() + where));
 }
 
 }  // namespace
+
+size_t SlotBytes(const Config& config, bool spans_hosts) {
+  return spans_hosts ? std::max<size_t>(config.shm_slot_bytes, kCrossHostSlotBytes) : config.shm_slot_bytes;
+}
 
 int64_t HerringAllreduce::ChunkElements(const ExecContext& ctx, const AllreduceBatch& batch) {
   // A chunk is one of kPipelineDepth sub-slots: small enough that a chunk's copy-in, reduction and
   // copy-out find it in the shared L3 cache, deep enough that ranks rarely wait for each other.
   // Computed from the knob, not the arena, so dedicated servers (which have none) agree.
   const int64_t align = AlignElements(batch.dtype);
-  int64_t elems = static_cast<int64_t>(ctx.config.shm_slot_bytes / kPipelineDepth / ElementSize(batch.dtype));
+  int64_t elems = static_cast<int64_t>(SlotBytes(ctx.config, ctx.set.hosts.size() > 1) / kPipelineDepth /
+                                       ElementSize(batch.dtype));
   return std::max<int64_t>(align, elems - elems % align);
 }
 

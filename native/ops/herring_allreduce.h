@@ -15,6 +15,12 @@
 
 namespace herring {
 
+// Chunks of a set that spans hosts are also what goes to the server shards, and with colocated
+// shards every chunk costs a round trip across hosts: there, larger chunks (4 MiB) pay off more
+// than staying in cache. The shared-memory slot of such a set is sized for them.
+constexpr size_t kCrossHostSlotBytes = 16u << 20;
+size_t SlotBytes(const Config& config, bool spans_hosts);
+
 class HerringAllreduce : public AllreduceImpl {
  public:
   const char* name() const override { return "herring"; }

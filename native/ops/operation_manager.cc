@@ -1,5 +1,6 @@
 #include "ops/operation_manager.h"
 
+#include "ops/halving_doubling_allreduce.h"
 #include "ops/herring_allreduce.h"
 #include "ops/ring_allreduce.h"
 
@@ -9,6 +10,10 @@ OperationManager::OperationManager(const Config& config) {
   auto herring = std::make_unique<HerringAllreduce>();
   herring_ = herring.get();
   allreduce_.push_back(std::make_unique<LocalAllreduce>());
+  if ((config.allreduce == AllreduceAlgorithm::kHalvingDoubling ||
+       config.allreduce == AllreduceAlgorithm::kHalvingDoublingTopo) && config.dedicated_servers == 0) {
+    allreduce_.push_back(MakeHalvingDoublingAllreduce(config));  // herring and ring stay as fallbacks
+  }
   // With dedicated servers only the herring implementation can use them: it must run first.
   if (config.allreduce == AllreduceAlgorithm::kRing && config.dedicated_servers == 0) {
     allreduce_.push_back(std::make_unique<RingAllreduce>());

@@ -459,11 +459,17 @@ void TcpTransport::Impl::AcceptAndDropStrangers() {
       if (errno == EINTR || errno == ECONNABORTED) continue;
       return;
     }
-    std::string ip;
-    uint16_t port = 0;
-    if (SocketEndpoint(fd, true, &ip, &port)) {
+    // Counted, and logged at most once a second: a flood of strangers must not turn into a
+    // flood of blocking writes to stderr from the I/O thread.
+    ++strangers_dropped_;
+    auto now = Clock::now();
+    if (now - last_stranger_log_ >= std::chrono::seconds(1)) {
+      std::string ip;
+      uint16_t port = 0;
+      SocketEndpoint(fd, true, &ip, &port);
       HLOG(Info) << RankText(opts_.rank) << ": dropped a connection from " << ip << ":" << port
-                 << " after the mesh was complete";
+                 << " after the mesh was complete (" << strangers_dropped_ << " dropped so far)";
+      last_stranger_log_ = now;
     }
     close(fd);
   }

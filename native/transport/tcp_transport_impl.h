@@ -201,6 +201,8 @@ class TcpTransport::Impl {
     int fd;
   };
   std::vector<Admitted> admitted_;  // guarded by mu_
+  uint64_t strangers_dropped_ = 0;          // I/O thread only
+  Clock::time_point last_stranger_log_{};   // I/O thread only
   std::atomic<bool> stop_requested_{false};
   std::atomic<bool> reset_requested_{false};
   std::atomic<bool> notify_requested_{false};    // fire on_event from the I/O thread

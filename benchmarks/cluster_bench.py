@@ -1,0 +1,240 @@
+"""The simulated-cluster benchmarks: each scenario of benchmarks/cluster_scenarios.py in its own
+fresh SimulatedCluster (hosts as network namespaces, tbf-shaped links, an sshd per host, the real
+horovodrun over ssh), then the results JSON (the input of `benchmarks.report --cluster-results`),
+the plots (docs/img/cluster_*.png) and the markdown section docs/benchmarks_cluster.md.
+
+    .venv/bin/python -m benchmarks.cluster_bench --out docs/cluster_results.json      # full run
+    .venv/bin/python -m benchmarks.cluster_bench --preset smoke --out /tmp/c/cluster_results.json
+    .venv/bin/python -m benchmarks.cluster_bench --scenarios goal psld --out /tmp/c/r.json
+    .venv/bin/python -m benchmarks.cluster_bench --report-only --out docs/cluster_results.json
+
+Needs root (see docs/cluster.md). Every launch has a deadline; a launch that fails is recorded
+with its error and output and the run goes on; a scenario whose cluster cannot be built is
+recorded as failed."""
+
+import argparse
+import json
+import os
+import shlex
+import sys
+import tempfile
+import time
+
+from benchmarks import machine
+from benchmarks.cluster_links import LinkSampler
+from benchmarks.cluster_report import write_outputs
+from benchmarks.cluster_scenarios import PRESETS, scenarios
+from hvd_herring.testing.cluster import SimulatedCluster, check_environment
+from hvd_herring.testing.cluster_spec import ClusterSpec
+from hvd_herring.testing.link_bound import measure_link
+from hvd_herring.testing.processes import ClusterError
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+WORKER = os.path.join(ROOT, "benchmarks", "workers", "cluster_worker.py")
+TRACE_BIN_SECONDS = 0.05
+
+
+def log(msg):
+    print(f"[cluster-bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def _launch_env(launch):
+    """herring plus the launch's knobs; every HOROVOD_*/HERRING_* of the caller removed, so each
+    launch runs with the defaults except what the scenario sets."""
+    env = {k: None for k in os.environ if k.startswith(("HOROVOD_", "HERRING_")) or k in ("PYTHONPATH",)}
+    env.update({"HOROVOD_BACKEND": "herring", "OMP_NUM_THREADS": "1",
+                "HERRING_BENCH_COLLECTIVE_TIMEOUT": str(int(launch.timeout))})
+    env.update(launch.env)
+    return env
+
+
+def _read_records(path):
+    records, errors = [], []
+    if os.path.exists(path):
+        with open(path) as f:
+            for line in f:
+                rec = json.loads(line)
+                (errors if "error" in rec else records).append(rec)
+    return records, errors
+
+
+def _link_stats(sampler, rec, spec):
+    """Per-iteration bytes of every host for an allreduce record's windows, and a trace of its
+    median iteration (for the plots)."""
+    per_iter = [sampler.window(a, b) for a, b in rec.get("windows", [])]
+    per_iter = [w for w in per_iter if w]
+    if not per_iter:
+        return None
+    hosts = [h.name for h in spec.hosts]
+    stats = {"iterations": per_iter}
+    times = rec["times"]
+    median_i = sorted(range(len(times)), key=lambda i: times[i])[len(times) // 2]
+    a, b = rec["windows"][median_i]
+    pad = 0.1
+    stats["trace"] = sampler.trace(a - pad, b + pad, TRACE_BIN_SECONDS)
+    stats["trace_window"] = [pad, pad + (b - a)]
+    stats["hosts"] = hosts
+    return stats
+
+
+def _shown(argv, c, launch):
+    """The launch as a person would type it (paths shortened, the cluster's key elided)."""
+    argv = argv[:argv.index(sys.executable)]
+    argv = ["horovodrun" if a.endswith("/horovodrun") else "<cluster user key>" if a == c.identity.user_key else a
+            for a in argv]
+    env = " ".join(f"{k}={v}" for k, v in dict(HOROVOD_BACKEND="herring", **launch.env).items())
+    return f"{env} {shlex.join(argv)} python benchmarks/workers/cluster_worker.py --plan PLAN --out OUT"
+
+
+def run_launch(c, scenario, launch, workdir):
+    plan_path = os.path.join(workdir, f"{scenario.id}-{launch.id}.plan.json")
+    out_path = os.path.join(workdir, f"{scenario.id}-{launch.id}.jsonl")
+    with open(plan_path, "w") as f:
+        json.dump({"launch": launch.id, "tasks": launch.tasks}, f)
+    argv = [sys.executable, WORKER, "--plan", plan_path, "--out", out_path]
+    log(f"  {launch.id}: {launch.label} [{' '.join(f'{k}={v}' for k, v in launch.env.items())}]")
+    started = time.monotonic()
+    load_before = machine.load_average()
+    sampler = LinkSampler(c)
+    output, returncode, timed_out = "", None, False
+    with sampler:
+        try:
+            run = c.horovodrun(argv, env=_launch_env(launch), cwd=ROOT, timeout=launch.timeout,
+                               with_servers=launch.with_servers, slots_per_host=launch.slots_per_host)
+            output, returncode = run.output, run.returncode
+        except ClusterError as e:
+            output, timed_out = str(e), "did not finish within" in str(e)
+    seconds = time.monotonic() - started
+    records, errors = _read_records(out_path)
+    for rec in records:
+        if rec.get("kind") == "allreduce":
+            rec["links"] = _link_stats(sampler, rec, c.spec)
+        elif rec.get("kind") == "train" and rec.get("walls"):
+            # Rank 0's last step ends when its own sums arrived; other hosts may still be receiving
+            # theirs for a moment, and the counters are sampled: two more periods catch that (what
+            # follows the loop is two 8-byte allreduces).
+            rec["link_window"] = sampler.window(rec["begin"], rec["walls"][-1] + 2 * sampler.period)
+    ok = returncode == 0 and not errors and len({r["task"] for r in records}) == len(launch.tasks)
+    argv_shown = c.horovodrun_argv(argv, slots_per_host=launch.slots_per_host, with_servers=launch.with_servers)
+    log(f"    {'ok' if ok else 'FAILED'} in {seconds:.0f} s, {len(records)} records"
+        + ("" if ok else f"; exit {returncode}{', timed out' if timed_out else ''}; "
+           + "; ".join(f"rank {e.get('rank')}: {e['error']}" for e in errors)))
+    return {"id": launch.id, "label": launch.label, "env": launch.env, "with_servers": launch.with_servers,
+            "slots_per_host": launch.slots_per_host, "tuned": launch.tuned, "ok": ok, "returncode": returncode, "timed_out": timed_out,
+            "seconds": round(seconds, 1), "records": records, "errors": errors,
+            "sampler_error": sampler.error, "load_average_before": load_before,
+            "command": _shown(argv_shown, c, launch),
+            "output_tail": "" if ok else output[-4000:]}
+
+
+def _scenario_in(c, sc, out, workdir):
+    """Runs scenario `sc` in cluster `c`, filling `out` as it goes (so a failure keeps what ran)."""
+    started = time.monotonic()
+    out["setup_seconds"] = round(c.setup_seconds, 2)
+    log(f"scenario {sc.id}: {sc.title}")
+    for label, src, dst in sc.links:
+        try:
+            m = measure_link(c, src, dst, seconds=3.0)
+        except ClusterError as e:        # the bounds fall back to the configured rate, said so
+            log(f"  link {label}: measurement FAILED: {e}")
+            out["link_errors"].append(f"{label}: {e}")
+            continue
+        log(f"  link {label}: {m.describe()}")
+        out["links"].append({"label": label, "src": m.src, "dst": m.dst, "sent_bps": m.sent_bps,
+                             "configured_bps": m.configured_bps, "seconds": m.seconds})
+    for launch in sc.launches:
+        out["launches"].append(run_launch(c, sc, launch, workdir))
+    out["seconds"] = round(time.monotonic() - started, 1)
+
+
+def _groups(scs):
+    """Scenarios grouped by cluster: a scenario that may reuse the previous one's cluster (same
+    spec) joins its group; every other one gets a fresh cluster."""
+    groups = []
+    for sc in scs:
+        if groups and sc.reuse_cluster and groups[-1][0].spec == sc.spec:
+            groups[-1].append(sc)
+        else:
+            groups.append([sc])
+    return groups
+
+
+def run_group(group, workdir):
+    spec = ClusterSpec.from_dict(group[0].spec)
+    results = [{"id": sc.id, "title": sc.title, "spec": spec.to_dict(), "links": [], "link_errors": [],
+                "launches": [], "error": None, "shared_cluster": sc.reuse_cluster} for sc in group]
+    current = 0
+    try:
+        with SimulatedCluster(spec=spec) as c:
+            for current, sc in enumerate(group):
+                _scenario_in(c, sc, results[current], workdir)
+    except ClusterError as e:
+        log(f"  cluster FAILED: {e}")
+        for r in results[current:]:
+            r["error"] = str(e)
+    return results
+
+
+def _shown_path(path):
+    rel = os.path.relpath(path, ROOT)
+    return path if rel.startswith("..") else rel
+
+
+def run(preset, only, out_json, workdir):
+    started = time.monotonic()
+    facts = machine.facts(with_peer=False)
+    facts["load_average_start"] = machine.load_average()
+    data = {"meta": {"command": "python -m benchmarks.cluster_bench " + " ".join(sys.argv[1:]), "preset": preset,
+                     "results_path": _shown_path(out_json)},
+            "machine": facts, "scenarios": []}
+    for group in _groups(scenarios(preset, only)):
+        data["scenarios"].extend(run_group(group, workdir))
+    data["machine"]["load_average_end"] = machine.load_average()
+    data["meta"]["seconds"] = round(time.monotonic() - started, 1)
+    return data
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="python -m benchmarks.cluster_bench",
+                                description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    p.add_argument("--preset", choices=sorted(PRESETS), default="full")
+    p.add_argument("--scenarios", nargs="+", help="scenario ids of the preset (default: all)")
+    p.add_argument("--out", default=os.path.join(ROOT, "docs", "cluster_results.json"),
+                   help="results JSON (for benchmarks.report --cluster-results)")
+    p.add_argument("--markdown", default=None, help="markdown section (default: benchmarks_cluster.md beside --out)")
+    p.add_argument("--img-dir", default=None, help="plots (default: img/ beside --out)")
+    p.add_argument("--report-only", action="store_true",
+                   help="do not run: rewrite the JSON's derived parts, plots and markdown from --out's raw results")
+    args = p.parse_args(argv)
+    out_json = os.path.abspath(args.out)
+    out_dir = os.path.dirname(out_json)
+    markdown = os.path.abspath(args.markdown or os.path.join(out_dir, "benchmarks_cluster.md"))
+    img_dir = os.path.abspath(args.img_dir or os.path.join(out_dir, "img"))
+    if args.report_only:
+        with open(out_json) as f:
+            data = json.load(f)
+    else:
+        try:
+            check_environment()
+        except ClusterError as e:
+            print(f"cannot run the simulated cluster here: {e}", file=sys.stderr)
+            return 3
+        os.makedirs(out_dir, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix="herring-cluster-bench-") as workdir:
+            os.chmod(workdir, 0o755)
+            data = run(args.preset, args.scenarios, out_json, workdir)
+    paths = write_outputs(data, out_json, markdown, img_dir)
+    for path in paths:
+        print(path)
+    failed = [f"{s['id']}/{l['id']}" for s in data["scenarios"] for l in s["launches"] if not l["ok"]]
+    failed += [s["id"] for s in data["scenarios"] if s.get("error")]
+    if failed:
+        log(f"failed: {', '.join(failed)}")
+        return 1
+    log("report rewritten from saved results" if args.report_only else f"done in {data['meta']['seconds'] / 60:.1f} min")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

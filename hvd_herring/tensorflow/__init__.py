@@ -1,0 +1,115 @@
+"""Horovod's TensorFlow API on the herring engine.
+
+This package *is* `horovod.tensorflow` when HOROVOD_BACKEND=herring (see hvd_herring.switch), and
+is also importable directly as `hvd_herring.tensorflow`. The collectives are TensorFlow custom ops
+(native/tensorflow, libherring_tensorflow.so) that enqueue into the same engine the PyTorch side
+uses: one engine per process, whichever frameworks drive it.
+
+Importing the package is cheap: it does not import TensorFlow. The topology functions (init, rank,
+size, gloo_built...) work at once; the first use of anything else loads TensorFlow and the ops.
+That keeps `horovodrun`'s launch check, which imports horovod.tensorflow and calls gloo_built(),
+from paying TensorFlow's start-up on every launch.
+
+Horovod's pure-Python TensorFlow modules (compression, util, functions) are found through this
+package's path under their usual names and run on top of hvd_herring.tensorflow.mpi_ops, which
+takes the place of Horovod's compiled library. The parts that break on TF 2.21 / Keras 3 (the
+package's own __init__, the Keras layer) are replaced.
+"""
+
+import importlib.util
+import os
+import sys
+
+import horovod
+from horovod.common.process_sets import ProcessSet, add_process_set, global_process_set, remove_process_set
+from horovod.common.process_sets import _setup as _setup_process_sets
+
+from hvd_herring import switch as _switch
+from hvd_herring.basics import basics as _basics
+
+OP_LIBRARY = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "libherring_tensorflow.so")
+
+if importlib.util.find_spec("tensorflow") is None:
+    raise ImportError("hvd_herring.tensorflow needs TensorFlow (pip install tensorflow-cpu==2.21.0)")
+if not os.path.exists(OP_LIBRARY):
+    raise ImportError(
+        f"hvd_herring was built without its TensorFlow ops: {OP_LIBRARY} not found. Rebuild the package "
+        "where TensorFlow is importable (bash scripts/setup.sh, or pip install . with TensorFlow installed).")
+
+_HOROVOD_TF_DIR = os.path.join(os.path.dirname(horovod.__file__), "tensorflow")
+__path__.append(_HOROVOD_TF_DIR)
+sys.modules["horovod.tensorflow"] = sys.modules[__name__]
+horovod.tensorflow = sys.modules[__name__]
+_switch.alias_submodules("horovod.tensorflow", __name__)
+
+# --- what works without TensorFlow ----------------------------------------------------------------
+
+is_initialized = _basics.is_initialized
+start_timeline = _basics.start_timeline
+stop_timeline = _basics.stop_timeline
+size = _basics.size
+local_size = _basics.local_size
+cross_size = _basics.cross_size
+rank = _basics.rank
+local_rank = _basics.local_rank
+cross_rank = _basics.cross_rank
+is_homogeneous = _basics.is_homogeneous
+mpi_threads_supported = _basics.mpi_threads_supported
+mpi_enabled = _basics.mpi_enabled
+mpi_built = _basics.mpi_built
+gloo_enabled = _basics.gloo_enabled
+gloo_built = _basics.gloo_built
+nccl_built = _basics.nccl_built
+ddl_built = _basics.ddl_built
+ccl_built = _basics.ccl_built
+cuda_built = _basics.cuda_built
+rocm_built = _basics.rocm_built
+
+Average = _basics.Average
+Sum = _basics.Sum
+Adasum = _basics.Adasum
+Min = _basics.Min
+Max = _basics.Max
+Product = _basics.Product
+
+_setup_process_sets(_basics)
+
+
+def init(*args, **kwargs):
+    """Horovod's hvd.init(comm=None, process_sets=None): starts (or joins) this process's engine."""
+    _basics.init(*args, **kwargs)
+    _setup_process_sets(_basics)
+
+
+def shutdown():
+    """Stops the engine (every rank must call it; Horovod semantics)."""
+    _basics.shutdown()
+
+
+def _check_has_gpu():
+    return False
+
+
+# --- everything else loads TensorFlow on first use ------------------------------------------------
+
+_LAZY_MODULE = "hvd_herring.tensorflow._api"
+
+
+def _load():
+    api = importlib.import_module(_LAZY_MODULE)
+    globals().update({k: v for k, v in vars(api).items() if not k.startswith("__")})
+    return api
+
+
+def __getattr__(name):
+    if name.startswith("__"):
+        raise AttributeError(name)
+    api = _load()
+    try:
+        return getattr(api, name)
+    except AttributeError:
+        raise AttributeError(f"module 'horovod.tensorflow' (hvd_herring) has no attribute {name!r}") from None
+
+
+def __dir__():
+    return sorted(set(globals()) | set(vars(_load())))

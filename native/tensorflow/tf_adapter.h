@@ -1,0 +1,71 @@
+// Glue between TensorFlow kernels and the herring engine. The kernels only translate: a TF tensor
+// becomes a Request (name, dtype, shape, pointers), the engine's result becomes TF outputs or a TF
+// error. They never block a TensorFlow thread: each collective is an AsyncOpKernel whose done()
+// is called from the engine's completion callback.
+//
+// This library links libherring_core.so, like the Python module does, so a process that imports
+// both TensorFlow and PyTorch still runs one engine: the kernels find it with CurrentEngine().
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+#include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/tensor.h"
+#include "tensorflow/core/framework/tensor_shape.h"
+
+namespace herring {
+namespace tfops {
+
+// The engine's dtype for a TensorFlow dtype; InvalidArgument for one the engine cannot move.
+absl::Status ToEngineType(tensorflow::DataType dtype, DataType* out);
+
+// The TensorFlow error for an engine status. Horovod's classes are kept: bad input ->
+// InvalidArgument, ranks disagreeing -> FailedPrecondition, the job failing (lost peer, abort,
+// deadline, shutdown) -> Unknown, which Horovod's elastic layer treats as HorovodInternalError.
+absl::Status ToTensorFlowStatus(const Status& status);
+
+std::vector<int64_t> DimsOf(const tensorflow::TensorShape& shape);
+tensorflow::TensorShape ShapeFromDims(const std::vector<int64_t>& dims);
+
+// A tensor that owns an engine-allocated (64-byte aligned) output without copying it.
+tensorflow::Tensor AdoptEngineOutput(tensorflow::DataType dtype, const std::vector<int64_t>& dims,
+                                     std::shared_ptr<AlignedBuffer> buffer);
+
+// What a kernel does with the engine's result once the collective succeeded.
+using Finish = std::function<absl::Status(OpResult& result)>;
+
+// Hands the request to the running engine; `finish` and done() run on the engine's thread when
+// it completes. Any failure (no engine, rejected request, failed collective) becomes the
+// kernel's status; done() is called exactly once in every case.
+void Submit(tensorflow::OpKernelContext* context, Request request, Finish finish,
+            tensorflow::AsyncOpKernel::DoneCallback done);
+
+// Base of every collective kernel. Reads the attributes they share and names the collective:
+//   auto_name=true        -> the engine names it (eager calls without a name: ranks call the
+//                            collectives in the same order, as in Horovod)
+//   tensor_name non-empty -> that name (eager calls with a name)
+//   otherwise             -> the graph node's name, without its scope if ignore_name_scope
+//                            (tf.function: identical on every rank because tracing is)
+class CollectiveKernel : public tensorflow::AsyncOpKernel {
+ public:
+  CollectiveKernel(tensorflow::OpKernelConstruction* context, OpType type);
+
+ protected:
+  // A request with this kernel's type, name and process set filled in.
+  Request NewRequest() const;
+
+  OpType type_;
+  std::string name_;      // empty: the engine names it
+  int32_t process_set_id_ = 0;
+};
+
+// The running engine, or FailedPrecondition before hvd.init().
+absl::Status RunningEngine(std::shared_ptr<Engine>* engine);
+
+}  // namespace tfops
+}  // namespace herring

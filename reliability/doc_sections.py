@@ -1,0 +1,48 @@
+"""docs/reliability.md is written by hand except for its tables of figures, which the scripts that
+measure them regenerate: each lives between `<!-- NAME:begin -->` and `<!-- NAME:end -->`, and the
+raw figures are kept under the key NAME in docs/reliability.json."""
+
+import json
+import os
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DOC = os.path.join(ROOT, "docs", "reliability.md")
+FIGURES = os.path.join(ROOT, "docs", "reliability.json")
+
+
+def load_figures():
+    if os.path.exists(FIGURES):
+        with open(FIGURES) as f:
+            return json.load(f)
+    return {}
+
+
+def save_figures(name, value):
+    figures = load_figures()
+    figures[name] = value
+    tmp = FIGURES + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(figures, f, indent=1, sort_keys=True)
+        f.write("\n")
+    os.replace(tmp, FIGURES)
+
+
+def replace_section(name, markdown):
+    """Replaces the text between the markers of section NAME in docs/reliability.md."""
+    begin, end = f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
+    with open(DOC) as f:
+        text = f.read()
+    if begin not in text or end not in text:
+        raise RuntimeError(f"{DOC} has no section markers {begin} ... {end}")
+    head, rest = text.split(begin, 1)
+    _, tail = rest.split(end, 1)
+    tmp = DOC + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(head + begin + "\n" + markdown.strip("\n") + "\n" + end + tail)
+    os.replace(tmp, DOC)
+
+
+def cell(text, limit=300):
+    """Text fit for a Markdown table cell."""
+    text = " ".join(str(text).split()).replace("|", "\\|")
+    return text if len(text) <= limit else text[:limit - 3] + "..."

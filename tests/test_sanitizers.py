@@ -1,0 +1,157 @@
+"""The fast multi-process tests against an AddressSanitizer + UndefinedBehaviorSanitizer build of
+the native core (scripts/asan_test.sh builds it into build/asan, beside the normal build).
+
+Real ranks launched by horovodrun load the sanitized package (PYTHONPATH) with libasan preloaded
+(Python itself is not instrumented): every collective of the collectives worker on one host and
+on two simulated hosts (the parameter servers over TCP), and a connection reset in the middle of
+a push (the error paths). The native unit tests run under the sanitizers too, with leak detection.
+A test passes only if its ranks did what the normal suite expects AND no sanitizer report
+appeared (reports are written to files by log_path, and looked for in the output as well).
+Python's own allocations are not leak-checked in the launched ranks (the interpreter does not free
+everything at exit); everything else ASan and UBSan check is on, and the first error aborts.
+"""
+
+import glob
+import json
+import os
+import re
+import subprocess
+import time
+from types import SimpleNamespace
+
+import pytest
+
+import launch
+from test_collectives import CHECK_NAMES, WORKER as COLLECTIVES_WORKER
+
+WORKERS = os.path.join("tests", "workers")
+MARKERS = ("ERROR: AddressSanitizer", "runtime error:", "ERROR: LeakSanitizer", "SUMMARY: UndefinedBehaviorSanitizer")
+
+
+def preload(core):
+    """LD_PRELOAD for a Python process that loads the sanitized core: the ASan runtime must come
+    first, and libstdc++ right after it, or ASan's __cxa_throw interceptor finds no real
+    __cxa_throw (Python does not link libstdc++) and the first C++ exception aborts the process."""
+    ldd = subprocess.run(["ldd", core], capture_output=True, text=True, check=True).stdout
+    libs = dict(re.findall(r"^\s*(\S+) => (\S+)", ldd, re.M))
+    asan = next((path for name, path in libs.items() if name.startswith("libasan.so")), None)
+    stdcxx = libs.get("libstdc++.so.6")
+    assert asan and stdcxx, f"{core} does not link libasan and libstdc++:\n{ldd}"
+    return f"{asan} {stdcxx}"
+
+
+@pytest.fixture(scope="module")
+def sanitized():
+    start = time.monotonic()
+    built = subprocess.run(["bash", os.path.join(launch.ROOT, "scripts", "asan_test.sh"), "build"],
+                           cwd=launch.ROOT, capture_output=True, text=True, timeout=1200)
+    assert built.returncode == 0, built.stderr[-6000:]
+    pkg = built.stdout.strip().splitlines()[-1]
+    reports = launch.scratch_dir("herring-sanitizer-reports-")
+    env = {
+        "PYTHONPATH": pkg + os.pathsep + os.path.join(launch.ROOT, "tests"),
+        "LD_PRELOAD": preload(os.path.join(pkg, "hvd_herring", "libherring_core.so")),
+        # halt_on_error: the first error ends the process (and fails its rank) with the report.
+        "ASAN_OPTIONS": f"detect_leaks=0:halt_on_error=1:log_path={reports}/asan:detect_stack_use_after_return=0",
+        "UBSAN_OPTIONS": f"print_stacktrace=1:halt_on_error=1:log_path={reports}/ubsan",
+    }
+    print(f"\nsanitized core ready in {time.monotonic() - start:.0f} s: {pkg}")
+    return SimpleNamespace(pkg=pkg, env=env, reports=reports, build=os.path.join(launch.ROOT, "build", "asan"))
+
+
+def assert_no_sanitizer_report(s, output):
+    files = sorted(glob.glob(os.path.join(s.reports, "*")))
+    texts = []
+    for path in files:
+        with open(path, errors="replace") as f:
+            texts.append(f"--- {path}\n{f.read()[-6000:]}")
+    assert not files, "sanitizer reports:\n" + "\n".join(texts)
+    hits = [line for line in output.splitlines() if any(m in line for m in MARKERS)]
+    assert not hits, "sanitizer output:\n" + "\n".join(hits[:40]) + "\n" + output[-6000:]
+
+
+def results_of(results_dir, ranks):
+    out = {}
+    for r in range(ranks):
+        path = os.path.join(results_dir, f"{r}.json")
+        if os.path.exists(path):
+            with open(path) as f:
+                out[r] = json.load(f)
+    return out
+
+
+def test_a_memory_error_is_reported(sanitized):
+    """The harness itself: an out-of-bounds write in a process set up like the ranks (libasan
+    preloaded, the same options) must leave a report where assert_no_sanitizer_report looks."""
+    overflow = "import ctypes; b = ctypes.create_string_buffer(4096); ctypes.memset(ctypes.addressof(b), 0, 4200)"
+    run = launch.python(["-c", overflow], timeout=60, **sanitized.env)
+    assert run.returncode != 0, run.output[-2000:]
+    reports = glob.glob(os.path.join(sanitized.reports, "asan.*"))
+    try:
+        assert reports, f"no sanitizer report for a heap overflow:\n{run.output[-2000:]}"
+        with open(reports[0]) as f:
+            assert "heap-buffer-overflow" in f.read()
+    finally:
+        for path in reports:
+            os.remove(path)
+
+
+def test_ranks_load_the_sanitized_core(sanitized):
+    probe = ("import hvd_herring._native, json; maps = open('/proc/self/maps').read(); "
+             "print(json.dumps({'core': [l.split()[-1] for l in maps.splitlines() if 'libherring_core' in l][:1], "
+             "'asan': 'libasan' in maps}))")
+    run = launch.python(["-c", probe], timeout=120, **sanitized.env)
+    assert run.returncode == 0, run.output[-3000:]
+    seen = json.loads(run.output.strip().splitlines()[-1])
+    assert seen["asan"], seen
+    assert seen["core"] and seen["core"][0].startswith(sanitized.pkg), seen
+    assert_no_sanitizer_report(sanitized, run.output)
+
+
+@pytest.mark.parametrize("hosts", [1, 2], ids=["np3-one-host", "np4-two-hosts"])
+def test_every_collective_under_sanitizers(sanitized, hosts):
+    np = 3 if hosts == 1 else 4
+    results = launch.scratch_dir("herring-asan-results-")
+    args = [COLLECTIVES_WORKER]
+    if hosts > 1:
+        args = [os.path.join(WORKERS, "as_simulated_host.py"), str(np // hosts), COLLECTIVES_WORKER]
+    run = launch.horovodrun(np, args, timeout=900, HERRING_TEST_RESULTS=results, HOROVOD_DYNAMIC_PROCESS_SETS=1,
+                            **sanitized.env)
+    print(f"\n{np} ranks on {hosts} host(s) under the sanitizers: {run.seconds:.0f} s")
+    assert_no_sanitizer_report(sanitized, run.output)
+    per_rank = results_of(results, np)
+    assert sorted(per_rank) == list(range(np)), f"ranks reported {sorted(per_rank)}\n{run.output[-5000:]}"
+    assert run.returncode == 0, run.output[-5000:]
+    for r, data in per_rank.items():
+        failed = {c: data["results"].get(c) for c in CHECK_NAMES if data["results"].get(c) != "ok"}
+        assert not failed, f"rank {r}: {failed}"
+    if hosts > 1:
+        assert per_rank[0]["counters"]["server_ranges"] > 0, per_rank[0]["counters"]
+
+
+def test_connection_reset_mid_push_under_sanitizers(sanitized):
+    np, victim = 4, 2
+    results = launch.scratch_dir("herring-asan-fault-")
+    args = [os.path.join(WORKERS, "as_simulated_host.py"), "2", os.path.join(WORKERS, "phase_fault_worker.py")]
+    run = launch.horovodrun(np, args, timeout=300, HERRING_TEST_RESULTS=results, HERRING_FAULT=f"reset:push:{victim}:2",
+                            HERRING_TIMEOUT_SECONDS=5, **sanitized.env)
+    assert_no_sanitizer_report(sanitized, run.output)
+    assert run.returncode != 0, run.output[-3000:]
+    outcomes = results_of(results, np)
+    for r in range(np):
+        if r == victim:
+            continue
+        assert r in outcomes, f"rank {r} did not report\n{run.output[-4000:]}"
+        assert outcomes[r]["error"] and f"rank {victim}" in outcomes[r]["error"], outcomes[r]
+
+
+def test_native_unit_tests_under_sanitizers_with_leak_detection(sanitized):
+    binary = os.path.join(sanitized.build, "herring_native_tests")
+    env = dict(os.environ, ASAN_OPTIONS=f"detect_leaks=1:halt_on_error=1:log_path={sanitized.reports}/asan",
+               UBSAN_OPTIONS=sanitized.env["UBSAN_OPTIONS"])
+    env.pop("LD_PRELOAD", None)
+    run = subprocess.run([binary], capture_output=True, text=True, timeout=600, env=env)
+    output = run.stdout + run.stderr
+    assert_no_sanitizer_report(sanitized, output)
+    assert run.returncode == 0, output[-6000:]
+    assert "0 failed" in output.strip().splitlines()[-1], output[-2000:]
