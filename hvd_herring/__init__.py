@@ -26,6 +26,13 @@ def server_layout(process_set=0):
     return layout
 
 
+def remove_server(rank):
+    """Retires dedicated server `rank` between two steps (HERRING_ELASTIC_SLOTS jobs, or any job
+    with several dedicated servers): its byte ranges move to the other servers, then it exits."""
+    from hvd_herring.basics import basics
+    basics.engine().request_leave(int(rank))
+
+
 def knobs():
     """Every knob: name, default, kind, description (the README's table comes from here)."""
     from hvd_herring import _native

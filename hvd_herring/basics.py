@@ -76,7 +76,7 @@ class HerringBasics:
         import os
         import sys
         engine = self._engine
-        failure = engine.serve_until_shutdown()
+        failure = serve(engine)
         engine.shutdown()
         if failure:
             print(f"hvd_herring dedicated server (process {engine.rank}): {failure}", file=sys.stderr)
@@ -241,6 +241,20 @@ class HerringBasics:
         name = f"process_set.{op_type}.{self._process_set_changes}"
         handle = self.enqueue(op_type, name, 0, DTYPES["uint8"], self.Sum, 1.0, 1.0, -1, [], set_ranks, set_id)
         return self.wait(handle)[3]
+
+
+def serve(engine):
+    """Runs a dedicated server until the job ends or the server leaves; SIGTERM asks rank 0 to
+    retire it between two steps (its ranges move to the other servers). Returns '' or the failure."""
+    import signal
+    previous = signal.signal(signal.SIGTERM, lambda *_: engine.request_leave(engine.rank))
+    try:
+        while True:
+            outcome = engine.serve_until_shutdown(0.5)  # signals run between two waits
+            if outcome is not None:
+                return outcome
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _is_world(comm):

@@ -132,16 +132,17 @@ PYBIND11_MODULE(_native, m) {
 
   py::class_<Engine, std::shared_ptr<Engine>>(m, "Engine")
       .def(py::init([](std::vector<std::vector<int>> process_sets, int epoch,
-                       std::function<std::vector<std::string>(const std::string&)> exchange) {
+                       std::function<std::vector<std::string>(const std::string&)> exchange, bool join) {
              EngineOptions o;
              o.process_sets = std::move(process_sets);
              o.epoch = epoch;
              o.exchange = std::move(exchange);
+             o.join_running_job = join;
              auto engine = std::make_shared<Engine>(std::move(o));
              SetCurrentEngine(engine);  // other native modules (TF kernels) find it here
              return engine;
            }),
-           py::arg("process_sets"), py::arg("epoch"), py::arg("exchange") = nullptr,
+           py::arg("process_sets"), py::arg("epoch"), py::arg("exchange") = nullptr, py::arg("join") = false,
            py::call_guard<py::gil_scoped_release>())
       .def("shutdown",
            [](Engine& e) {
@@ -151,10 +152,22 @@ PYBIND11_MODULE(_native, m) {
            py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("running", &Engine::running)
       .def_property_readonly("is_dedicated_server", &Engine::is_dedicated_server)
-      .def("serve_until_shutdown", [](Engine& e) { return e.ServeUntilShutdown().message(); },
-           py::call_guard<py::gil_scoped_release>(),
-           "A dedicated server's life: returns when the job ends ('' after an orderly shutdown, "
-           "else the failure).")
+      .def("serve_until_shutdown",
+           [](Engine& e, double timeout_seconds) -> py::object {
+             Status outcome;
+             bool done;
+             {
+               py::gil_scoped_release release;
+               done = e.ServeUntilShutdown(Deadline::AfterSeconds(timeout_seconds), &outcome);
+             }
+             if (!done) return py::none();
+             return py::str(outcome.message());
+           },
+           py::arg("timeout_seconds"),
+           "A dedicated server's life: None while it still serves after `timeout_seconds`, else "
+           "'' after an orderly end (shutdown, or it left) or the job's failure.")
+      .def("request_leave", &Engine::RequestLeave, py::arg("server"),
+           "Asks rank 0 to retire dedicated server `server` between two steps.")
       .def_property_readonly("rank", &Engine::rank)
       .def_property_readonly("size", &Engine::size)
       .def_property_readonly("local_rank", &Engine::local_rank)

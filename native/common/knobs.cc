@@ -55,6 +55,10 @@ const std::vector<KnobSpec>& AllKnobs() {
        "The last N launched processes (e.g. the slots of server hosts in horovodrun -H) run only "
        "server shards, as in Herring and BytePS; hvd.size() counts the others. 0: shards are "
        "colocated with the workers.", true},
+      {"HERRING_ELASTIC_SLOTS", "0", "int",
+       "How many dedicated servers may join the running job later (`python -m hvd_herring.server "
+       "join`); servers leave on SIGTERM or hvd_herring.remove_server(rank). Needs horovodrun's "
+       "rendezvous and HERRING_DEDICATED_SERVERS > 0.", true},
       {"HERRING_BALANCER", "none", "enum",
        "`psld`: rank 0 measures each server shard's service time and moves byte ranges from slow "
        "shards to fast ones (PSLD), every rank switching maps at the same step; `none`: static "
@@ -167,6 +171,7 @@ Config Config::FromEnvironment(const std::map<std::string, std::string>& env) {
   }
   c.num_servers = static_cast<int>(r.Int("HERRING_NUM_SERVERS", 0));
   c.dedicated_servers = static_cast<int>(r.Int("HERRING_DEDICATED_SERVERS", 0));
+  c.elastic_slots = static_cast<int>(r.Int("HERRING_ELASTIC_SLOTS", 0));
   std::string schedule = r.Raw("HERRING_SCHEDULE");
   if (schedule != "all" && schedule != "r2sp") KnobReader::Bad("HERRING_SCHEDULE", schedule, "all or r2sp");
   c.schedule = schedule == "r2sp" ? PushSchedule::kRoundRobin : PushSchedule::kAllAtOnce;

@@ -33,6 +33,7 @@ struct Config {
   std::string topology;      // HERRING_TOPOLOGY: JSON description of the network (hd-topo)
   int num_servers;           // 0: one server shard per rank
   int dedicated_servers;     // processes (the last launched) that only serve shards
+  int elastic_slots;         // dedicated servers that may join later
   bool psld_balancer;        // HERRING_BALANCER=psld
   PushSchedule schedule = PushSchedule::kAllAtOnce;  // HERRING_SCHEDULE
   int balance_interval;

@@ -33,6 +33,10 @@ void Engine::DrainControl() {
     if (m.type == kAbortMessage) {
       throw Error(Status::Aborted("rank " + std::to_string(m.from) + " aborted the job: " + m.payload));
     }
+    if (m.type == kJoinRequest || m.type == kLeaveRequest) {
+      HandleMembershipRequest(m);
+      continue;
+    }
     inbox_.push_back(std::move(m));
   }
 }
@@ -44,7 +48,7 @@ bool Engine::WaitForTrigger() {
     // After an agreed shutdown, peers closing their connections is expected, not a failure.
     if (stop_after_cycle_) return false;
     DrainControl();
-    Status f = transport_->FirstFailure();
+    Status f = WorldFailure();
     if (!f.ok()) throw Error(f);
 
     // Invitations for cycles we already took part in are stale.
@@ -57,7 +61,7 @@ bool Engine::WaitForTrigger() {
     for (const auto& m : inbox_) {
       if (m.type == invitation && CycleOf(m.payload) == cycle_ + 1) return true;
     }
-    bool new_work = reannounce_ || shutdown_requested_.load();
+    bool new_work = reannounce_ || shutdown_requested_.load() || !pending_membership_.empty();
     if (!new_work) {
       std::lock_guard<std::mutex> lock(queue_mu_);
       new_work = !incoming_.empty();
@@ -162,27 +166,28 @@ std::vector<uint64_t> Engine::ReadyBits(bool has_uncached, bool has_stale) const
 }
 
 std::vector<uint64_t> Engine::AgreeOnBits(const std::vector<uint64_t>& mine) {
-  if (world_size() == 1) return mine;
+  if (world_.size() == 1) return mine;
   if (rank() != 0) {
     transport_->SendControl(0, kContributeMessage, EncodeContribution(cycle_, mine, shard_samples_));
     shard_samples_.clear();
     uint64_t c;
     std::vector<MapUpdate> maps;
-    auto agreed = DecodeResult(AwaitControl(0, kResultMessage).payload, &c, &maps);
+    auto agreed = DecodeResult(AwaitControl(0, kResultMessage).payload, &c, &maps, &membership_now_);
     if (agreed.size() != mine.size()) throw Error(Status::Internal("rank 0 answered with a bit vector of another size"));
     for (const auto& m : maps) ApplyMapUpdate(m);
     return agreed;
   }
   // Rank 0: invite the ranks that have not contributed yet, then AND everything.
-  std::vector<bool> contributed(world_size(), false);
+  std::set<int> contributed;
   for (const auto& m : inbox_) {
-    if (m.type == kContributeMessage && CycleOf(m.payload) == cycle_) contributed[m.from] = true;
+    if (m.type == kContributeMessage && CycleOf(m.payload) == cycle_) contributed.insert(m.from);
   }
-  for (int r = 1; r < world_size(); ++r) {
-    if (!contributed[r]) transport_->SendControl(r, kBeginMessage, EncodeCycle(cycle_));
+  for (int r : world_) {
+    if (r != 0 && !contributed.count(r)) transport_->SendControl(r, kBeginMessage, EncodeCycle(cycle_));
   }
   std::vector<uint64_t> agreed = mine;
-  for (int r = 1; r < world_size(); ++r) {
+  for (int r : world_) {
+    if (r == 0) continue;
     uint64_t c;
     std::vector<ShardSample> samples;
     auto theirs = DecodeContribution(AwaitControl(r, kContributeMessage).payload, &c, &samples);
@@ -197,8 +202,12 @@ std::vector<uint64_t> Engine::AgreeOnBits(const std::vector<uint64_t>& mine) {
   std::vector<MapUpdate> maps;
   if (pending_map_) maps.push_back(*pending_map_);
   pending_map_.reset();
-  const std::string result = EncodeResult(cycle_, agreed, maps);
-  for (int r = 1; r < world_size(); ++r) transport_->SendControl(r, kResultMessage, result);
+  membership_now_.swap(pending_membership_);
+  pending_membership_.clear();
+  const std::string result = EncodeResult(cycle_, agreed, maps, membership_now_);
+  for (int r : world_) {
+    if (r != 0) transport_->SendControl(r, kResultMessage, result);
+  }
   for (const auto& m : maps) ApplyMapUpdate(m);
   return agreed;
 }
@@ -214,7 +223,8 @@ void Engine::CoordinatorRound(const std::vector<RequestMeta>& uncached, const st
   }
   std::set<uint32_t> evicted(stale.begin(), stale.end());
   for (const auto& q : uncached) coordinator_->Submit(q);
-  for (int r = 1; r < world_size(); ++r) {
+  for (int r : world_) {
+    if (r == 0) continue;
     uint64_t c;
     std::vector<RequestMeta> theirs;
     std::vector<uint32_t> their_stale;
@@ -228,7 +238,9 @@ void Engine::CoordinatorRound(const std::vector<RequestMeta>& uncached, const st
   *responses = coordinator_->TakeReady();
   evict->assign(evicted.begin(), evicted.end());
   const std::string message = EncodeResponses(cycle_, *responses, *evict);
-  for (int r = 1; r < world_size(); ++r) transport_->SendControl(r, kResponsesMessage, message);
+  for (int r : world_) {
+    if (r != 0) transport_->SendControl(r, kResponsesMessage, message);
+  }
 }
 
 ControlMessage Engine::AwaitControl(int from, uint32_t type) {
@@ -245,7 +257,7 @@ ControlMessage Engine::AwaitControl(int from, uint32_t type) {
     }
     Status f = transport_->PeerStatus(from);
     if (f.ok()) {
-      f = transport_->FirstFailure();
+      f = WorldFailure();
       // Another rank that said goodbye may have seen this cycle's shutdown agreement before us;
       // only the rank we wait for leaving is an error here.
       if (f.code() == StatusCode::kShutdown) f = Status::OK();
@@ -340,6 +352,10 @@ void Engine::RunCycle() {
     }
   }
   Execute(ready);
+  // Servers join and leave between two steps: after this cycle's collectives, on every rank.
+  std::vector<MembershipChange> changes;
+  changes.swap(membership_now_);
+  for (const auto& c : changes) ApplyMembership(c);
 }
 
 }  // namespace herring

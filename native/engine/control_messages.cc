@@ -52,7 +52,8 @@ std::vector<uint64_t> DecodeContribution(const std::string& payload, uint64_t* c
   return bits;
 }
 
-std::string EncodeResult(uint64_t cycle, const std::vector<uint64_t>& bits, const std::vector<MapUpdate>& maps) {
+std::string EncodeResult(uint64_t cycle, const std::vector<uint64_t>& bits, const std::vector<MapUpdate>& maps,
+                         const std::vector<MembershipChange>& members) {
   WireWriter w;
   w.U64(cycle);
   w.U64s(bits);
@@ -63,10 +64,17 @@ std::string EncodeResult(uint64_t cycle, const std::vector<uint64_t>& bits, cons
     w.U32(static_cast<uint32_t>(m.weights.size()));
     for (double x : m.weights) w.F64(x);
   }
+  w.U32(static_cast<uint32_t>(members.size()));
+  for (const auto& c : members) {
+    w.U8(c.kind);
+    w.I32(c.rank);
+    w.Str(c.hostname);
+  }
   return w.Take();
 }
 
-std::vector<uint64_t> DecodeResult(const std::string& payload, uint64_t* cycle, std::vector<MapUpdate>* maps) {
+std::vector<uint64_t> DecodeResult(const std::string& payload, uint64_t* cycle, std::vector<MapUpdate>* maps,
+                                   std::vector<MembershipChange>* members) {
   WireReader r(payload, "negotiation result");
   *cycle = r.U64();
   auto bits = r.U64s();
@@ -78,6 +86,17 @@ std::vector<uint64_t> DecodeResult(const std::string& payload, uint64_t* cycle, 
     uint32_t k = r.Count(8);
     for (uint32_t j = 0; j < k; ++j) m.weights.push_back(r.F64());
     maps->push_back(std::move(m));
+  }
+  uint32_t k = r.Count(9);
+  for (uint32_t i = 0; i < k; ++i) {
+    MembershipChange c;
+    c.kind = r.U8();
+    c.rank = r.I32();
+    c.hostname = r.Str();
+    if (c.kind != MembershipChange::kJoin && c.kind != MembershipChange::kLeave) {
+      throw Error(Status::Internal("malformed negotiation result: membership change kind"));
+    }
+    if (members) members->push_back(std::move(c));
   }
   r.ExpectEnd();
   return bits;

@@ -25,6 +25,9 @@ enum ControlType : uint32_t {
   kUncachedMessage = 4,
   kResponsesMessage = 5,
   kAbortMessage = 6,
+  kJoinRequest = 7,    // joining server -> rank 0: "my hostname, my knobs"
+  kLeaveRequest = 8,   // anyone -> rank 0: "dedicated server R should leave"
+  kJoinSnapshot = 9,   // rank 0 -> joiner: the job's state at the cycle it joins after
 };
 
 // Status bits live in word 0 of the bit vector and are stored inverted (set = "no"), so the same
@@ -72,8 +75,19 @@ std::string EncodeContribution(uint64_t cycle, const std::vector<uint64_t>& bits
 std::vector<uint64_t> DecodeContribution(const std::string& payload, uint64_t* cycle,
                                          std::vector<ShardSample>* samples);
 
-std::string EncodeResult(uint64_t cycle, const std::vector<uint64_t>& bits, const std::vector<MapUpdate>& maps);
-std::vector<uint64_t> DecodeResult(const std::string& payload, uint64_t* cycle, std::vector<MapUpdate>* maps);
+// A dedicated server joining or leaving: every rank applies it after executing the cycle in whose
+// result it arrives, so ranges move to and from it between two steps.
+struct MembershipChange {
+  enum Kind : uint8_t { kJoin = 1, kLeave = 2 };
+  uint8_t kind = kJoin;
+  int32_t rank = -1;
+  std::string hostname;  // join
+};
+
+std::string EncodeResult(uint64_t cycle, const std::vector<uint64_t>& bits, const std::vector<MapUpdate>& maps,
+                         const std::vector<MembershipChange>& members = {});
+std::vector<uint64_t> DecodeResult(const std::string& payload, uint64_t* cycle, std::vector<MapUpdate>* maps,
+                                   std::vector<MembershipChange>* members = nullptr);
 
 std::string EncodeCycle(uint64_t cycle);
 uint64_t DecodeCycle(const std::string& payload);

@@ -27,6 +27,7 @@ struct Counters {
   std::atomic<uint64_t> server_pushes{0};        // pieces this rank pushed to server shards
   std::atomic<uint64_t> stall_warnings{0};       // stall reports logged (rank 0)
   std::atomic<uint64_t> partition_map_version{0};  // of the global set's shards (PSLD moves it)
+  std::atomic<uint64_t> membership_changes{0};   // dedicated servers that joined or left
 
   std::map<std::string, uint64_t> Snapshot() const {
     return {{"cycles", cycles},
@@ -44,7 +45,8 @@ struct Counters {
             {"server_ranges", server_ranges},
             {"server_pushes", server_pushes},
             {"stall_warnings", stall_warnings},
-            {"partition_map_version", partition_map_version}};
+            {"partition_map_version", partition_map_version},
+            {"membership_changes", membership_changes}};
   }
 };
 

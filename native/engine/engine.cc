@@ -99,8 +99,19 @@ Engine::Engine(EngineOptions options)
       cache_(static_cast<uint32_t>(config_.cache_capacity)),
       stall_(config_),
       faults_(config_.fault, launch_.rank) {
-  SetLogRank(launch_.rank);
   const Deadline deadline = Deadline::AfterSeconds(config_.start_timeout_seconds);
+  if (options.join_running_job) {
+    JoinRunningJob(options, deadline);  // takes its rank, the world and the state from the job
+    SetLogRank(launch_.rank);
+    ops_ = std::make_unique<OperationManager>(config_);
+    timeline_ = Timeline::Open(config_.timeline, rank());
+    last_cycle_start_ = Clock::now();
+    loop_ = std::thread([this] { Loop(); });
+    return;
+  }
+  SetLogRank(launch_.rank);
+  workers_ = launch_.size - config_.dedicated_servers;
+  for (int r = 0; r < world_size(); ++r) world_.push_back(r);
   Rendezvous(options, deadline);
   ops_ = std::make_unique<OperationManager>(config_);
   timeline_ = Timeline::Open(config_.timeline, rank());
@@ -129,6 +140,7 @@ Engine::Engine(EngineOptions options)
     bo.decision_interval = config_.balance_interval;
     balancer_ = std::make_unique<PsldBalancer>(bo);
   }
+  if (config_.elastic_slots > 0) PublishWorld();
   last_cycle_start_ = Clock::now();
   loop_ = std::thread([this] { Loop(); });
   HLOG(Debug) << "engine up: " << size() << " ranks on " << topo_.num_hosts() << " hosts, launcher "
@@ -176,6 +188,8 @@ void Engine::Rendezvous(const EngineOptions& options, Deadline deadline) {
   topts.peer_timeout_seconds = config_.timeout_seconds;
   topts.on_event = [this] { Wake(); };
   topts.abort_control_type = kAbortMessage;
+  topts.vacant_slots = config_.elastic_slots;
+  topts.secret = secret;
   transport_ = std::make_unique<TcpTransport>(topts);
   mine.port = transport_->listen_endpoint().port;
 
@@ -215,13 +229,12 @@ void Engine::Rendezvous(const EngineOptions& options, Deadline deadline) {
     if (secret.empty()) secret = FromHex(records[0].secret_hex);
   }
 
-  std::vector<std::string> hostnames;
   std::vector<Endpoint> endpoints;
   for (const auto& rec : records) {
-    hostnames.push_back(rec.hostname);
+    hostnames_.push_back(rec.hostname);
     endpoints.push_back({rec.ip, rec.port});
   }
-  topo_ = Topology(hostnames);
+  topo_ = Topology(hostnames_);
   transport_->set_job_token(job_id_);
   transport_->set_secret(secret);
   transport_->ConnectMesh(endpoints, deadline);
@@ -235,10 +248,11 @@ int Engine::local_size() const {
 int Engine::cross_rank() const { return is_dedicated_server() ? -1 : global_set_->my_host; }
 int Engine::cross_size() const { return static_cast<int>(global_set_->hosts.size()); }
 
-Status Engine::ServeUntilShutdown() {
+bool Engine::ServeUntilShutdown(Deadline deadline, Status* outcome) {
   std::unique_lock<std::mutex> lock(loop_done_mu_);
-  loop_done_cv_.wait(lock, [this] { return loop_done_; });
-  return failure();
+  if (!loop_done_cv_.wait_until(lock, deadline.when(), [this] { return loop_done_; })) return false;
+  *outcome = failure();
+  return true;
 }
 
 std::string Engine::ArenaName(int32_t set_id) const {
@@ -249,9 +263,7 @@ std::string Engine::ArenaName(int32_t set_id) const {
 void Engine::CreateProcessSet(int32_t id, const std::vector<int>& ranks, Deadline deadline) {
   auto set = ProcessSetTable::Make(id, ranks, rank(), topo_);
   if (config_.dedicated_servers > 0) {
-    std::vector<int> servers;
-    for (int r = size(); r < world_size(); ++r) servers.push_back(r);
-    set->servers = ServerLayout::Dedicated(servers);
+    set->servers = ServerLayout::Dedicated(ActiveServers());
   } else {
     set->servers = ServerLayout::Colocated(set->hosts, set->ranks, config_.num_servers);
   }
@@ -273,7 +285,19 @@ void Engine::CreateProcessSet(int32_t id, const std::vector<int>& ranks, Deadlin
 Status Engine::CheckAbort() const {
   Status f = failure();
   if (!f.ok()) return f;
-  return transport_ ? transport_->FirstFailure() : Status::OK();
+  return transport_ ? WorldFailure() : Status::OK();
+}
+
+Status Engine::WorldFailure() const {
+  Status f = transport_->FirstFailure();
+  if (f.ok() || f.code() != StatusCode::kShutdown) return f;
+  // Only goodbyes so far: those of retired servers are expected; any other rank's is not.
+  for (int r : world_) {
+    if (r == rank()) continue;
+    Status s = transport_->PeerStatus(r);
+    if (!s.ok()) return s;
+  }
+  return Status::OK();
 }
 
 bool Engine::running() const { return !stopped_.load(); }
@@ -463,7 +487,7 @@ void Engine::Fail(const Status& status) {
   stopped_ = true;
   if (transport_) {
     transport_->Abort(status);
-    for (int r = 0; r < world_size(); ++r) {
+    for (int r : world_) {
       if (r != rank() && transport_->PeerStatus(r).ok()) transport_->SendControl(r, kAbortMessage, status.message());
     }
   }

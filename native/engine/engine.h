@@ -32,6 +32,7 @@
 #include <optional>
 #include "engine/topology.h"
 #include "ops/operation_manager.h"
+#include "rendezvous/http_store.h"
 #include "rendezvous/launch_env.h"
 #include "transport/tcp_transport.h"
 
@@ -49,6 +50,9 @@ struct EngineOptions {
   int epoch = 0;
   // Environment to read knobs and launcher variables from; empty: the process environment.
   std::map<std::string, std::string> env;
+  // A dedicated server joining a running job (HERRING_ELASTIC_SLOTS) through horovodrun's
+  // rendezvous store (HOROVOD_GLOO_RENDEZVOUS_ADDR/PORT in `env`), instead of a launched rank.
+  bool join_running_job = false;
 };
 
 // One tensor of a request as the adapter hands it over: the engine reads `input` and writes
@@ -89,13 +93,17 @@ class Engine {
 
   int rank() const { return launch_.rank; }
   // Workers: what Horovod calls the job's size. Dedicated servers, if any, come after them.
-  int size() const { return launch_.size - config_.dedicated_servers; }
-  // Every process of the job, workers and dedicated servers: all take part in negotiation.
+  int size() const { return workers_; }
+  // The processes launched with the job, workers and dedicated servers (before any joined).
   int world_size() const { return launch_.size; }
+  // Asks rank 0 to retire dedicated server `server` (its ranges move to the others between two
+  // steps, then it exits). Any process may ask; a server asks for itself on SIGTERM.
+  void RequestLeave(int server);
   bool is_dedicated_server() const { return rank() >= size(); }
   // A dedicated server's whole life after init: serves until the job shuts down or fails.
   // Returns the job's failure (OK after an orderly shutdown).
-  Status ServeUntilShutdown();
+  // Waits up to `deadline`; false if still serving (so Python can handle signals in between).
+  bool ServeUntilShutdown(Deadline deadline, Status* outcome);
   int local_rank() const;
   int local_size() const;
   int cross_rank() const;
@@ -153,6 +161,16 @@ class Engine {
   void RevertCachedAt(uint32_t position);
   void UncacheStalled();
   void ApplyMapUpdate(const MapUpdate& update);
+  Status WorldFailure() const;  // a failure of a rank still in the job (retired ranks say goodbye)
+
+  // Elastic dedicated servers (membership.cc).
+  void JoinRunningJob(const EngineOptions& options, Deadline deadline);
+  void PublishWorld();
+  void HandleMembershipRequest(const ControlMessage& m);
+  void ApplyMembership(const MembershipChange& change);
+  std::string EncodeSnapshot() const;
+  void RestoreSnapshot(const std::string& payload, Deadline deadline);
+  std::vector<int> ActiveServers() const;
   void DrainControl();
   ControlMessage AwaitControl(int from, uint32_t type);
   void Fail(const Status& status);
@@ -190,6 +208,12 @@ class Engine {
   std::unique_ptr<PsldBalancer> balancer_;  // rank 0 with HERRING_BALANCER=psld
   std::optional<MapUpdate> pending_map_;     // decided, announced with the next cycle's result
   std::vector<ShardSample> shard_samples_;   // measured here, sent to rank 0 with the next contribution
+  int workers_ = 0;
+  std::vector<int> world_;                   // ranks taking part in negotiation, sorted
+  std::vector<std::string> hostnames_;       // by rank, every rank that ever took part
+  std::vector<MembershipChange> pending_membership_;  // rank 0: to announce with the next result
+  std::vector<MembershipChange> membership_now_;      // announced this cycle: applied after it
+  std::unique_ptr<HttpStore> store_;          // rank 0 of an elastic job: publishes the world
 
   // Shared between adapters and the loop.
   mutable std::mutex queue_mu_;

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "engine/wire.h"
+
 namespace herring {
 
 ResponseCache::ResponseCache(uint32_t capacity) : capacity_(capacity) {
@@ -54,6 +56,39 @@ ResponseCache::Match ResponseCache::Lookup(const RequestMeta& req, int member,
   if (it == by_key_.end()) return Match::kMiss;
   *position = it->second;
   return Describes(entries_[it->second].response, req, member) ? Match::kHit : Match::kStale;
+}
+
+std::string ResponseCache::Serialize() const {
+  WireWriter w;
+  w.U32(capacity_);
+  w.U32(static_cast<uint32_t>(lru_.size()));
+  for (uint32_t p : lru_) {  // least recently used first
+    w.U32(p);
+    EncodeResponse(entries_[p].response, &w);
+  }
+  w.U32(static_cast<uint32_t>(free_.size()));
+  for (uint32_t p : free_) w.U32(p);
+  return w.Take();
+}
+
+void ResponseCache::Restore(const std::string& blob) {
+  WireReader r(blob, "response cache");
+  if (r.U32() != capacity_) throw Error(Status::InvalidArgument("HOROVOD_CACHE_CAPACITY differs from the job's"));
+  *this = ResponseCache(capacity_);
+  free_.clear();
+  uint32_t n = r.Count(8);
+  for (uint32_t i = 0; i < n; ++i) {
+    uint32_t p = r.U32();
+    if (p >= capacity_) throw Error(Status::Internal("response cache snapshot names position " + std::to_string(p)));
+    Entry& e = entries_[p];
+    e.used = true;
+    e.response = DecodeResponse(&r);
+    e.lru = lru_.insert(lru_.end(), p);
+    by_key_[{e.response.process_set, e.response.name}] = p;
+  }
+  uint32_t f = r.Count(4);
+  for (uint32_t i = 0; i < f; ++i) free_.push_back(r.U32());
+  r.ExpectEnd();
 }
 
 void ResponseCache::Touch(uint32_t position) {

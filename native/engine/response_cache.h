@@ -35,6 +35,11 @@ class ResponseCache {
   uint32_t Put(const Response& response, int64_t* evicted);
   void Erase(uint32_t position);
 
+  // The whole state (positions, LRU order, free positions), for a process that joins a running
+  // job and must take part in the same bit-vector negotiation as everyone else.
+  std::string Serialize() const;
+  void Restore(const std::string& blob);
+
   // Whether a response may be cached at all: errors, joins and process-set changes are not.
   static bool Cacheable(const Response& response);
   // Whether `req` from member `member` is what `response` describes.

@@ -309,3 +309,39 @@ TEST(EngineResultCarriesPartitionMapUpdates) {
   EXPECT_EQ(samples[0].shard, 1);
   EXPECT_EQ(samples[0].mib, 2.0);
 }
+
+TEST(EngineResponseCacheSnapshotRestoresPositionsAndLruOrder) {
+  ResponseCache cache(3);
+  auto set = World(2);
+  int64_t evicted;
+  for (const char* name : {"a", "b", "c"}) {
+    cache.Put(AgreeOnRequests({Allreduce(name, 0, {2}), Allreduce(name, 1, {2})}, *set, {}), &evicted);
+  }
+  uint32_t pa;
+  cache.Lookup(Allreduce("a", 0, {2}), 0, &pa);
+  cache.Touch(pa);  // LRU order now b, c, a
+  ResponseCache copy(3);
+  copy.Restore(cache.Serialize());
+  uint32_t p1, p2;
+  EXPECT_TRUE(copy.Lookup(Allreduce("a", 0, {2}), 0, &p1) == ResponseCache::Match::kHit);
+  EXPECT_EQ(p1, pa);
+  // The same next eviction in both: b is the least recently used.
+  auto d = AgreeOnRequests({Allreduce("d", 0, {1}), Allreduce("d", 1, {1})}, *set, {});
+  int64_t e1, e2;
+  p1 = cache.Put(d, &e1);
+  p2 = copy.Put(d, &e2);
+  EXPECT_EQ(e1, e2);
+  EXPECT_EQ(p1, p2);
+  EXPECT_TRUE(copy.Lookup(Allreduce("b", 0, {2}), 0, &p1) == ResponseCache::Match::kMiss);
+}
+
+TEST(EngineResultCarriesMembershipChanges) {
+  uint64_t cycle;
+  std::vector<MapUpdate> maps;
+  std::vector<MembershipChange> members;
+  DecodeResult(EncodeResult(3, {1}, {}, {{MembershipChange::kJoin, 6, "simhost3"}, {MembershipChange::kLeave, 4, ""}}),
+               &cycle, &maps, &members);
+  EXPECT_EQ(members.size(), size_t(2));
+  EXPECT_EQ(members[0].hostname, std::string("simhost3"));
+  EXPECT_EQ(members[1].rank, 4);
+}

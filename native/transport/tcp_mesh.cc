@@ -96,7 +96,9 @@ class MeshBuilder {
       : spec_(spec), listen_fd_(listen_fd), endpoints_(endpoints), deadline_(deadline),
         fds_(spec.size), last_error_(spec.size) {
     for (int peer = 0; peer < spec_.size; ++peer) {
-      if (peer != spec_.rank) fds_[peer].assign(spec_.data_streams + 1, -1);
+      // A peer with no endpoint (port 0) is absent: a joiner does not dial retired ranks.
+      bool absent = peer < static_cast<int>(endpoints.size()) && peer < spec_.rank && endpoints[peer].port == 0;
+      if (peer != spec_.rank && !absent) fds_[peer].assign(spec_.data_streams + 1, -1);
     }
   }
 
@@ -159,6 +161,7 @@ class MeshBuilder {
     addrs_.resize(spec_.size);
     addr_lens_.resize(spec_.size);
     for (int peer = 0; peer < spec_.rank; ++peer) {
+      if (fds_[peer].empty()) continue;  // absent
       const Endpoint& e = endpoints_[peer];
       if (!MakeSockaddr(e.ip, e.port, &addrs_[peer], &addr_lens_[peer]) || e.port == 0) {
         throw Error(Status::InvalidArgument("rank " + std::to_string(peer) +

@@ -89,6 +89,7 @@ void TcpTransport::Impl::ConnectMesh(const std::vector<Endpoint>& endpoints, Dea
     Peer* p = peers_[r].get();
     p->last_send_ns = now;
     p->last_recv_ns = now;
+    if (r != opts_.rank && fds[r].empty()) p->vacant = true;  // absent (a retired rank)
     for (size_t i = 0; i < fds[r].size(); ++i) {
       auto s = std::make_unique<Stream>();
       s->peer = p;
