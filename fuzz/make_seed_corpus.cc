@@ -43,7 +43,8 @@ void DecodeOrThrow(WireDecoder decoder, const std::string& p) {
     }
     case kResult: {
       std::vector<MapUpdate> maps;
-      DecodeResult(p, &cycle, &maps);
+      std::vector<MembershipChange> members;
+      DecodeResult(p, &cycle, &maps, &members);
       break;
     }
     case kUncached: {
@@ -254,8 +255,10 @@ int main(int argc, char** argv) {
   Write(dir, kCycle, EncodeCycle(77));
   Write(dir, kContribution, EncodeContribution(5, Bits(1024, 10), {}));
   Write(dir, kContribution, EncodeContribution(6, Bits(128, 10), {{0, 0.0123, 4.0}, {3, 0.5, 16.25}}));
-  Write(dir, kResult, EncodeResult(5, Bits(1024, 10), {}));
-  Write(dir, kResult, EncodeResult(6, Bits(128, 10), {{0, 3, {1.0, 1.0, 0.5, 1.5}}, {2, 1, {2.0}}}));
+  Write(dir, kResult, EncodeResult(5, Bits(1024, 10), {}, {}));
+  Write(dir, kResult, EncodeResult(6, Bits(128, 10), {{0, 3, {1.0, 1.0, 0.5, 1.5}}, {2, 1, {2.0}}}, {}));
+  Write(dir, kResult, EncodeResult(7, Bits(64, 3), {},
+                                   {{MembershipChange::kJoin, 6, "simhost3"}, {MembershipChange::kLeave, 4, ""}}));
 
   const auto requests = Requests();
   const auto responses = Responses();

@@ -110,8 +110,9 @@ void CheckContribution(const std::string& p) {
 void CheckResult(const std::string& p) {
   uint64_t cycle = 0;
   std::vector<MapUpdate> maps;
-  auto bits = DecodeResult(p, &cycle, &maps);
-  Require(EncodeResult(cycle, bits, maps) == p, "DecodeResult", "does not re-encode to the same bytes");
+  std::vector<MembershipChange> members;
+  auto bits = DecodeResult(p, &cycle, &maps, &members);
+  Require(EncodeResult(cycle, bits, maps, members) == p, "DecodeResult", "does not re-encode to the same bytes");
 }
 
 void CheckUncached(const std::string& p) {

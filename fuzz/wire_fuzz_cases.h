@@ -13,7 +13,7 @@ enum WireDecoder : uint8_t {
   kBits = 1,           // engine/control_messages.h DecodeBits
   kCycle = 2,          // DecodeCycle (kBegin) and CycleOf (every control message)
   kContribution = 3,   // DecodeContribution (kContribute: bit vector + shard samples)
-  kResult = 4,         // DecodeResult (kResult: AND of the bits + partition map updates)
+  kResult = 4,         // DecodeResult (kResult: AND of the bits + partition map updates + membership changes)
   kUncached = 5,       // DecodeUncached (kUncached: RequestMeta list + stale positions)
   kResponses = 6,      // DecodeResponses (kResponses: Response list + evictions)
   kRequest = 7,        // engine/message.h DecodeRequest through a WireReader, alone

@@ -267,4 +267,18 @@ def _is_world(comm):
 
 basics = HerringBasics()
 
-__all__ = ["basics", "HerringBasics", "ProcessSet", "global_process_set", "HorovodInternalError"]
+# What every framework module of Horovod re-exports from its basics object, under the same names.
+FRAMEWORK_EXPORTS = (
+    "is_initialized", "start_timeline", "stop_timeline", "size", "local_size", "cross_size", "rank",
+    "local_rank", "cross_rank", "is_homogeneous", "mpi_threads_supported", "mpi_enabled", "mpi_built",
+    "gloo_enabled", "gloo_built", "nccl_built", "ddl_built", "ccl_built", "cuda_built", "rocm_built",
+    "Average", "Sum", "Adasum", "Min", "Max", "Product",
+)
+
+
+def export_basics(namespace):
+    """Binds FRAMEWORK_EXPORTS into a framework module's namespace (hvd.size, hvd.Sum...)."""
+    for name in FRAMEWORK_EXPORTS:
+        namespace[name] = getattr(basics, name)
+
+__all__ = ["basics", "export_basics", "FRAMEWORK_EXPORTS", "HerringBasics", "ProcessSet", "global_process_set", "HorovodInternalError"]

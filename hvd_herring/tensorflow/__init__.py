@@ -25,7 +25,7 @@ from horovod.common.process_sets import ProcessSet, add_process_set, global_proc
 from horovod.common.process_sets import _setup as _setup_process_sets
 
 from hvd_herring import switch as _switch
-from hvd_herring.basics import basics as _basics
+from hvd_herring.basics import basics as _basics, export_basics as _export_basics
 
 OP_LIBRARY = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "libherring_tensorflow.so")
 
@@ -44,33 +44,7 @@ _switch.alias_submodules("horovod.tensorflow", __name__)
 
 # --- what works without TensorFlow ----------------------------------------------------------------
 
-is_initialized = _basics.is_initialized
-start_timeline = _basics.start_timeline
-stop_timeline = _basics.stop_timeline
-size = _basics.size
-local_size = _basics.local_size
-cross_size = _basics.cross_size
-rank = _basics.rank
-local_rank = _basics.local_rank
-cross_rank = _basics.cross_rank
-is_homogeneous = _basics.is_homogeneous
-mpi_threads_supported = _basics.mpi_threads_supported
-mpi_enabled = _basics.mpi_enabled
-mpi_built = _basics.mpi_built
-gloo_enabled = _basics.gloo_enabled
-gloo_built = _basics.gloo_built
-nccl_built = _basics.nccl_built
-ddl_built = _basics.ddl_built
-ccl_built = _basics.ccl_built
-cuda_built = _basics.cuda_built
-rocm_built = _basics.rocm_built
-
-Average = _basics.Average
-Sum = _basics.Sum
-Adasum = _basics.Adasum
-Min = _basics.Min
-Max = _basics.Max
-Product = _basics.Product
+_export_basics(globals())
 
 _setup_process_sets(_basics)
 

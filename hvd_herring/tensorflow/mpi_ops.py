@@ -22,7 +22,7 @@ from horovod.common.process_sets import (ProcessSet, _temp_process_set_object, a
 from horovod.common.process_sets import _setup as _setup_process_sets
 from horovod.common.util import get_average_backwards_compatibility_fun, num_rank_is_power_2
 
-from hvd_herring.basics import basics as _basics
+from hvd_herring.basics import basics as _basics, export_basics as _export_basics
 from hvd_herring.tensorflow import OP_LIBRARY
 
 _LIB = tf.load_op_library(OP_LIBRARY)
@@ -41,33 +41,7 @@ if hasattr(auto_control_deps, "MUST_RUN_ORDER_INSENSITIVE_STATEFUL_OPS"):
     auto_control_deps.MUST_RUN_ORDER_INSENSITIVE_STATEFUL_OPS = (
         auto_control_deps.MUST_RUN_ORDER_INSENSITIVE_STATEFUL_OPS | _CONCURRENT_OPS)
 
-is_initialized = _basics.is_initialized
-start_timeline = _basics.start_timeline
-stop_timeline = _basics.stop_timeline
-size = _basics.size
-local_size = _basics.local_size
-cross_size = _basics.cross_size
-rank = _basics.rank
-local_rank = _basics.local_rank
-cross_rank = _basics.cross_rank
-is_homogeneous = _basics.is_homogeneous
-mpi_threads_supported = _basics.mpi_threads_supported
-mpi_enabled = _basics.mpi_enabled
-mpi_built = _basics.mpi_built
-gloo_enabled = _basics.gloo_enabled
-gloo_built = _basics.gloo_built
-nccl_built = _basics.nccl_built
-ddl_built = _basics.ddl_built
-ccl_built = _basics.ccl_built
-cuda_built = _basics.cuda_built
-rocm_built = _basics.rocm_built
-
-Average = _basics.Average
-Sum = _basics.Sum
-Adasum = _basics.Adasum
-Min = _basics.Min
-Max = _basics.Max
-Product = _basics.Product
+_export_basics(globals())
 
 handle_average_backwards_compatibility = get_average_backwards_compatibility_fun(_basics)
 check_num_rank_power_of_2 = num_rank_is_power_2

@@ -13,7 +13,7 @@ from horovod.common.process_sets import _setup as _setup_process_sets
 from horovod.common.util import get_average_backwards_compatibility_fun
 from horovod.torch.compression import Compression
 
-from hvd_herring.basics import basics as _basics, DTYPES as _DTYPES
+from hvd_herring.basics import basics as _basics, export_basics as _export_basics, DTYPES as _DTYPES
 
 _TORCH_DTYPES = {  # torch dtype -> the engine's dtype name
     torch.uint8: "uint8", torch.int8: "int8", torch.int16: "int16", torch.int32: "int32",
@@ -23,33 +23,7 @@ _TORCH_DTYPES = {  # torch dtype -> the engine's dtype name
 
 _DTYPE_CODES = {t: _DTYPES[n] for t, n in _TORCH_DTYPES.items()}
 
-is_initialized = _basics.is_initialized
-start_timeline = _basics.start_timeline
-stop_timeline = _basics.stop_timeline
-size = _basics.size
-local_size = _basics.local_size
-cross_size = _basics.cross_size
-rank = _basics.rank
-local_rank = _basics.local_rank
-cross_rank = _basics.cross_rank
-mpi_threads_supported = _basics.mpi_threads_supported
-mpi_enabled = _basics.mpi_enabled
-mpi_built = _basics.mpi_built
-gloo_enabled = _basics.gloo_enabled
-gloo_built = _basics.gloo_built
-nccl_built = _basics.nccl_built
-ddl_built = _basics.ddl_built
-ccl_built = _basics.ccl_built
-cuda_built = _basics.cuda_built
-rocm_built = _basics.rocm_built
-is_homogeneous = _basics.is_homogeneous
-
-Average = _basics.Average
-Sum = _basics.Sum
-Adasum = _basics.Adasum
-Min = _basics.Min
-Max = _basics.Max
-Product = _basics.Product
+_export_basics(globals())
 
 handle_average_backwards_compatibility = get_average_backwards_compatibility_fun(_basics)
 _setup_process_sets(_basics)

@@ -96,7 +96,7 @@ std::vector<uint64_t> DecodeResult(const std::string& payload, uint64_t* cycle, 
     if (c.kind != MembershipChange::kJoin && c.kind != MembershipChange::kLeave) {
       throw Error(Status::Internal("malformed negotiation result: membership change kind"));
     }
-    if (members) members->push_back(std::move(c));
+    members->push_back(std::move(c));
   }
   r.ExpectEnd();
   return bits;

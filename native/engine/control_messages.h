@@ -85,9 +85,9 @@ struct MembershipChange {
 };
 
 std::string EncodeResult(uint64_t cycle, const std::vector<uint64_t>& bits, const std::vector<MapUpdate>& maps,
-                         const std::vector<MembershipChange>& members = {});
+                         const std::vector<MembershipChange>& members);
 std::vector<uint64_t> DecodeResult(const std::string& payload, uint64_t* cycle, std::vector<MapUpdate>* maps,
-                                   std::vector<MembershipChange>* members = nullptr);
+                                   std::vector<MembershipChange>* members);
 
 std::string EncodeCycle(uint64_t cycle);
 uint64_t DecodeCycle(const std::string& payload);

@@ -298,7 +298,8 @@ TEST(EnginePsldBalancerMovesLoadToTheFastShardAndSettles) {
 TEST(EngineResultCarriesPartitionMapUpdates) {
   uint64_t cycle = 0;
   std::vector<MapUpdate> maps;
-  auto bits = DecodeResult(EncodeResult(9, {7, 8}, {MapUpdate{0, 3, {0.25, 0.75}}}), &cycle, &maps);
+  std::vector<MembershipChange> members;
+  auto bits = DecodeResult(EncodeResult(9, {7, 8}, {MapUpdate{0, 3, {0.25, 0.75}}}, {}), &cycle, &maps, &members);
   EXPECT_EQ(cycle, uint64_t(9));
   EXPECT_EQ(bits, (std::vector<uint64_t>{7, 8}));
   EXPECT_EQ(maps.size(), size_t(1));
