@@ -276,7 +276,9 @@ def analyse_r2sp(sc):
         steady = _steady(times, min(3, len(times) // 4))
         bound = link_bound(cl, "dedicated", rec["bytes"])
         out["launches"].append({"launch": launch["id"], "label": launch["label"],
-                                "schedule": launch["env"].get("HERRING_SCHEDULE", "all"), "params": rec["params"],
+                                "schedule": ("r2sp-mode" if rec.get("mode") == "r2sp-mode"
+                                             else launch["env"].get("HERRING_SCHEDULE", "all")),
+                                "params": rec["params"],
                                 "bytes": rec["bytes"], "steps": len(times), "median": median(steady),
                                 "quartiles": quartiles(steady), "bound": bound,
                                 "of_bound": bound / median(steady) if median(steady) else None,
@@ -284,6 +286,10 @@ def analyse_r2sp(sc):
     a = next((x for x in out["launches"] if x["schedule"] == "all"), None)
     b = next((x for x in out["launches"] if x["schedule"] == "r2sp"), None)
     out["all_over_r2sp"] = a["median"] / b["median"] if a and b and b["median"] else None
+    # Training mode: a worker's step is one update of its own batch, so per-worker step times
+    # compare samples per second directly with the synchronous loop's.
+    m = next((x for x in out["launches"] if x["schedule"] == "r2sp-mode"), None)
+    out["sync_over_mode"] = a["median"] / m["median"] if a and m and m["median"] else None
     return out
 
 

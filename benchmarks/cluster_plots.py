@@ -138,10 +138,11 @@ def r2sp(r, path):
     if not ls:
         return None
     fig, (ax_s, ax_b) = plt.subplots(1, 2, figsize=(12, 4.4), gridspec_kw={"width_ratios": [2, 1]})
-    colors = {"all": "#1f77b4", "r2sp": "#d62728"}
+    colors = {"all": "#1f77b4", "r2sp": "#d62728", "r2sp-mode": "#2ca02c"}
     for x in ls:
+        label = ("R2SP training mode" if x["schedule"] == "r2sp-mode" else f"HERRING_SCHEDULE={x['schedule']}")
         ax_s.plot(range(1, len(x["step_times"]) + 1), x["step_times"], "o-", ms=3, color=colors.get(x["schedule"]),
-                  label=f"HERRING_SCHEDULE={x['schedule']}")
+                  label=label)
     ax_s.set_xlabel("step")
     ax_s.set_ylabel("step time (s)")
     ax_s.set_title("communication-heavy training loop, every step")

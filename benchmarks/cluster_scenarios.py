@@ -5,7 +5,8 @@ made of launches (one horovodrun each, with its knobs and the worker tasks it ru
             with dedicated servers vs the ring over the same 4 worker hosts, herring with colocated
             servers vs ring at 1 and 2 ranks per host; allreduce sizes and real gradient sets
     r2sp    R2SP's push schedule with the server links the bottleneck (servers at half the
-            workers' rate): HERRING_SCHEDULE=all vs r2sp on a communication-heavy training loop
+            workers' rate): HERRING_SCHEDULE=all vs r2sp on a communication-heavy training loop,
+            and the same loop in R2SP training mode (hvd.R2SPTrainer)
     hetero  heterogeneous workers: one worker host slower; equal batch split vs hvd.BatchSizeTuner
     psld    PSLD: one of four server hosts behind a link of a quarter of the others' rate; static
             shares vs HERRING_BALANCER=psld, step time and time to rebalance
@@ -111,7 +112,9 @@ def r2sp(widths, steps, rate="1gbit", server_rate="500mbit"):
         [Launch("schedule-all", "HERRING_SCHEDULE=all (every push at once)", dict(dedicated, HERRING_SCHEDULE="all"),
                 [task], with_servers=True),
          Launch("schedule-r2sp", "HERRING_SCHEDULE=r2sp (round-robin pushes)", dict(dedicated, HERRING_SCHEDULE="r2sp"),
-                [task], with_servers=True)],
+                [task], with_servers=True),
+         Launch("mode-r2sp", "R2SP training mode (hvd.R2SPTrainer: server-held parameters, round-robin turns)",
+                dict(dedicated), [dict(task, kind="train_r2sp_mode")], with_servers=True)],
         links=[("worker -> worker", 1, 0), ("worker -> server", 0, 4)])
 
 

@@ -71,6 +71,8 @@ void DecodeOrThrow(WireDecoder decoder, const std::string& p) {
       r.ExpectEnd();
       break;
     }
+    case kR2spSession: DecodeR2spSession(p); break;
+    case kR2spEnd: DecodeR2spEnd(p); break;
     default: throw Error(Status::InvalidArgument("unknown decoder"));
   }
 }
@@ -277,6 +279,15 @@ int main(int argc, char** argv) {
     EncodeResponse(p, &w);
     Write(dir, kResponse, w.Take());
   }
+  R2spSessionSpec r2sp;
+  r2sp.id = 3;
+  r2sp.count = 1000;
+  r2sp.lr = 0.05;
+  r2sp.momentum = 0.9;
+  r2sp.workers = {0, 1, 2, 3};
+  r2sp.shards = {{1, 336, 672}, {5, 672, 1000}};
+  Write(dir, kR2spSession, EncodeR2spSession(r2sp));
+  Write(dir, kR2spEnd, EncodeR2spEnd(3));
   std::printf("%d\n", written);
   return 0;
 }

@@ -1,5 +1,5 @@
 // libFuzzer target over every decoder that sees bytes from the network: the frame header decoder
-// of the transport and the negotiation codecs of the engine. Built with
+// of the transport, the negotiation codecs of the engine and R2SP's session messages. Built with
 // -fsanitize=fuzzer,address,undefined (fuzz/CMakeLists.txt), so any out-of-bounds read, overflow
 // or other undefined behaviour is a crash.
 //
@@ -156,9 +156,24 @@ void CheckResponse(const std::string& p) {
   Require(w.Take() == p, "DecodeResponse", "does not re-encode to the same bytes");
 }
 
+void CheckR2spSession(const std::string& p) {
+  R2spSessionSpec spec = DecodeR2spSession(p);
+  for (const auto& s : spec.shards) {
+    Require(s.begin >= 0 && s.begin <= s.end && s.end <= spec.count, "DecodeR2spSession", "range outside the parameters");
+    Require(s.shard >= 0 && s.shard < kMaxR2spShards, "DecodeR2spSession", "shard index out of range");
+  }
+  Require(spec.id >= 1 && spec.id <= kMaxR2spSessionId, "DecodeR2spSession", "session id out of range");
+  Require(EncodeR2spSession(spec) == p, "DecodeR2spSession", "does not re-encode to the same bytes");
+}
+
+void CheckR2spEnd(const std::string& p) {
+  Require(EncodeR2spEnd(DecodeR2spEnd(p)) == p, "DecodeR2spEnd", "does not re-encode to the same bytes");
+}
+
 const char* DecoderName(int which) {
   static const char* names[kNumWireDecoders] = {"frame header", "bits", "cycle", "contribution", "result",
-                                                "uncached", "responses", "request", "response"};
+                                                "uncached", "responses", "request", "response", "R2SP session",
+                                                "R2SP end"};
   return names[which];
 }
 
@@ -179,6 +194,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       case kResponses: CheckResponses(payload); break;
       case kRequest: CheckRequest(payload); break;
       case kResponse: CheckResponse(payload); break;
+      case kR2spSession: CheckR2spSession(payload); break;
+      case kR2spEnd: CheckR2spEnd(payload); break;
     }
   } catch (const Error& e) {
     // The expected outcome for malformed bytes: a clean error with a reason.

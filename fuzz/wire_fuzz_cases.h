@@ -18,7 +18,9 @@ enum WireDecoder : uint8_t {
   kResponses = 6,      // DecodeResponses (kResponses: Response list + evictions)
   kRequest = 7,        // engine/message.h DecodeRequest through a WireReader, alone
   kResponse = 8,       // DecodeResponse through a WireReader, alone
-  kNumWireDecoders = 9,
+  kR2spSession = 9,    // DecodeR2spSession (kR2spSessionMessage: a server's ranges of an R2SP session)
+  kR2spEnd = 10,       // DecodeR2spEnd (kR2spEndMessage)
+  kNumWireDecoders = 11,
 };
 
 }  // namespace herring_fuzz

@@ -15,7 +15,7 @@ CHECK_NAMES = [
     "allreduce_every_dtype_and_op", "allreduce_bool_min_max", "allreduce_in_place_async_poll_and_scaling",
     "allreduce_results_bitwise_identical_on_every_rank", "allreduce_large_tensor_through_chunks",
     "allreduce_empty_and_scalar", "allreduce_non_contiguous_input", "many_small_tensors_are_fused",
-    "grouped_allreduce_variants", "allgather_first_dimension_differs_per_rank",
+    "grouped_allreduce_variants", "grouped_collectives_with_mixed_dtypes", "allgather_first_dimension_differs_per_rank",
     "grouped_allgather_and_empty_contribution", "broadcast_from_every_root_and_dtype",
     "broadcast_object_and_allgather_object", "alltoall_with_and_without_splits",
     "reducescatter_uneven_rows_and_ops", "grouped_reducescatter", "gradients_of_collectives",

@@ -97,29 +97,50 @@ def train(comm, spec, emit):
     """DistributedOptimizer over a wide MLP on a small batch: the gradients dominate the step."""
     import torch
     import horovod.torch as hvd
-    torch.set_num_threads(1)
-    widths, batch, steps = spec["widths"], int(spec.get("batch", 8)), int(spec["steps"])
-    torch.manual_seed(1234)
-    model = _mlp(torch, widths)
+    model, loss = _mlp_task(torch, comm, spec)
     opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9),
                                    named_parameters=model.named_parameters())
+    _timed_steps(comm, spec, model, loss, opt, emit)
+    _check_identical(comm, model, f"train {spec['id']}")
+
+
+def _mlp_task(torch, comm, spec):
+    """The training tasks' model (same on every rank) and loss on this rank's fixed batch."""
+    torch.set_num_threads(1)
+    widths, batch = spec["widths"], int(spec.get("batch", 8))
+    torch.manual_seed(1234)
+    model = _mlp(torch, widths)
     g = torch.Generator().manual_seed(1000 + comm.rank)
     x, y = torch.randn(batch, widths[0], generator=g), torch.randn(batch, widths[-1], generator=g)
+    return model, lambda: torch.nn.functional.mse_loss(model(x), y)
+
+
+def _timed_steps(comm, spec, model, loss, opt, emit, **extra):
     step_times, walls, layouts = [], [], []
     comm.barrier()
     begin = time.time()
-    for _ in range(steps):
+    for _ in range(int(spec["steps"])):
         start = time.perf_counter()
         opt.zero_grad()
-        torch.nn.functional.mse_loss(model(x), y).backward()
+        loss().backward()
         opt.step()
         step_times.append(time.perf_counter() - start)
         walls.append(time.time())
         layouts.append(_layout())
-    _check_identical(comm, model, f"train {spec['id']}")
     params = sum(p.numel() for p in model.parameters())
-    emit(dict(kind="train", params=params, bytes=4 * params, batch=batch, step_times=step_times,
-              begin=begin, walls=walls, layouts=layouts, counters=_counters(comm)))
+    emit(dict(kind="train", params=params, bytes=4 * params, batch=int(spec.get("batch", 8)),
+              step_times=step_times, begin=begin, walls=walls, layouts=layouts, counters=_counters(comm), **extra))
+
+
+def train_r2sp_mode(comm, spec, emit):
+    """The same model, data and step as train(), in R2SP training mode (hvd.R2SPTrainer): each
+    worker's gradient is its own update, applied by the servers in round-robin turns."""
+    import torch
+    import horovod.torch as hvd
+    model, loss = _mlp_task(torch, comm, spec)
+    trainer = hvd.R2SPTrainer(model.parameters(), lr=1e-3, momentum=0.9)
+    _timed_steps(comm, spec, model, loss, trainer, emit, mode="r2sp-mode")
+    trainer.close()
 
 
 def hetero(comm, spec, emit):
@@ -170,7 +191,8 @@ def hetero(comm, spec, emit):
               interval=int(spec["interval"]), phases=out))
 
 
-TASKS = {"allreduce": allreduce, "gradset": gradset, "train": train, "hetero": hetero}
+TASKS = {"allreduce": allreduce, "gradset": gradset, "train": train, "train_r2sp_mode": train_r2sp_mode,
+         "hetero": hetero}
 
 
 def main():

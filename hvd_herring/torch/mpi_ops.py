@@ -33,8 +33,9 @@ _handle_map = {}
 
 
 def init(*args, **kwargs):
-    global _handle_map
+    global _handle_map, _mixed_groups
     _handle_map = {}
+    _mixed_groups = {}
     _basics.init(*args, **kwargs)
     _setup_process_sets(_basics)
 
@@ -79,10 +80,36 @@ def _common_dtype(tensors):
     return codes.pop()
 
 
+# Groups whose tensors differ in dtype run as one grouped collective per dtype (as in Horovod,
+# where a fusion buffer holds one dtype): handle -> [(sub handle, positions in the group)].
+_mixed_groups = {}
+_next_mixed_handle = -1
+
+
+def _enqueue_by_dtype(op_type, name, tensors, outputs, process_set, op, prescale, postscale, finish, result):
+    global _next_mixed_handle
+    by_dtype = {}
+    for i, t in enumerate(tensors):
+        by_dtype.setdefault(t.dtype, []).append(i)
+    parts = []
+    for dtype, positions in by_dtype.items():
+        sub_name = None if name is None else f"{name}.{str(dtype).replace('torch.', '')}"
+        sub_outputs = [outputs[i] for i in positions] if outputs is not None else None
+        sub_result = [result[i] for i in positions] if result is not None else None
+        parts.append((_enqueue(op_type, sub_name, [tensors[i] for i in positions], sub_outputs, process_set, op,
+                               prescale, postscale, finish=finish, result=sub_result), positions))
+    handle, _next_mixed_handle = _next_mixed_handle, _next_mixed_handle - 1
+    _mixed_groups[handle] = parts
+    return handle
+
+
 def _enqueue(op_type, name, tensors, outputs, process_set, op=None, prescale=1.0, postscale=1.0,
              root=-1, splits=None, finish=None, result=None):
     """Queues one (possibly grouped) collective and records what synchronize() returns: `result`
     when the outputs are the caller's (finish is None), else finish(capsules, splits, value)."""
+    if len(tensors) > 1 and splits is None and len({t.dtype for t in tensors}) > 1:
+        return _enqueue_by_dtype(op_type, name, tensors, outputs, process_set, op, prescale, postscale, finish,
+                                 result)
     if len(tensors) == 1 and splits is None and outputs is not None:
         t = tensors[0]
         code = _DTYPE_CODES.get(t.dtype)
@@ -110,11 +137,20 @@ def _tensors_from(capsules):
 
 def poll(handle):
     """True once the collective behind `handle` completed (synchronize() will not block)."""
+    if handle in _mixed_groups:
+        return all(_basics.poll(h) for h, _ in _mixed_groups[handle])
     return _basics.poll(handle)
 
 
 def synchronize(handle):
     """Waits for the collective and returns its output (a tensor, or a list for groups)."""
+    if handle in _mixed_groups:
+        parts = _mixed_groups.pop(handle)
+        out = [None] * sum(len(positions) for _, positions in parts)
+        for sub, positions in parts:
+            for i, t in zip(positions, synchronize(sub)):
+                out[i] = t
+        return out
     if handle not in _handle_map:
         return None
     _, outputs, dtype, finish, result = _handle_map[handle]

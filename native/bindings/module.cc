@@ -1,6 +1,7 @@
 // The Python module `hvd_herring._native`: the engine object and every constant Python needs
 // (dtypes, reduce ops, op types, knobs), so that none is written twice.
 #include <pybind11/functional.h>
+#include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -130,6 +131,16 @@ PYBIND11_MODULE(_native, m) {
   m.def("resolved_knobs", [] { return Config::FromProcessEnvironment().resolved; },
         "Every knob's value as this process would use it.");
 
+  // R2SP's arrays: contiguous float32, never converted (a converted copy would silently swallow
+  // the parameters written back in place).
+  using FloatArray = py::array;
+  auto check_float_array = [](const FloatArray& a, const char* what, bool writable) {
+    if (!a.dtype().is(py::dtype::of<float>()) || !(a.flags() & py::array::c_style) ||
+        (writable && !a.writeable())) {
+      throw Error(Status::InvalidArgument(std::string("R2SP: ") + what + " must be a contiguous" +
+                                          (writable ? ", writable" : "") + " float32 array"));
+    }
+  };
   py::class_<Engine, std::shared_ptr<Engine>>(m, "Engine")
       .def(py::init([](std::vector<std::vector<int>> process_sets, int epoch,
                        std::function<std::vector<std::string>(const std::string&)> exchange, bool join) {
@@ -202,6 +213,32 @@ PYBIND11_MODULE(_native, m) {
              return d;
            },
            py::arg("process_set") = 0)
+      .def("r2sp_begin",
+           [check_float_array](Engine& e, FloatArray initial, double lr, double momentum, double weight_decay) {
+             check_float_array(initial, "the initial parameters", false);
+             const float* data = static_cast<const float*>(initial.data());
+             const int64_t n = static_cast<int64_t>(initial.size());
+             py::gil_scoped_release release;
+             return e.R2spBegin(data, n, lr, momentum, weight_decay);
+           },
+           py::arg("initial"), py::arg("lr"), py::arg("momentum") = 0.0, py::arg("weight_decay") = 0.0,
+           "R2SP training mode: hands the flat float32 parameters to the server shards; returns the session.")
+      .def("r2sp_step",
+           [check_float_array](Engine& e, uint32_t session, FloatArray grad, FloatArray params) {
+             check_float_array(grad, "the gradient", false);
+             check_float_array(params, "the parameters", true);
+             if (params.size() != grad.size()) {
+               throw Error(Status::InvalidArgument("R2SP step: gradient and parameters differ in size"));
+             }
+             const float* g = static_cast<const float*>(grad.data());
+             float* p = static_cast<float*>(params.mutable_data());
+             const int64_t n = static_cast<int64_t>(grad.size());
+             py::gil_scoped_release release;
+             e.R2spStep(session, g, p, n);
+           },
+           py::arg("session"), py::arg("grad"), py::arg("params"),
+           "This worker's turn: pushes `grad`, pulls the parameters it produced into `params` (in place).")
+      .def("r2sp_end", &Engine::R2spEnd, py::arg("session"), py::call_guard<py::gil_scoped_release>())
       .def("counters", &Engine::CountersSnapshot)
       .def("failure", [](const Engine& e) { return e.failure().message(); });
 }

@@ -37,6 +37,14 @@ void Engine::DrainControl() {
       HandleMembershipRequest(m);
       continue;
     }
+    if (m.type == kR2spSessionMessage) {
+      StartR2spServer(DecodeR2spSession(m.payload));
+      continue;
+    }
+    if (m.type == kR2spEndMessage) {
+      StopR2spServer(DecodeR2spEnd(m.payload));
+      continue;
+    }
     inbox_.push_back(std::move(m));
   }
 }

@@ -102,6 +102,66 @@ std::vector<uint64_t> DecodeResult(const std::string& payload, uint64_t* cycle, 
   return bits;
 }
 
+std::string EncodeR2spSession(const R2spSessionSpec& spec) {
+  WireWriter w;
+  w.U32(spec.id);
+  w.I64(spec.count);
+  w.F64(spec.lr);
+  w.F64(spec.momentum);
+  w.F64(spec.weight_decay);
+  w.I32s(spec.workers);
+  w.U32(static_cast<uint32_t>(spec.shards.size()));
+  for (const auto& s : spec.shards) {
+    w.I32(s.shard);
+    w.I64(s.begin);
+    w.I64(s.end);
+  }
+  return w.Take();
+}
+
+R2spSessionSpec DecodeR2spSession(const std::string& payload) {
+  WireReader r(payload, "R2SP session");
+  auto bad = [](const std::string& what) { return Error(Status::Internal("malformed R2SP session: " + what)); };
+  R2spSessionSpec spec;
+  spec.id = r.U32();
+  spec.count = r.I64();
+  spec.lr = r.F64();
+  spec.momentum = r.F64();
+  spec.weight_decay = r.F64();
+  spec.workers = r.I32s();
+  uint32_t n = r.Count(20);
+  for (uint32_t i = 0; i < n; ++i) {
+    R2spShardRange s;
+    s.shard = r.I32();
+    s.begin = r.I64();
+    s.end = r.I64();
+    if (s.shard < 0 || s.shard >= kMaxR2spShards) throw bad("shard index");
+    if (s.begin < 0 || s.begin > s.end || s.end > spec.count) throw bad("shard range outside the parameters");
+    spec.shards.push_back(s);
+  }
+  r.ExpectEnd();
+  if (spec.id == 0 || spec.id > kMaxR2spSessionId) throw bad("session id");
+  if (spec.count <= 0) throw bad("parameter count");
+  if (spec.workers.empty()) throw bad("no workers");
+  for (int32_t w : spec.workers) {
+    if (w < 0) throw bad("worker rank");
+  }
+  return spec;
+}
+
+std::string EncodeR2spEnd(uint32_t session) {
+  WireWriter w;
+  w.U32(session);
+  return w.Take();
+}
+
+uint32_t DecodeR2spEnd(const std::string& payload) {
+  WireReader r(payload, "R2SP end");
+  uint32_t id = r.U32();
+  r.ExpectEnd();
+  return id;
+}
+
 std::string EncodeCycle(uint64_t cycle) {
   WireWriter w;
   w.U64(cycle);

@@ -28,6 +28,8 @@ enum ControlType : uint32_t {
   kJoinRequest = 7,    // joining server -> rank 0: "my hostname, my knobs"
   kLeaveRequest = 8,   // anyone -> rank 0: "dedicated server R should leave"
   kJoinSnapshot = 9,   // rank 0 -> joiner: the job's state at the cycle it joins after
+  kR2spSessionMessage = 10,  // rank 0 -> server: serve these ranges of an R2SP session's parameters
+  kR2spEndMessage = 11,      // rank 0 -> server: the session's workers are done
 };
 
 // Status bits live in word 0 of the bit vector and are stored inverted (set = "no"), so the same
@@ -101,6 +103,27 @@ std::string EncodeResponses(uint64_t cycle, const std::vector<Response>& respons
                             const std::vector<uint32_t>& evict);
 void DecodeResponses(const std::string& payload, uint64_t* cycle, std::vector<Response>* responses,
                      std::vector<uint32_t>* evict);
+
+// R2SP training mode (ps/r2sp_server.h): what one server process serves of a session. The
+// optimizer's hyper-parameters travel as doubles and are applied in float32.
+struct R2spShardRange {
+  int32_t shard = 0;
+  int64_t begin = 0, end = 0;  // elements of the flat parameter vector
+};
+struct R2spSessionSpec {
+  uint32_t id = 0;
+  int64_t count = 0;              // elements in the flat parameter vector
+  double lr = 0, momentum = 0, weight_decay = 0;
+  std::vector<int32_t> workers;   // the turn order
+  std::vector<R2spShardRange> shards;  // hosted by the receiving process
+};
+// The largest session id and shard index the R2SP tags have room for (ops/collective.h).
+constexpr uint32_t kMaxR2spSessionId = 255;
+constexpr int32_t kMaxR2spShards = 2048;
+std::string EncodeR2spSession(const R2spSessionSpec& spec);
+R2spSessionSpec DecodeR2spSession(const std::string& payload);  // validates ranges and ids
+std::string EncodeR2spEnd(uint32_t session);
+uint32_t DecodeR2spEnd(const std::string& payload);
 
 // Peeks at the cycle number any of the messages above starts with (0 if too short).
 uint64_t CycleOf(const std::string& payload);

@@ -512,7 +512,14 @@ void Engine::Shutdown() {
     loop_.join();
   }
   stopped_ = true;
+  StopAllR2spServers();
   if (transport_) transport_->Close();
+  {
+    // Only now: a receive an R2SP server had posted may have been pending until the close.
+    std::lock_guard<std::mutex> lock(r2sp_mu_);
+    r2sp_servers_.clear();
+    r2sp_clients_.clear();
+  }
   handles_.FailAll(Status::Shutdown("Horovod has been shut down"));
   std::lock_guard<std::mutex> lock(sets_mu_);
   for (int32_t id : sets_.ids()) sets_.Remove(id);

@@ -29,6 +29,7 @@
 #include "engine/stall_inspector.h"
 #include "engine/timeline.h"
 #include "ps/psld_balancer.h"
+#include "ps/r2sp_server.h"
 #include <optional>
 #include "engine/topology.h"
 #include "ops/operation_manager.h"
@@ -126,6 +127,16 @@ class Engine {
   // The server shards of a process set: their ranks, current shares and map version.
   ServerLayout ProcessSetServers(int32_t id) const;
 
+  // R2SP training mode (r2sp_mode.cc, ps/r2sp_server.h). Every worker calls R2spBegin with the
+  // same initial parameters (float32, `count` elements) and hyper-parameters; the server shards
+  // of the global process set take them over. Returns the session id.
+  uint32_t R2spBegin(const float* initial, int64_t count, double lr, double momentum, double weight_decay);
+  // This worker's next turn: pushes `grad`, and once the servers applied it (after every worker
+  // before it in the turn order), pulls the resulting parameters into `params`.
+  void R2spStep(uint32_t session, const float* grad, float* params, int64_t count);
+  // After every worker's last step (the caller synchronises them): the servers stop.
+  void R2spEnd(uint32_t session);
+
   std::map<std::string, uint64_t> CountersSnapshot() const { return counters_.Snapshot(); }
   // The first failure of the job (OK while healthy).
   Status failure() const;
@@ -178,6 +189,17 @@ class Engine {
   void WakeForNewWork();
   Status CheckAbort() const;
 
+  // R2SP training mode (r2sp_mode.cc).
+  struct R2spClient {
+    R2spSessionSpec spec;        // every shard of the session
+    std::vector<int> shard_rank;  // the process serving each
+    uint64_t steps = 0;
+    bool in_step = false;
+  };
+  void StartR2spServer(const R2spSessionSpec& spec);
+  void StopR2spServer(uint32_t session);
+  void StopAllR2spServers();
+
   // Execution (execution.cc).
   void Execute(const std::vector<Response>& ready);
   void ExecuteAllreduceBatch(const std::vector<const Response*>& responses, uint32_t unit);
@@ -214,6 +236,10 @@ class Engine {
   std::vector<MembershipChange> pending_membership_;  // rank 0: to announce with the next result
   std::vector<MembershipChange> membership_now_;      // announced this cycle: applied after it
   std::unique_ptr<HttpStore> store_;          // rank 0 of an elastic job: publishes the world
+  std::mutex r2sp_mu_;
+  uint32_t r2sp_sessions_ = 0;                         // sessions begun (ids 1, 2, ...)
+  std::map<uint32_t, R2spClient> r2sp_clients_;        // workers
+  std::map<uint32_t, std::unique_ptr<R2spServer>> r2sp_servers_;  // processes hosting shards
 
   // Shared between adapters and the loop.
   mutable std::mutex queue_mu_;

@@ -9,11 +9,22 @@ uint64_t ExecContext::Tag(uint64_t sub) const {
   return tag_base | sub;
 }
 
+namespace {
+constexpr uint32_t kR2spUnit = 0xffff;  // reserved for R2SP training mode's transfers
+}  // namespace
+
 uint64_t MakeTagBase(uint64_t cycle, uint32_t unit) {
   // [cycle: 28 bits][unit: 16 bits][sub: 20 bits]. Cycles wrap after 2^28, long after any
   // message of the old cycle is gone (every collective completes within its cycle).
-  if (unit >= (1u << 16)) throw Error(Status::Internal("more than 65536 collectives in one cycle"));
+  if (unit >= kR2spUnit) throw Error(Status::Internal("more than 65535 collectives in one cycle"));
   return ((cycle & 0xfffffffull) << 36) | (static_cast<uint64_t>(unit) << ExecContext::kSubTagBits);
+}
+
+uint64_t MakeR2spTag(uint64_t step, uint32_t session, int32_t shard, bool pull) {
+  // Steps wrap after 2^28 like cycles do: a step's transfers complete before the next turn.
+  const uint64_t sub = (static_cast<uint64_t>(session & 0xff) << 12) | (static_cast<uint64_t>(shard & 0x7ff) << 1) |
+                       (pull ? 1u : 0u);
+  return ((step & 0xfffffffull) << 36) | (static_cast<uint64_t>(kR2spUnit) << ExecContext::kSubTagBits) | sub;
 }
 
 void WaitTransfers(const std::vector<CompletionPtr>& transfers, const ExecContext& ctx,

@@ -1,6 +1,7 @@
 // Unit tests of the engine's pure logic: agreement and its error messages, the response cache,
 // the partition map, the negotiation message codecs.
 #include <algorithm>
+#include <set>
 
 #include "engine/control_messages.h"
 #include "engine/coordinator.h"
@@ -9,7 +10,9 @@
 #include "engine/response_cache.h"
 #include "engine/wire.h"
 #include "ps/partition_map.h"
+#include "ops/collective.h"
 #include "ps/psld_balancer.h"
+#include "ps/r2sp_server.h"
 #include "ps/server_layout.h"
 #include "tests/test_framework.h"
 
@@ -345,4 +348,69 @@ TEST(EngineResultCarriesMembershipChanges) {
   EXPECT_EQ(members.size(), size_t(2));
   EXPECT_EQ(members[0].hostname, std::string("simhost3"));
   EXPECT_EQ(members[1].rank, 4);
+}
+
+TEST(R2spSessionRoundTripsAndRejectsRangesOutsideTheParameters) {
+  R2spSessionSpec spec;
+  spec.id = 7;
+  spec.count = 100;
+  spec.lr = 0.5;
+  spec.momentum = 0.9;
+  spec.workers = {0, 1, 2};
+  spec.shards = {{2, 64, 100}};
+  R2spSessionSpec back = DecodeR2spSession(EncodeR2spSession(spec));
+  EXPECT_EQ(back.id, 7u);
+  EXPECT_EQ(back.workers.size(), size_t(3));
+  EXPECT_EQ(back.shards[0].begin, int64_t(64));
+  EXPECT_TRUE(back.momentum == 0.9);
+  spec.shards = {{2, 64, 101}};
+  bool rejected = false;
+  try {
+    DecodeR2spSession(EncodeR2spSession(spec));
+  } catch (const Error&) {
+    rejected = true;
+  }
+  EXPECT_TRUE(rejected);
+  EXPECT_EQ(DecodeR2spEnd(EncodeR2spEnd(9)), 9u);
+}
+
+TEST(R2spTagsNeverMeetCollectiveTags) {
+  std::set<uint64_t> tags;
+  for (uint64_t step : {0ull, 1ull, (1ull << 28) - 1}) {
+    for (uint32_t session : {1u, 255u}) {
+      for (int shard : {0, 2047}) {
+        for (bool pull : {false, true}) tags.insert(MakeR2spTag(step, session, shard, pull));
+      }
+    }
+  }
+  EXPECT_EQ(tags.size(), size_t(3 * 2 * 2 * 2));
+  // Collectives' units stop below the one R2SP uses.
+  const uint64_t collective = MakeTagBase((1ull << 28) - 1, 0xfffe) | ((1ull << ExecContext::kSubTagBits) - 1);
+  EXPECT_TRUE(tags.count(collective) == 0);
+  EXPECT_TRUE((collective >> ExecContext::kSubTagBits & 0xffff) != 0xffff);
+  bool rejected = false;
+  try {
+    MakeTagBase(1, 0xffff);
+  } catch (const Error&) {
+    rejected = true;
+  }
+  EXPECT_TRUE(rejected);
+}
+
+TEST(R2spUpdateIsSgdWithMomentumAndWeightDecay) {
+  R2spSessionSpec spec;
+  spec.lr = 0.5;
+  spec.momentum = 0.5;
+  spec.weight_decay = 0.25;
+  float params[2] = {2.0f, -4.0f};
+  float velocity[2] = {1.0f, 0.0f};
+  const float grad[2] = {1.0f, 1.0f};
+  R2spApplyUpdate(spec, grad, params, velocity, 2);
+  // g' = 1 + 0.25 * 2 = 1.5; v = 0.5 * 1 + 1.5 = 2; p = 2 - 0.5 * 2 = 1.
+  EXPECT_TRUE(velocity[0] == 2.0f && params[0] == 1.0f);
+  // g' = 1 - 1 = 0; v = 0; p unchanged.
+  EXPECT_TRUE(velocity[1] == 0.0f && params[1] == -4.0f);
+  spec.momentum = 0;
+  R2spApplyUpdate(spec, grad, params, nullptr, 2);  // plain SGD needs no velocity
+  EXPECT_TRUE(params[0] == 1.0f - 0.5f * 1.25f);
 }

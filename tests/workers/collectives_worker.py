@@ -227,6 +227,32 @@ def grouped_allreduce_variants():
         assert_close(o, e, "grouped_allreduce_async_")
 
 
+@check
+def grouped_collectives_with_mixed_dtypes():
+    # As in Horovod, a group may mix dtypes (one fusion buffer per dtype); results come back in
+    # the group's order.
+    dtypes = [torch.float32, torch.float64, torch.float32, torch.float16, torch.int32]
+    shapes = [(3,), (2, 2), (5,), (4,), (3,)]
+    mine = [make(R, s, d, 330 + i) for i, (s, d) in enumerate(zip(shapes, dtypes))]
+    theirs = [[make(r, s, d, 330 + i) for r in range(N)] for i, (s, d) in enumerate(zip(shapes, dtypes))]
+    outs = hvd.grouped_allreduce(mine, name="group.mixed", op=hvd.Sum)
+    for i, (o, t) in enumerate(zip(outs, theirs)):
+        assert o.dtype == dtypes[i], f"grouped_allreduce mixed dtypes {i}: {o.dtype}"
+        assert_close(o, reduce_reference(t, hvd.Sum), f"grouped_allreduce mixed dtypes {i}")
+    copies = [m.clone() for m in mine]
+    handle = hvd.grouped_allreduce_async_(copies, op=hvd.Sum, name="group.mixed.inplace")
+    while not hvd.poll(handle):
+        time.sleep(0.001)
+    hvd.synchronize(handle)
+    for i, (o, t) in enumerate(zip(copies, theirs)):
+        assert_close(o, reduce_reference(t, hvd.Sum), f"grouped_allreduce_ mixed dtypes {i}")
+    rows = [make(R, (R + 1, 2), d, 350 + i) for i, d in enumerate(dtypes[:3])]
+    gathered = hvd.grouped_allgather(rows, name="group.mixed.ag")
+    for i, (o, d) in enumerate(zip(gathered, dtypes[:3])):
+        assert torch.equal(o, torch.cat([make(r, (r + 1, 2), d, 350 + i) for r in range(N)])), \
+            f"grouped_allgather mixed dtypes {i}"
+
+
 # --- allgather ---------------------------------------------------------------------------------
 
 @check
