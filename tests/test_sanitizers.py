@@ -155,3 +155,22 @@ def test_native_unit_tests_under_sanitizers_with_leak_detection(sanitized):
     assert_no_sanitizer_report(sanitized, output)
     assert run.returncode == 0, output[-6000:]
     assert "0 failed" in output.strip().splitlines()[-1], output[-2000:]
+
+
+@pytest.mark.parametrize("mode", ["train", "stall"])
+def test_r2sp_training_mode_under_sanitizers(sanitized, mode):
+    # The servers' thread, its receives still posted when a session ends or the job fails, and the
+    # order of teardown (threads, transport, buffers) are what the sanitizers watch here.
+    results = launch.scratch_dir("herring-asan-r2sp-")
+    extra = {"HERRING_TEST_MODE": "stall", "HERRING_TEST_PAUSE": "6", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": "2"} \
+        if mode == "stall" else {}
+    run = launch.horovodrun(3, [os.path.join(WORKERS, "r2sp_worker.py")], timeout=600, HERRING_TEST_RESULTS=results,
+                            **extra, **sanitized.env)
+    assert_no_sanitizer_report(sanitized, run.output)
+    assert run.returncode == 0, run.output[-5000:]
+    outcomes = results_of(results, 3)
+    for r in range(3):
+        if mode == "train":
+            assert outcomes[r]["bitwise"], outcomes[r]
+        else:
+            assert "rank 2's push of step 3 did not arrive within 2 s" in outcomes[r]["error"], outcomes[r]
