@@ -222,7 +222,6 @@ std::vector<uint64_t> Engine::AgreeOnBits(const std::vector<uint64_t>& mine) {
 
 void Engine::CoordinatorRound(const std::vector<RequestMeta>& uncached, const std::vector<uint32_t>& stale,
                               std::vector<Response>* responses, std::vector<uint32_t>* evict) {
-  counters_.coordinator_rounds++;
   if (rank() != 0) {
     transport_->SendControl(0, kUncachedMessage, EncodeUncached(cycle_, uncached, stale));
     uint64_t c;
@@ -311,7 +310,6 @@ void Engine::RevertCachedAt(uint32_t position) {
 
 void Engine::RunCycle() {
   ++cycle_;
-  counters_.cycles++;
   last_cycle_start_ = Clock::now();
   const int64_t cycle_start_us = timeline_ ? Timeline::NowMicros() : 0;
   std::vector<RequestMeta> uncached;
@@ -326,7 +324,12 @@ void Engine::RunCycle() {
   }
   std::vector<Response> fresh;
   std::vector<uint32_t> evict;
-  if (!(agreed[0] & kNoUncached) || !(agreed[0] & kNoStale)) CoordinatorRound(uncached, stale, &fresh, &evict);
+  const bool coordinator_round = !(agreed[0] & kNoUncached) || !(agreed[0] & kNoStale);
+  // Counted together, once the AND decided, so that a snapshot taken by another thread (a test
+  // comparing cycles with rounds) never sees a cycle whose round is still being negotiated.
+  if (coordinator_round) counters_.coordinator_rounds++;
+  counters_.cycles++;
+  if (coordinator_round) CoordinatorRound(uncached, stale, &fresh, &evict);
 
   std::vector<Response> ready;
   BitLayout layout(cache_.capacity());
