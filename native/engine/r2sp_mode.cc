@@ -79,7 +79,7 @@ uint32_t Engine::R2spBegin(const float* initial, int64_t count, double lr, doubl
   std::vector<CompletionPtr> sends;
   for (int s = 0; s < shards; ++s) {
     const auto& range = client.spec.shards[s];
-    sends.push_back(transport_->Send(client.shard_rank[s], MakeR2spTag(0, client.spec.id, s, false),
+    sends.push_back(transport_->Send(client.shard_rank[s], MakeR2spTag(0, client.spec.id, s, 0, false),
                                      initial + range.begin, (range.end - range.begin) * sizeof(float)));
   }
   Status sent = WaitAll(sends, Deadline::AfterSeconds(config_.timeout_seconds));
@@ -127,11 +127,15 @@ void Engine::R2spStep(uint32_t session, const float* grad, float* params, int64_
   std::vector<CompletionPtr> transfers;
   for (size_t s = 0; s < client.shard_rank.size(); ++s) {
     const auto& range = client.spec.shards[s];
-    const size_t bytes = (range.end - range.begin) * sizeof(float);
-    transfers.push_back(transport_->Recv(client.shard_rank[s], MakeR2spTag(step, session, range.shard, true),
-                                         params + range.begin, bytes));
-    transfers.push_back(transport_->Send(client.shard_rank[s], MakeR2spTag(step, session, range.shard, false),
-                                         grad + range.begin, bytes));
+    const auto chunks = R2spChunks(range);
+    for (uint32_t c = 0; c < chunks.size(); ++c) {
+      const int64_t at = range.begin + chunks[c].begin;
+      const size_t bytes = chunks[c].size() * sizeof(float);
+      transfers.push_back(transport_->Recv(client.shard_rank[s], MakeR2spTag(step, session, range.shard, c, true),
+                                           params + at, bytes));
+      transfers.push_back(transport_->Send(client.shard_rank[s], MakeR2spTag(step, session, range.shard, c, false),
+                                           grad + at, bytes));
+    }
   }
   // Waiting for our turn may take as long as the workers before us compute: no fixed deadline
   // here. A lost peer fails the transfers (transport liveness, HERRING_TIMEOUT_SECONDS), and a

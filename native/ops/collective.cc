@@ -20,11 +20,13 @@ uint64_t MakeTagBase(uint64_t cycle, uint32_t unit) {
   return ((cycle & 0xfffffffull) << 36) | (static_cast<uint64_t>(unit) << ExecContext::kSubTagBits);
 }
 
-uint64_t MakeR2spTag(uint64_t step, uint32_t session, int32_t shard, bool pull) {
-  // Steps wrap after 2^28 like cycles do: a step's transfers complete before the next turn.
+uint64_t MakeR2spTag(uint64_t step, uint32_t session, int32_t shard, uint32_t chunk, bool pull) {
+  // Steps wrap after 2^18: a worker is never more than one step ahead of a server, so the
+  // transfers of steps 2^18 apart never meet.
+  const uint64_t high = ((step & 0x3ffffull) << 10) | (chunk & (kMaxR2spChunks - 1));
   const uint64_t sub = (static_cast<uint64_t>(session & 0xff) << 12) | (static_cast<uint64_t>(shard & 0x7ff) << 1) |
                        (pull ? 1u : 0u);
-  return ((step & 0xfffffffull) << 36) | (static_cast<uint64_t>(kR2spUnit) << ExecContext::kSubTagBits) | sub;
+  return (high << 36) | (static_cast<uint64_t>(kR2spUnit) << ExecContext::kSubTagBits) | sub;
 }
 
 void WaitTransfers(const std::vector<CompletionPtr>& transfers, const ExecContext& ctx,

@@ -49,9 +49,11 @@ struct ExecContext {
 // collectives never match each other.
 uint64_t MakeTagBase(uint64_t cycle, uint32_t unit);
 // R2SP training mode's transfers (ps/r2sp_server.h) live outside the cycles, in the unit that
-// MakeTagBase never hands out: [step: 28 bits][unit 0xffff][session: 8][shard: 11][pull: 1].
+// MakeTagBase never hands out:
+//   [step: 18 bits][chunk: 10 bits][unit 0xffff][session: 8][shard: 11][pull: 1].
 // Step 0 is the initial parameters (rank 0 -> server).
-uint64_t MakeR2spTag(uint64_t step, uint32_t session, int32_t shard, bool pull);
+constexpr uint32_t kMaxR2spChunks = 1u << 10;  // per shard
+uint64_t MakeR2spTag(uint64_t step, uint32_t session, int32_t shard, uint32_t chunk, bool pull);
 
 // Average is executed as Sum followed by a postscale of 1/n (n = process set size), as Horovod does.
 inline ReduceOp ExecutedOp(ReduceOp op) { return op == ReduceOp::kAverage ? ReduceOp::kSum : op; }

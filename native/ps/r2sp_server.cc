@@ -1,5 +1,6 @@
 #include "ps/r2sp_server.h"
 
+#include <algorithm>
 #include <sstream>
 
 #include "common/logging.h"
@@ -22,15 +23,28 @@ void R2spApplyUpdate(const R2spSessionSpec& spec, const float* grad, float* para
   }
 }
 
+std::vector<ElementRange> R2spChunks(const R2spShardRange& range) {
+  constexpr int64_t kMinChunkElements = (1 << 20) / sizeof(float);
+  const int64_t n = range.end - range.begin;
+  int64_t chunk = std::max<int64_t>(kMinChunkElements, (n + kMaxR2spChunks - 1) / kMaxR2spChunks);
+  chunk = (chunk + 15) / 16 * 16;  // 64-byte boundaries
+  std::vector<ElementRange> out;
+  for (int64_t begin = 0; begin < n; begin += chunk) out.push_back({begin, std::min(n, begin + chunk)});
+  if (out.empty()) out.push_back({0, 0});
+  return out;
+}
+
 R2spServer::R2spServer(TcpTransport* transport, R2spSessionSpec spec, Options options,
                        std::function<void(const Status&)> fail)
     : transport_(transport), spec_(std::move(spec)), options_(options), fail_(std::move(fail)) {
   for (const auto& range : spec_.shards) {
     ShardState s;
     s.range = range;
+    s.chunks = R2spChunks(range);
     const auto n = static_cast<size_t>(range.end - range.begin);
     s.params.resize(n);
     s.grad.resize(n);
+    s.outgoing.resize(spec_.workers.size());
     if (spec_.momentum != 0) s.velocity.assign(n, 0.0f);
     shards_.push_back(std::move(s));
   }
@@ -96,19 +110,22 @@ void R2spServer::Run() {
   try {
     std::vector<CompletionPtr> transfers;
     for (auto& s : shards_) {
-      transfers.push_back(transport_->Recv(options_.initial_from, MakeR2spTag(0, spec_.id, s.range.shard, false),
+      transfers.push_back(transport_->Recv(options_.initial_from, MakeR2spTag(0, spec_.id, s.range.shard, 0, false),
                                            s.params.data(), s.params.size() * sizeof(float)));
     }
     if (!Await(transfers, options_.initial_from, 0, "receiving")) return;
+    std::vector<std::vector<CompletionPtr>> pulls(spec_.workers.size());  // in flight, per turn
     for (uint64_t step = 1;; ++step) {
       for (size_t turn = 0; turn < spec_.workers.size(); ++turn) {
         const int worker = spec_.workers[turn];
         transfers.clear();
         for (auto& s : shards_) {
-          transfers.push_back(transport_->Recv(worker, MakeR2spTag(step, spec_.id, s.range.shard, false),
-                                               s.grad.data(), s.grad.size() * sizeof(float)));
+          for (uint32_t c = 0; c < s.chunks.size(); ++c) {
+            transfers.push_back(transport_->Recv(worker, MakeR2spTag(step, spec_.id, s.range.shard, c, false),
+                                                 s.grad.data() + s.chunks[c].begin, s.chunks[c].size() * sizeof(float)));
+          }
         }
-        if (!Await(transfers, worker, step, "receiving")) {
+        if (!Await({transfers[0]}, worker, step, "receiving")) {
           // Ended in the middle of a round: the workers took different numbers of steps, and the
           // later ones' last gradients were never applied. Not silently.
           if (turn > 0) {
@@ -118,16 +135,30 @@ void R2spServer::Run() {
           }
           return;
         }
-        transfers.clear();
+        // Each worker's pull leaves from a copy of its own, so the next turn's update need not
+        // wait for it: with every shard answering the same worker at once, that worker's link
+        // sets the pace of a pull, and the shards' links would idle through it. The copy is
+        // reused a round later, when its previous pull has long left.
+        std::vector<CompletionPtr>& previous = pulls[turn];
+        if (!Await(previous, worker, step - 1, "sending the parameters back")) return;
+        previous.clear();
+        size_t next = 0;
         for (auto& s : shards_) {
-          R2spApplyUpdate(spec_, s.grad.data(), s.params.data(), s.velocity.empty() ? nullptr : s.velocity.data(),
-                          static_cast<int64_t>(s.params.size()));
-          transfers.push_back(transport_->Send(worker, MakeR2spTag(step, spec_.id, s.range.shard, true),
-                                               s.params.data(), s.params.size() * sizeof(float)));
+          std::vector<float>& out = s.outgoing[turn];
+          out.resize(s.params.size());
+          // Chunk by chunk, in arrival order's likely order: the pull of a chunk leaves while
+          // the next one is still being pushed.
+          for (uint32_t c = 0; c < s.chunks.size(); ++c) {
+            if (!Await({transfers[next++]}, worker, step, "receiving")) return;
+            const ElementRange& k = s.chunks[c];
+            R2spApplyUpdate(spec_, s.grad.data() + k.begin, s.params.data() + k.begin,
+                            s.velocity.empty() ? nullptr : s.velocity.data() + k.begin, k.size());
+            std::copy(s.params.begin() + k.begin, s.params.begin() + k.end, out.begin() + k.begin);
+            previous.push_back(transport_->Send(worker, MakeR2spTag(step, spec_.id, s.range.shard, c, true),
+                                                out.data() + k.begin, k.size() * sizeof(float)));
+          }
         }
         ++updates_;
-        // The next update rewrites these parameters: their pull must have left first.
-        if (!Await(transfers, worker, step, "sending the parameters back")) return;
       }
     }
   } catch (const Error& e) {

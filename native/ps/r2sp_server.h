@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "engine/control_messages.h"
+#include "ps/partition_map.h"
 #include "transport/tcp_transport.h"
 
 namespace herring {
@@ -27,6 +28,11 @@ namespace herring {
 // One shard's optimizer step, in float32: g' = g + wd * p; v = momentum * v + g' (when momentum
 // is not 0); p -= lr * v. The same formula as torch.optim.SGD without dampening or Nesterov.
 void R2spApplyUpdate(const R2spSessionSpec& spec, const float* grad, float* params, float* velocity, int64_t n);
+
+// A shard's range cut into the chunks that travel separately (offsets relative to the range):
+// the server applies and returns each chunk as soon as it arrived, so a worker's pull overlaps
+// its push. At least 1 MiB each, at most kMaxR2spChunks; one empty chunk for an empty range.
+std::vector<ElementRange> R2spChunks(const R2spShardRange& range);
 
 class R2spServer {
  public:
@@ -49,7 +55,9 @@ class R2spServer {
  private:
   struct ShardState {
     R2spShardRange range;
+    std::vector<ElementRange> chunks;
     std::vector<float> params, velocity, grad;
+    std::vector<std::vector<float>> outgoing;  // per turn: the parameters its pull sends
   };
   void Run();
   // Waits for `transfers` in short slices; false when stopped first. Throws Error on a failed

@@ -376,14 +376,16 @@ TEST(R2spSessionRoundTripsAndRejectsRangesOutsideTheParameters) {
 
 TEST(R2spTagsNeverMeetCollectiveTags) {
   std::set<uint64_t> tags;
-  for (uint64_t step : {0ull, 1ull, (1ull << 28) - 1}) {
+  for (uint64_t step : {0ull, 1ull, (1ull << 18) - 1}) {
     for (uint32_t session : {1u, 255u}) {
       for (int shard : {0, 2047}) {
-        for (bool pull : {false, true}) tags.insert(MakeR2spTag(step, session, shard, pull));
+        for (bool pull : {false, true}) {
+          for (uint32_t chunk : {0u, kMaxR2spChunks - 1}) tags.insert(MakeR2spTag(step, session, shard, chunk, pull));
+        }
       }
     }
   }
-  EXPECT_EQ(tags.size(), size_t(3 * 2 * 2 * 2));
+  EXPECT_EQ(tags.size(), size_t(3 * 2 * 2 * 2 * 2));
   // Collectives' units stop below the one R2SP uses.
   const uint64_t collective = MakeTagBase((1ull << 28) - 1, 0xfffe) | ((1ull << ExecContext::kSubTagBits) - 1);
   EXPECT_TRUE(tags.count(collective) == 0);
@@ -413,4 +415,17 @@ TEST(R2spUpdateIsSgdWithMomentumAndWeightDecay) {
   spec.momentum = 0;
   R2spApplyUpdate(spec, grad, params, nullptr, 2);  // plain SGD needs no velocity
   EXPECT_TRUE(params[0] == 1.0f - 0.5f * 1.25f);
+}
+
+TEST(R2spChunksCoverTheRangeWithinTheTagLimit) {
+  for (int64_t n : {int64_t(0), int64_t(5), int64_t(262144), int64_t(262145), int64_t(1) << 30}) {
+    auto chunks = R2spChunks({0, 100, 100 + n});
+    EXPECT_TRUE(chunks.size() >= 1 && chunks.size() <= kMaxR2spChunks);
+    EXPECT_EQ(chunks.front().begin, int64_t(0));
+    EXPECT_EQ(chunks.back().end, n);
+    for (size_t i = 1; i < chunks.size(); ++i) {
+      EXPECT_EQ(chunks[i].begin, chunks[i - 1].end);
+      EXPECT_EQ(chunks[i].begin % 16, int64_t(0));
+    }
+  }
 }
