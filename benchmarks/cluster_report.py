@@ -187,10 +187,12 @@ class Writer:
                 for x in sens]
         best = max(sens, key=lambda x: x["speedup"] or 0)
         return ("**Sensitivity: the unit pushed across hosts.** herring moves every fused buffer through its "
-                "shared-memory slots in chunks of a quarter of `HERRING_SHM_SLOT_BYTES` (default 2 MiB, so "
-                "512 KiB chunks, sized so that a chunk stays in the caches of one host), and each chunk's pieces "
-                "make a round trip to the server shards. The same launches with a 16 MiB slot (4 MiB chunks), "
-                "not the default, in the same cluster:\n\n"
+                "shared-memory slots in chunks of a quarter of the slot, and each chunk's pieces make a round "
+                "trip to the server shards. On one host the slot is `HERRING_SHM_SLOT_BYTES` (default 2 MiB, "
+                "512 KiB chunks that stay in the caches); a set that spans hosts uses at least a 16 MiB slot "
+                "(4 MiB chunks, `kCrossHostSlotBytes`), since an earlier run of this table showed the small "
+                "chunks' round trips idling the links. The same launches with the knob set to 16 MiB "
+                "explicitly, in the same cluster:\n\n"
                 + _table(["Size", "Launch (knob not at its default)", "Default (of bound)", "With the knob (of bound)",
                           "Speed-up", "Ring / this"], rows) + "\n\n"
                 + (f"The largest effect is {_x(best['speedup'])} ({best['label']}): with small chunks every "
@@ -285,11 +287,11 @@ class Writer:
             lk = (x.get("links") or {}).get("hosts") or {}
             srv = [v["busy"] for v in lk.values() if v["role"] == "server" and v["busy"] is not None]
             name = ("R2SP training mode" if x["schedule"] == "r2sp-mode" else f"`HERRING_SCHEDULE={x['schedule']}`")
-            rows.append((name, x["steps"], fmt_time(x["median"]),
+            rows.append((name, x["steps"], fmt_time(x["median"]), fmt_time(x.get("mean")),
                          f"{fmt_time(x['quartiles'][0])} .. {fmt_time(x['quartiles'][1])}", fmt_time(x["bound"]),
                          _pct(x["of_bound"]), _pct(max(srv)) if srv else "-",
                          _pct((x.get("links") or {}).get("cpu_busy"))))
-        out.append(_table(["Schedule", "Steps", "Step (median)", "Quartiles", "Link bound", "Of bound",
+        out.append(_table(["Schedule", "Steps", "Step (median)", "Step (mean)", "Quartiles", "Link bound", "Of bound",
                            "Server links busy (whole loop, max)", "CPU busy"], rows) + "\n")
         if r.get("all_over_r2sp"):
             g = r["all_over_r2sp"]
@@ -302,13 +304,24 @@ class Writer:
             out.append(f"R2SP training mode (`hvd.R2SPTrainer`, same model, batch and links): the servers hold the "
                        f"parameters and apply each worker's gradient as its own update in round-robin turns, so a "
                        f"worker's step is one push and one pull of the whole model with no global barrier. "
-                       f"Synchronous step time divided by a worker's step time in training mode: **{g:.2f}x** "
-                       f"in samples per second per worker. Each update then carries one worker's batch and is at most "
+                       f"Synchronous mean step time divided by a worker's mean step time in training mode: "
+                       f"**{g:.2f}x** in samples per second per worker (medians: "
+                       f"{r.get('sync_over_mode_median') or 0:.2f}x; the training mode's steps vary with where a "
+                       f"worker's turn falls among the others', see the plot). Each update then carries one worker's "
+                       f"batch and is at most "
                        f"N - 1 = {cl['workers'] - 1} updates stale (the documented bound), where a synchronous step "
                        f"averages all {cl['workers']} batches: the gain in throughput is not a gain in convergence "
-                       f"per sample.\n")
+                       f"per sample." + (self._r2sp_mode_why() if g < 1.03 else "") + "\n")
         out.append(self.img("r2sp", path_from))
         return "\n".join(out)
+
+    def _r2sp_mode_why(self):
+        return (" Why it is not faster on these links: the servers' links are the bottleneck in both modes "
+                "and carry the same bytes per update. The synchronous loop keeps them full because every worker "
+                "pushes at once; R2SP's evenly spaced turns mean that, while a single worker pushes, each server "
+                "receives a quarter of one worker's link, half of its own, and turns that overlap are what fill "
+                "it. The paper's gain comes from avoiding the congestion of simultaneous pushes (incast), which "
+                "tbf links do not reproduce. Its fastest steps are as short as the link bound.")
 
     def _r2sp_why(self, r):
         g = r["all_over_r2sp"]
