@@ -78,6 +78,8 @@ bool R2spServer::Await(const std::vector<CompletionPtr>& transfers, int rank, ui
   while (true) {
     Status s = WaitAll(transfers, Deadline::AfterSeconds(0.2));
     if (s.ok()) return true;
+    // A Timeout may be this slice running out, or a transfer the job's abort failed with a
+    // timeout's status (a stalled turn elsewhere): only the latter leaves a transfer done.
     bool failed = false;
     for (const auto& t : transfers) {
       if (t->done() && !t->status().ok()) {
@@ -158,7 +160,6 @@ void R2spServer::Run() {
                                                 out.data() + k.begin, k.size() * sizeof(float)));
           }
         }
-        ++updates_;
       }
     }
   } catch (const Error& e) {

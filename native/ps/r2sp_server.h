@@ -50,8 +50,6 @@ class R2spServer {
   void Stop();
   ~R2spServer();
 
-  uint64_t updates_applied() const { return updates_.load(); }
-
  private:
   struct ShardState {
     R2spShardRange range;
@@ -71,7 +69,6 @@ class R2spServer {
   std::function<void(const Status&)> fail_;
   std::vector<ShardState> shards_;
   std::atomic<bool> stop_{false};
-  std::atomic<uint64_t> updates_{0};
   std::thread thread_;
 };
 
