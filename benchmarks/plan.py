@@ -8,7 +8,7 @@ import copy
 from dataclasses import dataclass, field
 
 KiB, MiB = 1 << 10, 1 << 20
-ALL_STACKS = ["herring", "herring-ring", "torch-gloo", "horovod-gloo", "mpi"]
+ALL_STACKS = ["herring", "herring-ring", "herring-zero-copy", "torch-gloo", "horovod-gloo", "mpi"]
 # Stacks the 1000-tiny-tensors workload runs on: the ring variant negotiates exactly as herring does.
 TINY_STACKS = ["herring", "torch-gloo", "horovod-gloo", "mpi"]
 

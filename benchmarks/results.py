@@ -88,14 +88,18 @@ class Results:
         size_txt = f"{GOAL_SIZE >> 20} MiB allreduce, np={GOAL_NP}"
         herring = self.median("allreduce", "herring", GOAL_NP, bytes=GOAL_SIZE)
         bound = self.memory_bound(GOAL_SIZE, GOAL_NP)
-        if herring is not None and bound is not None:
-            ratio = herring / bound
-            out.append((f"{size_txt}: herring within {BOUND_GOAL}x of the memory-traffic bound",
-                        f"<= {BOUND_GOAL}x", f"herring {fmt_time(herring)}, bound {fmt_time(bound)}",
-                        ratio, ratio <= BOUND_GOAL))
-        else:
-            out.append((f"{size_txt}: herring within {BOUND_GOAL}x of the memory-traffic bound",
-                        f"<= {BOUND_GOAL}x", "not measured in this run", None, None))
+        # Two rows: buffers in herring's zero-copy memory (the path built for this goal), and any
+        # tensor (staged through shared memory; the report says why that cannot get there).
+        for stack, who in (("herring-zero-copy", "herring, buffers in zero-copy memory"),
+                           ("herring", "herring, ordinary tensors")):
+            goal = f"{size_txt}: {who}, within {BOUND_GOAL}x of the memory-traffic bound"
+            mine = self.median("allreduce", stack, GOAL_NP, bytes=GOAL_SIZE)
+            if mine is not None and bound is not None:
+                ratio = mine / bound
+                out.append((goal, f"<= {BOUND_GOAL}x", f"{stack} {fmt_time(mine)}, bound {fmt_time(bound)}",
+                            ratio, ratio <= BOUND_GOAL))
+            elif stack == "herring" or mine is not None:
+                out.append((goal, f"<= {BOUND_GOAL}x", "not measured in this run", None, None))
         for peer, target in PEER_GOALS:
             goal = f"{size_txt}: herring >= {target:g}x faster than {peer}"
             other = self.median("allreduce", peer, GOAL_NP, bytes=GOAL_SIZE)

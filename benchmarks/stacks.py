@@ -4,6 +4,7 @@ is reported as failed (with its error) and the run goes on.
 
     herring       Horovod's torch API on the herring engine (HOROVOD_BACKEND=herring), PS allreduce
     herring-ring  the same with HERRING_ALLREDUCE=ring
+    herring-zero-copy  herring with the buffers in zero-copy memory (hvd.zero_copy_empty)
     torch-gloo    torch.distributed, gloo backend, DistributedDataParallel for models (torchrun)
     horovod-gloo  stock Horovod 0.28.1 built with PyTorch and gloo, from its cached environment
     mpi           Open MPI's MPI_Allreduce through mpi4py (mpirun)"""
@@ -52,6 +53,11 @@ STACKS = {s.name: s for s in [
           "launched by horovodrun --gloo"),
     Stack("herring-ring", "horovod", "horovodrun", {"HOROVOD_BACKEND": "herring", "HERRING_ALLREDUCE": "ring"},
           {}, "the same engine with HERRING_ALLREDUCE=ring (TCP ring reduce-scatter + all-gather)"),
+    Stack("herring-zero-copy", "horovod", "horovodrun",
+          {"HOROVOD_BACKEND": "herring", "HERRING_ALLREDUCE": "herring", "HERRING_BENCH_ZERO_COPY": "1"},
+          {}, "the same engine with the buffers in zero-copy memory (hvd.zero_copy_empty; for models, "
+          "hvd.zero_copy_gradients): on one host the ranks sum each unit straight out of every rank's "
+          "buffer into every rank's buffer (no staging)"),
     Stack("torch-gloo", "torch", "torchrun", {},
           {}, "torch.distributed with the gloo backend (torchrun); models wrapped in torch's own "
           "DistributedDataParallel with its defaults (25 MiB buckets, first bucket 1 MiB)"),

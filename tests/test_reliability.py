@@ -49,10 +49,27 @@ FAULTS = [
 ]
 
 
+# The same faults inside a zero-copy allreduce (one host, every tensor in zero-copy memory): the
+# survivors wait for the victim's units, not for its staged chunks.
+ZERO_COPY_FAULTS = [("kill:shm:2:3", 2, "rank 2"), ("stop:shm:1:2", 1, "rank 1")]
+ZERO_COPY_STEP = "(during zero-copy allreduce)"
+
+
 @pytest.mark.parametrize("spec,victim,needle", FAULTS, ids=[f[0] for f in FAULTS])
 def test_fault_in_every_phase(spec, victim, needle):
+    check_fault(spec, victim, needle, hosts=2)
+
+
+@pytest.mark.parametrize("spec,victim,needle", ZERO_COPY_FAULTS, ids=[f[0] for f in ZERO_COPY_FAULTS])
+def test_fault_in_a_zero_copy_allreduce(spec, victim, needle):
+    outcomes = check_fault(spec, victim, needle, hosts=1, HERRING_TEST_ZERO_COPY=1)
+    for r, o in outcomes.items():  # ... and say so, once: the fault hit the zero-copy path
+        assert o["error"].count(ZERO_COPY_STEP) == 1, o
+
+
+def check_fault(spec, victim, needle, hosts, **env):
     before = herring_segments()
-    run, outcomes = run_fault(spec)
+    run, outcomes = run_fault(spec, hosts=hosts, **env)
     assert run.returncode != 0, run.output[-3000:]
     survivors = [r for r in range(4) if r != victim]
     for r in survivors:
@@ -64,6 +81,7 @@ def test_fault_in_every_phase(spec, victim, needle):
         assert o["seconds_to_error"] < 5 + 5, o
     assert run.seconds < 120, run.seconds
     assert herring_segments() <= before, "shared-memory segments left behind"
+    return {r: outcomes[r] for r in survivors}
 
 
 def test_stall_inspector_names_missing_ranks_and_tensors_then_shuts_down():

@@ -34,6 +34,7 @@ class HorovodComm:
         self.rank, self.size = hvd.rank(), hvd.size()
         self.backend = "herring" if os.environ.get("HOROVOD_BACKEND") == "herring" else "horovod"
         self._barrier_buf = torch.zeros(1)
+        self._zero_copy = os.environ.get("HERRING_BENCH_ZERO_COPY") == "1"
 
     def barrier(self):
         # An allreduce rather than hvd.barrier(): the same negotiated path on both backends.
@@ -44,6 +45,8 @@ class HorovodComm:
         return self.hvd.allreduce(t, op=self.hvd.Max, name="bench.max").item()
 
     def make(self, n):
+        if self._zero_copy:  # herring's zero-copy memory (the herring-zero-copy stack)
+            return self.hvd.zero_copy_empty(n, dtype=self.torch.float32)
         return self.torch.empty(n, dtype=self.torch.float32)
 
     def allreduce_(self, buf):
@@ -59,6 +62,8 @@ class HorovodComm:
         # What a Horovod user writes: DistributedOptimizer registers one hook per parameter that
         # starts an asynchronous allreduce (Average) as soon as its gradient is accumulated;
         # step() synchronizes all of them before updating.
+        if self._zero_copy:  # gradients as views of zero-copy buffers (zeroed in place between steps)
+            self.hvd.zero_copy_gradients(model.parameters())
         opt = self.hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
         return Distributed(model, opt.step)
 

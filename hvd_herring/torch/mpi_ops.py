@@ -13,6 +13,7 @@ from horovod.common.process_sets import _setup as _setup_process_sets
 from horovod.common.util import get_average_backwards_compatibility_fun
 from horovod.torch.compression import Compression
 
+from hvd_herring.torch import zero_copy as _zero_copy
 from hvd_herring.basics import basics as _basics, export_basics as _export_basics, DTYPES as _DTYPES
 
 _TORCH_DTYPES = {  # torch dtype -> the engine's dtype name
@@ -178,7 +179,7 @@ def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.
     """Asynchronous average (or sum, min, max, product) of `tensor` over the process set;
     `tensor` is not modified. Returns a handle for poll() / synchronize()."""
     op = handle_average_backwards_compatibility(op, average)
-    output = torch.empty_like(tensor, memory_format=torch.contiguous_format)
+    output = _zero_copy.empty_output_like(tensor)
     return _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor, process_set)
 
 
@@ -233,7 +234,7 @@ def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_
                             postscale_factor=1.0, process_set=global_process_set):
     """Asynchronous allreduce of a list of tensors, negotiated and reduced as one unit."""
     op = handle_average_backwards_compatibility(op, average)
-    outputs = [torch.empty_like(t, memory_format=torch.contiguous_format) for t in tensors]
+    outputs = [_zero_copy.empty_output_like(t) for t in tensors]
     return _grouped_allreduce_async(tensors, outputs, name, op, prescale_factor, postscale_factor, process_set)
 
 

@@ -31,7 +31,7 @@ struct DLManagedTensor {
 };
 
 struct Holder {
-  std::shared_ptr<AlignedBuffer> buffer;
+  std::shared_ptr<uint8_t> memory;  // whatever owns the bytes (an engine buffer, zero-copy memory)
   std::vector<int64_t> shape;
   DLManagedTensor managed;
 };
@@ -66,8 +66,13 @@ void CapsuleDestructor(PyObject* capsule) {
 
 pybind11::capsule ExportDLPack(std::shared_ptr<AlignedBuffer> buffer, const std::vector<int64_t>& shape,
                                DataType dtype) {
-  auto* h = new Holder{std::move(buffer), shape, {}};
-  h->managed.dl_tensor.data = h->buffer->data();
+  uint8_t* data = buffer->data();
+  return ExportDLPack(std::shared_ptr<uint8_t>(std::move(buffer), data), shape, dtype);
+}
+
+pybind11::capsule ExportDLPack(std::shared_ptr<uint8_t> memory, const std::vector<int64_t>& shape, DataType dtype) {
+  auto* h = new Holder{std::move(memory), shape, {}};
+  h->managed.dl_tensor.data = h->memory.get();
   h->managed.dl_tensor.device = {1, 0};
   h->managed.dl_tensor.ndim = static_cast<int32_t>(h->shape.size());
   h->managed.dl_tensor.dtype = ToDL(dtype);

@@ -15,5 +15,7 @@ namespace herring {
 
 pybind11::capsule ExportDLPack(std::shared_ptr<AlignedBuffer> buffer, const std::vector<int64_t>& shape,
                                DataType dtype);
+// The same for any memory kept alive by `memory` (its aliasing pointer is the data).
+pybind11::capsule ExportDLPack(std::shared_ptr<uint8_t> memory, const std::vector<int64_t>& shape, DataType dtype);
 
 }  // namespace herring

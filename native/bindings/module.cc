@@ -10,6 +10,7 @@
 #include "common/knobs.h"
 #include "common/reduce_op.h"
 #include "engine/engine.h"
+#include "transport/zero_copy_pool.h"
 
 namespace py = pybind11;
 using namespace herring;
@@ -130,6 +131,31 @@ PYBIND11_MODULE(_native, m) {
   m.attr("KNOBS") = knobs;
   m.def("resolved_knobs", [] { return Config::FromProcessEnvironment().resolved; },
         "Every knob's value as this process would use it.");
+  m.def("zero_copy_empty",
+        [](const std::vector<int64_t>& shape, int dtype) {
+          if (!IsValidDataType(dtype)) throw Error(Status::InvalidArgument("bad dtype"));
+          int64_t elements = 1;
+          for (int64_t d : shape) {
+            if (d < 0) throw Error(Status::InvalidArgument("zero_copy_empty: negative dimension in the shape"));
+            elements *= d;
+          }
+          const DataType t = static_cast<DataType>(dtype);
+          ZeroCopyPool& pool = ZeroCopyPool::Instance(Config::FromProcessEnvironment().zero_copy_bytes);
+          return ExportDLPack(pool.Allocate(elements * ElementSize(t)), shape, t);
+        },
+        py::arg("shape"), py::arg("dtype"),
+        "A zeroed tensor (DLPack capsule) in this process's zero-copy memory.");
+  m.def("in_zero_copy_memory",
+        [](uintptr_t address, size_t bytes) {
+          ZeroCopyPool* pool = ZeroCopyPool::IfCreated();
+          uint64_t offset;
+          return pool != nullptr && pool->Locate(reinterpret_cast<const void*>(address), bytes, &offset);
+        },
+        py::arg("address"), py::arg("bytes"), "True when these bytes lie in zero-copy memory.");
+  m.def("zero_copy_bytes_in_use", [] {
+    ZeroCopyPool* pool = ZeroCopyPool::IfCreated();
+    return pool ? pool->bytes_in_use() : size_t{0};
+  });
 
   // R2SP's arrays: contiguous float32, never converted (a converted copy would silently swallow
   // the parameters written back in place).

@@ -91,6 +91,10 @@ const std::vector<KnobSpec>& AllKnobs() {
        "into 4 pipelined chunks; every buffer streams "
        "through it chunk by chunk (small chunks stay in cache between staging, reduction and "
        "copy-out; chunks are also the unit pushed to the server shards).", true},
+      {"HERRING_ZERO_COPY_BYTES", "17179869184", "bytes",
+       "Address space of this process's zero-copy memory (hvd.zero_copy_empty and friends): "
+       "tensors there are reduced in place by the ranks of their host, without staging copies. "
+       "Pages are used only as tensors are allocated; 0 turns the allocator off.", false},
       {"HERRING_CHUNK_BYTES", "1048576", "bytes",
        "Unit in which bulk TCP messages are striped over the streams.", false},
   };
@@ -203,6 +207,7 @@ Config Config::FromEnvironment(const std::map<std::string, std::string>& env) {
   c.secret = r.Raw("HERRING_SECRET");
   c.shm_slot_bytes = r.Int("HERRING_SHM_SLOT_BYTES", 4096);
   c.chunk_bytes = r.Int("HERRING_CHUNK_BYTES", 4096);
+  c.zero_copy_bytes = r.Int("HERRING_ZERO_COPY_BYTES", 0);
   for (const auto& k : AllKnobs()) c.resolved[k.name] = r.Raw(k.name);
   return c;
 }

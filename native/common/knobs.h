@@ -53,6 +53,7 @@ struct Config {
   std::string secret;        // HERRING_SECRET; empty: rank 0 draws one
   int64_t shm_slot_bytes;
   int64_t chunk_bytes;
+  int64_t zero_copy_bytes;    // HERRING_ZERO_COPY_BYTES
 
   // Every knob's resolved text value (default where unset), by name.
   std::map<std::string, std::string> resolved;

@@ -23,6 +23,7 @@ struct Counters {
   std::atomic<uint64_t> ring_allreduces{0};      // executions by the ring allreduce
   std::atomic<uint64_t> hd_allreduces{0};        // executions by halving-doubling (hd, hd-topo)
   std::atomic<uint64_t> shm_chunks{0};           // chunks staged through shared memory
+  std::atomic<uint64_t> zero_copy_allreduces{0}; // batches reduced in place in zero-copy memory
   std::atomic<uint64_t> server_ranges{0};        // byte ranges reduced by this rank's server shards
   std::atomic<uint64_t> server_pushes{0};        // pieces this rank pushed to server shards
   std::atomic<uint64_t> stall_warnings{0};       // stall reports logged (rank 0)
@@ -42,6 +43,7 @@ struct Counters {
             {"ring_allreduces", ring_allreduces},
             {"hd_allreduces", hd_allreduces},
             {"shm_chunks", shm_chunks},
+            {"zero_copy_allreduces", zero_copy_allreduces},
             {"server_ranges", server_ranges},
             {"server_pushes", server_pushes},
             {"stall_warnings", stall_warnings},

@@ -27,6 +27,8 @@ struct ProcessSet {
 
   std::unique_ptr<ShmArena> arena;      // shared memory with the members on my host (if > 1)
   uint64_t arena_sequence = 0;          // buffers passed through the arena so far
+  uint64_t zero_copy_rounds = 0;        // batches that asked whether to go zero-copy
+  uint64_t zero_copy_units = 0;         // work units of zero-copy batches handed out so far
   ServerLayout servers;                 // server shards of the PS allreduce over this set
 
   bool contains(int rank) const;

@@ -78,4 +78,12 @@ void AllreduceBatch::ScatterOutputs(int64_t begin, int64_t end, const uint8_t* s
   }
 }
 
+void ThrowIfArenaFailed(const Status& s, const std::string& step) {
+  if (s.ok()) return;
+  // A reason passed on by a neighbour (poison) may already say where it happened.
+  const std::string where = " (during " + step + ")";
+  if (s.message().find(where) != std::string::npos) throw Error(s);
+  throw Error(Status(s.code(), s.message() + where));
+}
+
 }  // namespace herring

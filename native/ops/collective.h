@@ -65,6 +65,9 @@ inline double ExecutedPostscale(ReduceOp op, double postscale, int n) {
 void WaitTransfers(const std::vector<CompletionPtr>& transfers, const ExecContext& ctx,
                    const std::string& step);
 
+// Turns a failed wait in the shared-memory arena into an Error that says during which step.
+void ThrowIfArenaFailed(const Status& s, const std::string& step);
+
 // One tensor of a fused allreduce as this rank sees it.
 struct ReduceEntry {
   const void* input;

@@ -26,14 +26,6 @@ uint64_t ShardTag(const ExecContext& ctx, int64_t chunk, int shard, int directio
   return ctx.Tag(sub);
 }
 
-void CheckArena(const Status& s, const std::string& step) {
-  if (s.ok()) return;
-  // A reason passed on by a neighbour (poison) may already say where it happened.
-  const std::string where = " (during " + step + ")";
-  if (s.message().find(where) != std::string::npos) throw Error(s);
-  throw Error(Status(s.code(), s.message() + where));
-}
-
 }  // namespace
 
 size_t SlotBytes(const Config& config, bool spans_hosts) {
@@ -61,7 +53,8 @@ void HerringAllreduce::Execute(ExecContext& ctx, AllreduceBatch& batch) {
   const int64_t chunk_elems = ChunkElements(ctx, batch);
   const int64_t chunks = (total + chunk_elems - 1) / chunk_elems;
   if (ctx.set.arena) {
-    PipelineThroughSharedMemory(ctx, batch, chunk_elems, chunks);
+    const bool offer = ctx.set.hosts.size() == 1 && batch.total_bytes() >= ZeroCopyAllreduce::kMinBytes;
+    PipelineThroughSharedMemory(ctx, batch, chunk_elems, chunks, offer);
   } else {
     // Alone on this host: nothing to share. Chunks go through private buffers to the servers,
     // two in flight: chunk c + 1 is pushed before chunk c's sums are awaited.
@@ -98,7 +91,7 @@ void HerringAllreduce::Execute(ExecContext& ctx, AllreduceBatch& batch) {
 }
 
 void HerringAllreduce::PipelineThroughSharedMemory(ExecContext& ctx, AllreduceBatch& batch, int64_t chunk_elems,
-                                                   int64_t chunks) {
+                                                   int64_t chunks, bool offer_zero_copy) {
   const int64_t total = batch.total_count();
   const size_t esz = ElementSize(batch.dtype);
   ShmArena& arena = *ctx.set.arena;
@@ -111,7 +104,7 @@ void HerringAllreduce::PipelineThroughSharedMemory(ExecContext& ctx, AllreduceBa
   auto seq = [&](int64_t c) { return base + static_cast<uint64_t>(c) + 1; };
   auto offset = [&](int64_t c) { return (seq(c) % kPipelineDepth) * sub_slot_bytes; };
   auto range = [&](int64_t c) { return ElementRange{c * chunk_elems, std::min(total, (c + 1) * chunk_elems)}; };
-  auto check = [](const Status& s, const char* step) { CheckArena(s, step); };
+  auto check = [](const Status& s, const char* step) { ThrowIfArenaFailed(s, step); };
   PullWork pulls[kPipelineDepth];
 
   // Stage 1: my chunk into my sub-slot, once every owner finished reading it kPipelineDepth ago.
@@ -175,7 +168,24 @@ void HerringAllreduce::PipelineThroughSharedMemory(ExecContext& ctx, AllreduceBa
   // Software pipeline: while the others still reduce chunk c, stage chunk c + 1 and copy out
   // chunk c - 1. Each stage only waits for what other ranks did earlier in their own program
   // order, so this cannot deadlock (kPipelineDepth >= 3).
+  if (offer_zero_copy) zero_copy_.Offer(ctx, batch);  // published before chunk 0's kInputReady
   copy_in(0);
+  if (offer_zero_copy) {
+    // Chunk 0 staged by everyone means everyone's offer is out: all ranks read the same offers
+    // here and take the same branch, at the cost of one staged chunk when they go zero-copy and
+    // of no extra wait when they do not.
+    check(arena.WaitAll(kInputReady, seq(0), ctx.StepDeadline()), "staging in shared memory");
+    if (zero_copy_.EveryoneOffered(ctx)) {
+      // Close this batch's sequence numbers as if every chunk had gone through: nobody reads the
+      // staged chunk, and later batches wait on these counters.
+      arena.Publish(kSliceDone, seq(chunks - 1));
+      arena.Publish(kConsumed, seq(chunks - 1));
+      if (!zero_copy_.Run(ctx, batch)) {
+        PipelineThroughSharedMemory(ctx, batch, chunk_elems, chunks, false);  // afresh, staged
+      }
+      return;
+    }
+  }
   for (int64_t c = 0; c < chunks; ++c) {
     if (c + 1 < chunks) copy_in(c + 1);
     reduce(c);

@@ -11,6 +11,7 @@
 
 #include "engine/aligned_buffer.h"
 #include "ops/collective.h"
+#include "ops/zero_copy_allreduce.h"
 #include "ps/partition_map.h"
 
 namespace herring {
@@ -61,8 +62,10 @@ class HerringAllreduce : public AllreduceImpl {
   static int64_t ChunkElements(const ExecContext& ctx, const AllreduceBatch& batch);
   static std::vector<std::vector<ElementRange>> HostSlices(const ExecContext& ctx, int64_t n, int64_t align);
 
+  // With offer_zero_copy, the ranks first find out (at chunk 0) whether every one of them has
+  // its tensors in zero-copy memory, and if so reduce them in place instead of staging.
   void PipelineThroughSharedMemory(ExecContext& ctx, AllreduceBatch& batch, int64_t chunk_elems,
-                                   int64_t chunks);
+                                   int64_t chunks, bool offer_zero_copy);
   // Worker side of one chunk across hosts: pushes this rank's host-reduced slice (in `result`)
   // to the shards and posts the receives of the sums into the same place.
   PullWork PushAndPostPull(ExecContext& ctx, const AllreduceBatch& batch, int64_t chunk_index, int64_t n,
@@ -73,6 +76,7 @@ class HerringAllreduce : public AllreduceImpl {
                       ScratchBuffer* memory);
   void FinishServe(ExecContext& ctx, const AllreduceBatch& batch, ServeWork* work);
 
+  ZeroCopyAllreduce zero_copy_;     // one host, tensors in zero-copy memory: no staging
   ScratchBuffer private_slot_[2];   // stand in for the shared slot when a rank is alone on its host
   ScratchBuffer server_memory_[2];
 };

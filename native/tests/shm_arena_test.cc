@@ -442,6 +442,50 @@ static void RunPipelinedReduce(const char* tag, std::chrono::nanoseconds spin) {
   ExpectNoShmLeftovers();
 }
 
+// Claim across rounds of different sizes, as the zero-copy allreduce uses it: in every round each
+// unit goes to exactly one member, and a member that finished a round early never takes a unit of
+// the next one. Each member marks its units in its notice area; after the round everyone checks
+// the marks of all.
+TEST(ShmArenaClaimHandsOutEachUnitOnceAcrossRounds) {
+  const std::string name = ArenaName("claim");
+  constexpr int kMembers = 4;
+  constexpr int kRounds = 300;
+  Processes procs;
+  for (int me = 0; me < kMembers; ++me) {
+    procs.Spawn([&, me](ChildReport& r) {
+      auto arena = ChildAttach(r, Options(name, me, kMembers, 4096));
+      if (!arena) return;
+      uint64_t first = 0;
+      size_t wrong = 0, mine_total = 0;
+      for (uint64_t round = 1; round <= kRounds; ++round) {
+        const uint64_t units = 1 + round % 37;
+        uint8_t* marks = arena->notice(me);
+        std::memset(marks, 0, units);
+        for (uint64_t u; (u = arena->Claim(first + units)) < first + units;) {
+          if (u < first) ++wrong;  // a unit of an earlier round
+          else marks[u - first] = 1;
+          ++mine_total;
+        }
+        arena->Publish(0, round);
+        CHILD_EXPECT(r, arena->WaitAll(0, round, Deadline::AfterSeconds(5)).ok());
+        for (uint64_t u = 0; u < units; ++u) {
+          int owners = 0;
+          for (int m = 0; m < kMembers; ++m) owners += arena->notice(m)[u];
+          wrong += owners != 1;
+        }
+        arena->Publish(1, round);  // marks read: they may be cleared for the next round
+        CHILD_EXPECT(r, arena->WaitAll(1, round, Deadline::AfterSeconds(5)).ok());
+        first += units;
+      }
+      CHILD_EXPECT(r, wrong == 0);
+      CHILD_EXPECT(r, mine_total > 0 || kMembers > 1);
+      CHILD_EXPECT(r, arena->Claim(first) == first);  // exhausted: the counter stays put
+    });
+  }
+  procs.JoinAll();
+  ExpectNoShmLeftovers();
+}
+
 TEST(ShmArenaPipelinedReduceFourProcesses) {
   RunPipelinedReduce("pipeline", std::chrono::microseconds(5));
 }

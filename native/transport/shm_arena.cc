@@ -6,6 +6,8 @@
 //   counters region      kMaxFlags x local_size CounterLines: the 64-bit counter, its futex word
 //                        and the number of processes sleeping on it.
 //   slots, result        local_size slots then the result area, each slot_bytes rounded up to 4096.
+//   notices              local_size notice areas of kNoticeBytes: what a member tells the others
+//                        about a collective besides its data (the zero-copy path's descriptors).
 //
 // Each counter has its own futex word next to it, so a publish wakes only the processes waiting
 // for that very counter (WaitAll sleeps on the first member that lags), and a publisher touches a
@@ -43,12 +45,13 @@
 #include <utility>
 
 #include "common/logging.h"
+#include "common/pid_namespace.h"
 
 namespace herring {
 namespace {
 
 constexpr uint64_t kMagic = 0x31764153474e5248ull;  // "HRNGSAv1"
-constexpr uint32_t kLayoutVersion = 1;
+constexpr uint32_t kLayoutVersion = 2;
 constexpr size_t kPage = 4096;
 constexpr size_t kLineBytes = 128;
 constexpr int kMaxLocalSize = 1024;
@@ -87,6 +90,7 @@ struct Header {
   uint64_t total_bytes;
   alignas(kLineBytes) std::atomic<uint32_t> attached_count;
   Waitable attach_waitable;
+  alignas(kLineBytes) std::atomic<uint64_t> units_claimed;  // work units handed out by Claim, ever
   alignas(kLineBytes) std::atomic<uint32_t> poisoned;
   std::atomic<uint32_t> poison_claimed;
   std::atomic<uint32_t> poison_reason_ready;
@@ -104,6 +108,7 @@ struct Layout {
   size_t slots_offset = 0;
   size_t slot_stride = 0;
   size_t result_offset = 0;
+  size_t notices_offset = 0;
   size_t total_bytes = 0;
 
   // False when the segment would not fit in a size_t.
@@ -118,7 +123,8 @@ struct Layout {
     slot_stride = std::max(kPage, RoundUp(slot_bytes, kPage));
     if (slot_stride > (SIZE_MAX - slots_offset) / (n + 1)) return false;
     result_offset = slots_offset + n * slot_stride;
-    total_bytes = result_offset + slot_stride;
+    notices_offset = result_offset + slot_stride;
+    total_bytes = notices_offset + n * ShmArena::kNoticeBytes;
     return true;
   }
 };
@@ -155,14 +161,6 @@ void WakeAll(Waitable& waitable) {
 // Wakes the sleepers of `waitable` after the caller stored (seq_cst) the state they wait for.
 void WakeIfSleeping(Waitable& waitable) {
   if (waitable.sleepers.load(std::memory_order_seq_cst) != 0) WakeAll(waitable);
-}
-
-// Identifies this process's pid namespace so that pids are compared only within one namespace
-// (processes in different containers may share /dev/shm).
-uint64_t OwnPidNamespace() {
-  struct stat st;
-  if (stat("/proc/self/ns/pid", &st) != 0) return 0;
-  return (static_cast<uint64_t>(st.st_dev) << 32) ^ static_cast<uint64_t>(st.st_ino);
 }
 
 std::string SystemError(const std::string& what, int err) {
@@ -646,6 +644,24 @@ uint8_t* ShmArena::slot(int member) {
 }
 
 uint8_t* ShmArena::result() { return impl_->base + impl_->layout.result_offset; }
+
+uint8_t* ShmArena::notice(int member) {
+  if (member < 0 || member >= impl_->local_size) {
+    throw Error(Status::InvalidArgument(impl_->Describe() + ": notice " + std::to_string(member) +
+                                        " out of range [0, " +
+                                        std::to_string(impl_->local_size) + ")"));
+  }
+  return impl_->base + impl_->layout.notices_offset + static_cast<size_t>(member) * kNoticeBytes;
+}
+
+uint64_t ShmArena::Claim(uint64_t limit) {
+  std::atomic<uint64_t>& claimed = impl_->header()->units_claimed;
+  uint64_t v = claimed.load(std::memory_order_relaxed);
+  // Never past `limit`: the next round of claims starts exactly where this one ended.
+  while (v < limit && !claimed.compare_exchange_weak(v, v + 1, std::memory_order_relaxed)) {
+  }
+  return v;
+}
 
 namespace {
 

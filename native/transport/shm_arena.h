@@ -41,6 +41,7 @@ struct ShmArenaOptions {
 class ShmArena {
  public:
   static constexpr int kMaxFlags = 8;
+  static constexpr size_t kNoticeBytes = 64 << 10;
 
   // Creates (member 0) or opens the segment, waits until every member attached, unlinks the name.
   // Throws Error (Timeout naming the members that never attached, or the system error).
@@ -54,6 +55,15 @@ class ShmArena {
   size_t slot_bytes() const;
   uint8_t* slot(int member);  // 64-byte aligned
   uint8_t* result();          // 64-byte aligned
+  // kNoticeBytes that `member` writes and the others read (4096-aligned); its meaning is the
+  // collective's, and so is the flag that says it is ready.
+  uint8_t* notice(int member);
+
+  // Hands out work units to whichever member asks first: returns the next unit below `limit`, or
+  // `limit` once every unit was handed out. The counter only grows, across collectives: the
+  // members agree on where each round of units begins (the previous round's limit) and start it
+  // only after everyone finished the previous one, so a late member cannot claim the next round's.
+  uint64_t Claim(uint64_t limit);
 
   // Per-member monotonically increasing counters, kMaxFlags of them per member; their meaning is
   // the collective's. Publish stores `value` into this member's counter `flag` (release order)

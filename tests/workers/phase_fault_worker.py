@@ -1,7 +1,8 @@
 """Runs inside every rank: allreduces in a loop (fused buffers crossing hosts when the ranks are
 split over simulated hosts) while HERRING_FAULT makes one rank fail at one phase. Survivors record
 the error they saw and how long it took, in $HERRING_TEST_RESULTS/<rank>.json, then exit non-zero.
-SIGTERM from horovodrun (which stops the others once one failed) is deferred while reporting."""
+SIGTERM from horovodrun (which stops the others once one failed) is deferred while reporting.
+HERRING_TEST_ZERO_COPY=1 puts the tensors in zero-copy memory (one host: reduced in place)."""
 
 import json
 import os
@@ -21,7 +22,8 @@ def main():
     outcome = {"rank": hvd.rank()}
     start = None
     try:
-        grads = [torch.ones(50_000 + i) for i in range(6)]
+        make = hvd.zero_copy_empty if os.environ.get("HERRING_TEST_ZERO_COPY") == "1" else torch.empty
+        grads = [make(50_000 + i).fill_(1.0) for i in range(6)]
         for step in range(200):
             start = time.monotonic()
             handles = [hvd.allreduce_async_(g, op=hvd.Sum, name=f"g.{i}") for i, g in enumerate(grads)]

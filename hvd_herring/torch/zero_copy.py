@@ -1,0 +1,90 @@
+"""Zero-copy memory for torch tensors (herring's own API, beside Horovod's).
+
+A tensor allocated here lives in memory that the other ranks of its host map, so an allreduce of
+it on one host reads every input where it is and writes every sum straight into every output: no
+staging copies, the least memory traffic an allreduce can do (docs/zero_copy.md). Any tensor
+still works with every collective; only where every local rank's tensors of a fused buffer are
+here does the engine take this path (otherwise it stages them as usual).
+
+    buf = hvd.zero_copy_empty(16 * 2**20)          # float32, zeroed
+    buf.copy_(grads)                                # or compute into it
+    hvd.allreduce_(buf)                             # in place, zero-copy
+    out = hvd.allreduce(buf)                        # out-of-place: `out` is zero-copy memory too
+    hvd.zero_copy_gradients(model.parameters())     # DistributedOptimizer's allreduces go zero-copy
+"""
+
+import torch
+import torch.utils.dlpack
+
+from hvd_herring import _native
+from hvd_herring.basics import DTYPES as _DTYPES
+
+_used = False  # set by the first allocation: until then no tensor can be in zero-copy memory
+
+
+def _dtype_code(dtype):
+    from hvd_herring.torch.mpi_ops import _TORCH_DTYPES
+    name = _TORCH_DTYPES.get(dtype)
+    if name is None:
+        raise ValueError(f"zero-copy memory does not hold {dtype} tensors")
+    return _DTYPES[name]
+
+
+def zero_copy_empty(*size, dtype=torch.float32):
+    """A zeroed CPU tensor of `size` in this process's zero-copy memory (whole pages: meant for
+    buffers of at least a few hundred KiB). Freed when the tensor is."""
+    global _used
+    if len(size) == 1 and isinstance(size[0], (tuple, list, torch.Size)):
+        size = tuple(size[0])
+    capsule = _native.zero_copy_empty([int(d) for d in size], _dtype_code(dtype))
+    _used = True
+    return torch.utils.dlpack.from_dlpack(capsule)
+
+
+def zero_copy_like(tensor):
+    """A copy of `tensor` (same shape and dtype, contiguous) in zero-copy memory."""
+    out = zero_copy_empty(tuple(tensor.shape), dtype=tensor.dtype)
+    out.copy_(tensor)
+    return out
+
+
+def zero_copy_gradients(parameters):
+    """Gives every parameter that requires a gradient a `.grad` in zero-copy memory: one buffer per
+    dtype, each gradient a view of it (zeroed, or holding the current gradient), as torch DDP's
+    gradient_as_bucket_view does with its buckets. Backward accumulates into these views in place,
+    so DistributedOptimizer's allreduces of them run zero-copy on one host. Zero the gradients in
+    place between steps (model.zero_grad(set_to_none=False); torch's and Horovod's
+    optimizer.zero_grad() set them to None): a gradient set to None comes back as ordinary memory,
+    which still works but stages. Returns the buffers, by dtype."""
+    params = [p for p in parameters if p.requires_grad]
+    by_dtype = {}
+    for p in params:
+        if p.device.type != "cpu":
+            raise ValueError(f"zero-copy memory holds CPU tensors; a parameter is on {p.device}")
+        by_dtype.setdefault(p.dtype, []).append(p)
+    buffers = {}
+    for dtype, group in by_dtype.items():
+        flat = zero_copy_empty(sum(p.numel() for p in group), dtype=dtype)
+        offset = 0
+        for p in group:
+            view = flat[offset:offset + p.numel()].view_as(p)
+            if p.grad is not None:
+                view.copy_(p.grad)
+            p.grad = view
+            offset += p.numel()
+        buffers[dtype] = flat
+    return buffers
+
+
+def in_zero_copy_memory(tensor):
+    """True when every byte of `tensor` lies in this process's zero-copy memory."""
+    if not _used or tensor.device.type != "cpu":
+        return False
+    return _native.in_zero_copy_memory(tensor.data_ptr(), tensor.numel() * tensor.element_size())
+
+
+def empty_output_like(tensor):
+    """The output of an out-of-place collective on `tensor`: zero-copy memory if `tensor` is."""
+    if in_zero_copy_memory(tensor) and tensor.is_contiguous():
+        return zero_copy_empty(tuple(tensor.shape), dtype=tensor.dtype)
+    return torch.empty_like(tensor, memory_format=torch.contiguous_format)
