@@ -272,6 +272,7 @@ void Engine::CreateProcessSet(int32_t id, const std::vector<int>& ranks, Deadlin
     o.name = ArenaName(id);
     o.local_index = set->my_local_index;
     o.local_size = static_cast<int>(set->local_members().size());
+    o.member_ranks = set->local_members();
     o.slot_bytes = SlotBytes(config_, set->hosts.size() > 1);
     o.deadline = deadline;
     o.check_abort = [this] { return CheckAbort(); };

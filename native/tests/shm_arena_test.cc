@@ -629,7 +629,7 @@ TEST(ShmArenaAttachTimesOutWhenMemberMissing) {
     Status s = AttachError(Options(name, 0, 3, 64, 0.3));
     double ms = MsSince(start);
     CHILD_EXPECT_STATUS(r, s, StatusCode::kTimeout, "only 2 of 3 local members attached");
-    CHILD_EXPECT(r, Contains(s.message(), "(missing local members: 2)"));
+    CHILD_EXPECT(r, Contains(s.message(), "(missing: local member 2)"));
     CHILD_EXPECT(r, ms >= 300 && ms < 2000);
     CHILD_EXPECT(r, !ShmExists(name));
   });
@@ -749,26 +749,32 @@ TEST(ShmArenaKilledMemberEndsWaitsThroughAbortOrDeadline) {
   ExpectNoShmLeftovers();
 }
 
-// A member dies and is reaped: a waiter notices by itself within a poll interval.
+// A member dies and is reaped: a waiter notices by itself within a poll interval, and the
+// error names the dead member by its global rank.
 TEST(ShmArenaDeadMemberIsDetected) {
   const std::string name = ArenaName("dead");
   int ready[2];
   ASSERT_TRUE(pipe(ready) == 0);
+  auto with_ranks = [&](int index) {
+    ShmArenaOptions o = Options(name, index, 2, 64);
+    o.member_ranks = {4, 7};
+    return o;
+  };
   Processes procs;
   pid_t victim = procs.Spawn([&](ChildReport& r) {
-    auto arena = ChildAttach(r, Options(name, 1, 2, 64));
+    auto arena = ChildAttach(r, with_ranks(1));
     if (!arena) return;
     char byte = 1;
     CHILD_EXPECT(r, write(ready[1], &byte, 1) == 1);
     pause();
   });
   procs.Spawn([&](ChildReport& r) {
-    auto arena = ChildAttach(r, Options(name, 0, 2, 64));
+    auto arena = ChildAttach(r, with_ranks(0));
     if (!arena) return;
     int64_t start = NowNs();
     Status s = arena->WaitFor(1, 1, 1, Deadline::AfterSeconds(8));
-    CHILD_EXPECT_STATUS(r, s, StatusCode::kPeerLost, "local member 1 (pid ");
-    CHILD_EXPECT(r, Contains(s.message(), "died while this process (local member 0) waited"));
+    CHILD_EXPECT_STATUS(r, s, StatusCode::kPeerLost, "rank 7 (local member 1), pid ");
+    CHILD_EXPECT(r, Contains(s.message(), "died while this process (rank 4 (local member 0)) waited"));
     CHILD_EXPECT(r, MsSince(start) < 3000);
   });
   close(ready[1]);

@@ -200,6 +200,11 @@ Status ValidateOptions(const ShmArenaOptions& o) {
                                    std::to_string(o.local_index) + " is not in [0, " +
                                    std::to_string(o.local_size) + ")");
   }
+  if (!o.member_ranks.empty() && static_cast<int>(o.member_ranks.size()) != o.local_size) {
+    return Status::InvalidArgument("shared-memory arena " + o.name + ": " +
+                                   std::to_string(o.member_ranks.size()) + " member ranks for local_size " +
+                                   std::to_string(o.local_size));
+  }
   Layout layout;
   if (!layout.Compute(o.local_size, o.slot_bytes)) {
     return Status::InvalidArgument("shared-memory arena " + o.name + ": slot_bytes " +
@@ -223,6 +228,7 @@ struct ShmArena::Impl {
         local_index(o.local_index),
         local_size(o.local_size),
         slot_bytes(o.slot_bytes),
+        member_ranks(o.member_ranks),
         check_abort(o.check_abort),
         spin(std::max(o.spin, std::chrono::nanoseconds(0))),
         poll_interval(std::clamp<std::chrono::nanoseconds>(
@@ -248,6 +254,12 @@ struct ShmArena::Impl {
     return reinterpret_cast<CounterLine*>(base + layout.counters_offset)[flag * local_size + m];
   }
   std::string Describe() const { return "shared-memory arena " + name; }
+  // "rank 5 (local member 1)": the rank is what a user can find in their logs.
+  std::string Member(int m) const {
+    const std::string local = "local member " + std::to_string(m);
+    if (m < 0 || m >= static_cast<int>(member_ranks.size())) return local;
+    return "rank " + std::to_string(member_ranks[m]) + " (" + local + ")";
+  }
 
   // ---- Attach -----------------------------------------------------------------------------
 
@@ -341,8 +353,8 @@ struct ShmArena::Impl {
         throw Error(Status::Internal(SystemError(Describe() + ": shm_open failed", err)));
       }
       if (!Backoff(deadline, &delay)) {
-        throw Error(Status::Timeout(Describe() + ": local member " + std::to_string(local_index) +
-                                    " timed out waiting for local member 0 to create it"));
+        throw Error(Status::Timeout(Describe() + ": " + Member(local_index) +
+                                    " timed out waiting for " + Member(0) + " to create it"));
       }
     }
     FdCloser closer(fd);
@@ -375,8 +387,8 @@ struct ShmArena::Impl {
         }
       }
       if (!Backoff(deadline, delay)) {
-        throw Error(Status::Timeout(Describe() + ": local member " + std::to_string(local_index) +
-                                    " found the segment but local member 0 never initialised it"));
+        throw Error(Status::Timeout(Describe() + ": " + Member(local_index) +
+                                    " found the segment but " + Member(0) + " never initialised it"));
       }
     }
   }
@@ -429,9 +441,12 @@ struct ShmArena::Impl {
     auto on_timeout = [&](Clock::duration waited) {
       std::ostringstream m;
       m << Describe() << ": only " << h.attached_count.load() << " of " << local_size
-        << " local members attached within " << Millis(waited) << " ms (missing local members:";
+        << " local members attached within " << Millis(waited) << " ms (missing:";
+      const char* sep = " ";
       for (int i = 0; i < local_size; ++i) {
-        if (member_line(i).state.load(std::memory_order_acquire) == kNotAttached) m << " " << i;
+        if (member_line(i).state.load(std::memory_order_acquire) != kNotAttached) continue;
+        m << sep << Member(i);
+        sep = ", ";
       }
       m << ")";
       return Status::Timeout(m.str());
@@ -477,7 +492,7 @@ struct ShmArena::Impl {
       char reason[kReasonBytes];
       std::memcpy(reason, h.poison_reason, kReasonBytes);
       reason[kReasonBytes - 1] = '\0';
-      m += " (local member " + std::to_string(h.poisoned_by.load(std::memory_order_relaxed)) + ")";
+      m += " (" + Member(h.poisoned_by.load(std::memory_order_relaxed)) + ")";
       if (reason[0] != '\0') m += std::string(": ") + reason;
     }
     return Status::Aborted(m);
@@ -490,9 +505,8 @@ struct ShmArena::Impl {
     if (m < 0 || m == local_index) return Status::OK();
     const MemberLine& line = member_line(m);
     if (line.state.load(std::memory_order_seq_cst) == kDetached) {
-      return Status::PeerLost("local member " + std::to_string(m) + " left " + Describe() +
-                              " while this process (local member " + std::to_string(local_index) +
-                              ") waited for it");
+      return Status::PeerLost(Member(m) + " left " + Describe() + " while this process (" +
+                              Member(local_index) + ") waited for it");
     }
     if (!probe_process || line.state.load(std::memory_order_acquire) != kAttached) {
       return Status::OK();
@@ -501,10 +515,9 @@ struct ShmArena::Impl {
     pid_t pid = line.pid.load(std::memory_order_relaxed);
     if (ns == 0 || ns != pid_namespace || pid <= 0) return Status::OK();
     if (kill(pid, 0) != 0 && errno == ESRCH) {
-      return Status::PeerLost("local member " + std::to_string(m) + " (pid " +
-                              std::to_string(pid) + ") of " + Describe() +
-                              " died while this process (local member " +
-                              std::to_string(local_index) + ") waited for it");
+      return Status::PeerLost(Member(m) + ", pid " + std::to_string(pid) + ", of " + Describe() +
+                              " died while this process (" + Member(local_index) +
+                              ") waited for it");
     }
     return Status::OK();
   }
@@ -571,13 +584,13 @@ struct ShmArena::Impl {
     };
     auto on_timeout = [&](Clock::duration waited) {
       std::ostringstream m;
-      m << Describe() << ": local member " << local_index << " timed out after "
+      m << Describe() << ": " << Member(local_index) << " timed out after "
         << Millis(waited) << " ms waiting for flag " << flag << " to reach " << value << " on";
       const char* sep = " ";
       for (int i = first; i < end; ++i) {
         uint64_t v = counter(flag, i).value.load(std::memory_order_acquire);
         if (v >= value) continue;
-        m << sep << "local member " << i << " (at " << v << ")";
+        m << sep << Member(i) << " (at " << v << ")";
         sep = ", ";
       }
       return Status::Timeout(m.str());
@@ -589,6 +602,7 @@ struct ShmArena::Impl {
   int local_index;
   int local_size;
   size_t slot_bytes;
+  std::vector<int> member_ranks;
   std::function<Status()> check_abort;
   std::chrono::nanoseconds spin;
   std::chrono::nanoseconds poll_interval;

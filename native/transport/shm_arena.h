@@ -14,6 +14,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "common/deadline.h"
 #include "common/status.h"
@@ -25,6 +26,9 @@ struct ShmArenaOptions {
   int local_index = 0;    // this process's index among the members on this host
   int local_size = 1;
   size_t slot_bytes = 0;  // bytes of each member slot and of the result area
+  // Global rank of each local member, so that errors name the rank a user knows; empty: errors
+  // name local indices only.
+  std::vector<int> member_ranks;
   Deadline deadline = Deadline::Never();  // for Attach
   // Polled while waiting (at least every poll_interval); a non-OK status ends the wait with that
   // status.
