@@ -87,7 +87,8 @@ const std::vector<KnobSpec>& AllKnobs() {
        "HOROVOD_BACKEND=herring horovodrun draws one and passes it to the workers' environment; "
        "unset otherwise, rank 0 draws one and hands it out through the rendezvous (mpirun: MPI).", false},
       {"HERRING_SHM_SLOT_BYTES", "2097152", "bytes",
-       "Per-rank shared-memory staging slot (at least 16 MiB for process sets spanning hosts), cut "
+       "Per-rank shared-memory staging slot (for process sets spanning hosts at least 16 MiB, 4 MiB "
+       "with dedicated servers), cut "
        "into 4 pipelined chunks; every buffer streams "
        "through it chunk by chunk (small chunks stay in cache between staging, reduction and "
        "copy-out; chunks are also the unit pushed to the server shards).", true},

@@ -29,7 +29,9 @@ uint64_t ShardTag(const ExecContext& ctx, int64_t chunk, int shard, int directio
 }  // namespace
 
 size_t SlotBytes(const Config& config, bool spans_hosts) {
-  return spans_hosts ? std::max<size_t>(config.shm_slot_bytes, kCrossHostSlotBytes) : config.shm_slot_bytes;
+  if (!spans_hosts) return config.shm_slot_bytes;
+  const size_t floor = config.dedicated_servers > 0 ? kDedicatedServerSlotBytes : kCrossHostSlotBytes;
+  return std::max<size_t>(config.shm_slot_bytes, floor);
 }
 
 int64_t HerringAllreduce::ChunkElements(const ExecContext& ctx, const AllreduceBatch& batch) {
@@ -57,33 +59,36 @@ void HerringAllreduce::Execute(ExecContext& ctx, AllreduceBatch& batch) {
     PipelineThroughSharedMemory(ctx, batch, chunk_elems, chunks, offer);
   } else {
     // Alone on this host: nothing to share. Chunks go through private buffers to the servers,
-    // two in flight: chunk c + 1 is pushed before chunk c's sums are awaited.
-    uint8_t* bufs[2] = {private_slot_[0].Get(chunk_elems * esz), private_slot_[1].Get(chunk_elems * esz)};
-    PullWork inflight[2];
-    ServeWork serving[2];
+    // kNetworkDepth in flight: chunk c + depth - 1 is pushed before chunk c's sums are awaited.
+    constexpr int depth = kNetworkDepth;
+    uint8_t* bufs[depth];
+    for (int i = 0; i < depth; ++i) bufs[i] = private_slot_[i].Get(chunk_elems * esz);
+    PullWork inflight[depth];
+    ServeWork serving[depth];
     auto start = [&](int64_t c) {
       const int64_t begin = c * chunk_elems, end = std::min(total, begin + chunk_elems);
       {
         TimelinePhase phase(ctx.timeline, ctx.lane, "GATHER");
         if (ctx.faults) ctx.faults->At("gather", &ctx.net);
-        batch.GatherInputs(begin, end, bufs[c % 2], batch.prescale);
+        batch.GatherInputs(begin, end, bufs[c % depth], batch.prescale);
       }
       TimelinePhase phase(ctx.timeline, ctx.lane, "PUSH_PULL_SERVERS");
-      inflight[c % 2] = PushAndPostPull(ctx, batch, c, end - begin, bufs[c % 2]);
-      serving[c % 2] = PostServe(ctx, batch, c, end - begin, &server_memory_[c % 2]);
-      FinishServe(ctx, batch, &serving[c % 2]);
+      inflight[c % depth] = PushAndPostPull(ctx, batch, c, end - begin, bufs[c % depth]);
+      serving[c % depth] = PostServe(ctx, batch, c, end - begin, &server_memory_[c % depth]);
+      FinishServe(ctx, batch, &serving[c % depth]);
     };
-    start(0);
+    for (int64_t c = 0; c < std::min<int64_t>(depth - 1, chunks); ++c) start(c);
     for (int64_t c = 0; c < chunks; ++c) {
-      if (c + 1 < chunks) start(c + 1);
+      // Reuses chunk c - 1's buffers: its sums were copied out and its answers sent.
+      if (c + depth - 1 < chunks) start(c + depth - 1);
       const int64_t begin = c * chunk_elems, end = std::min(total, begin + chunk_elems);
       {
         TimelinePhase phase(ctx.timeline, ctx.lane, "PUSH_PULL_SERVERS");
-        AwaitPull(ctx, batch, inflight[c % 2]);
-        WaitTransfers(serving[c % 2].outgoing, ctx, "server shard answering '" + batch.label + "'");
+        AwaitPull(ctx, batch, inflight[c % depth]);
+        WaitTransfers(serving[c % depth].outgoing, ctx, "server shard answering '" + batch.label + "'");
       }
       TimelinePhase phase(ctx.timeline, ctx.lane, "COPY_OUT");
-      batch.ScatterOutputs(begin, end, bufs[c % 2], batch.postscale);
+      batch.ScatterOutputs(begin, end, bufs[c % depth], batch.postscale);
       if (ctx.faults) ctx.faults->At("scatter", &ctx.net, batch.entries[0].output, batch.entries[0].count ? 1 : 0);
     }
   }
@@ -329,19 +334,23 @@ void HerringAllreduce::ServeAsDedicatedServer(ExecContext& ctx, const AllreduceB
   if (total == 0 || ctx.set.hosts.size() < 2) return;
   const int64_t chunk_elems = ChunkElements(ctx, batch);
   const int64_t chunks = (total + chunk_elems - 1) / chunk_elems;
-  // Two chunks in flight: receives for chunk c + 1 are posted before chunk c is summed, so the
-  // pushes of the next chunk land in place while this one is reduced and sent back.
-  ServeWork work[2];
+  // kNetworkDepth chunks in flight: receives for chunks up to c + depth - 1 are posted before
+  // chunk c is summed, so the pushes of later chunks land in place while this one is reduced and
+  // sent back.
+  constexpr int depth = kNetworkDepth;
+  ServeWork work[depth];
   auto n_of = [&](int64_t c) { return std::min(total, (c + 1) * chunk_elems) - c * chunk_elems; };
-  work[0] = PostServe(ctx, batch, 0, n_of(0), &server_memory_[0]);
+  for (int64_t c = 0; c < std::min<int64_t>(depth - 1, chunks); ++c) {
+    work[c] = PostServe(ctx, batch, c, n_of(c), &server_memory_[c]);
+  }
   for (int64_t c = 0; c < chunks; ++c) {
-    ServeWork& current = work[c % 2];
-    if (c + 1 < chunks) {
-      ServeWork& next = work[(c + 1) % 2];
-      WaitTransfers(next.outgoing, ctx, "server shard answering '" + batch.label + "'");
-      next = PostServe(ctx, batch, c + 1, n_of(c + 1), &server_memory_[(c + 1) % 2]);
+    const int64_t next = c + depth - 1;
+    if (next < chunks) {
+      ServeWork& slot = work[next % depth];  // chunk c - 1's: its answers must be gone first
+      WaitTransfers(slot.outgoing, ctx, "server shard answering '" + batch.label + "'");
+      slot = PostServe(ctx, batch, next, n_of(next), &server_memory_[next % depth]);
     }
-    FinishServe(ctx, batch, &current);
+    FinishServe(ctx, batch, &work[c % depth]);
   }
   for (auto& w : work) WaitTransfers(w.outgoing, ctx, "server shard answering '" + batch.label + "'");
 }

@@ -16,10 +16,14 @@
 
 namespace herring {
 
-// Chunks of a set that spans hosts are also what goes to the server shards, and with colocated
-// shards every chunk costs a round trip across hosts: there, larger chunks (4 MiB) pay off more
-// than staying in cache. The shared-memory slot of such a set is sized for them.
+// Chunks of a set that spans hosts are also what goes to the server shards. With colocated
+// shards every chunk costs a round trip through the hosts' own (busy) processes: there, larger
+// chunks (4 MiB) pay off more than staying in cache. Dedicated servers answer at once, and there
+// the first and last chunk's push/pull, which cannot overlap, are what keeps the links from
+// their bound: 1 MiB chunks (measured on the simulated cluster, docs/cluster.md). The
+// shared-memory slot of such a set is sized for them.
 constexpr size_t kCrossHostSlotBytes = 16u << 20;
+constexpr size_t kDedicatedServerSlotBytes = 4u << 20;
 size_t SlotBytes(const Config& config, bool spans_hosts);
 
 class HerringAllreduce : public AllreduceImpl {
@@ -34,6 +38,11 @@ class HerringAllreduce : public AllreduceImpl {
 
  private:
   static constexpr uint64_t kPipelineDepth = 4;  // sub-slots per shared-memory slot
+  // Chunks in flight across hosts for a rank alone on its host and for a dedicated server. With
+  // two, a link idles whenever a chunk's round trip (push, the slowest host, sum, pull) takes
+  // longer than its transfer; with four, pushes of later chunks queue behind the current one
+  // while pulls keep the other direction busy.
+  static constexpr int kNetworkDepth = 4;
 
   struct Served {
     int shard;
@@ -77,8 +86,8 @@ class HerringAllreduce : public AllreduceImpl {
   void FinishServe(ExecContext& ctx, const AllreduceBatch& batch, ServeWork* work);
 
   ZeroCopyAllreduce zero_copy_;     // one host, tensors in zero-copy memory: no staging
-  ScratchBuffer private_slot_[2];   // stand in for the shared slot when a rank is alone on its host
-  ScratchBuffer server_memory_[2];
+  ScratchBuffer private_slot_[kNetworkDepth];  // stand in for the shared slot when a rank is alone on its host
+  ScratchBuffer server_memory_[kNetworkDepth];
 };
 
 }  // namespace herring
