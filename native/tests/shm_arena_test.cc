@@ -593,8 +593,9 @@ TEST(ShmArenaPoisonWakesWaitersInOtherProcesses) {
         s = i == 1 ? arena->WaitAll(1, 1, Deadline::AfterSeconds(8))
                    : arena->WaitFor(1, 0, 1, Deadline::AfterSeconds(8));
         double latency_ms = (NowNs() - shared->poisoned_at_ns.load()) / 1e6;
-        CHILD_EXPECT(r, latency_ms < 100);
-        if (latency_ms >= 100) r.Fail(__LINE__, "woke " + std::to_string(latency_ms) + " ms late");
+        // Only a futex wake ends the wait before the 10 s poll; 1 s leaves room for an
+        // oversubscribed machine's scheduling delays.
+        if (latency_ms >= 1000) r.Fail(__LINE__, "woke " + std::to_string(latency_ms) + " ms late");
         char byte = 1;
         CHILD_EXPECT(r, write(woken[1], &byte, 1) == 1);
       }
