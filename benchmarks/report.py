@@ -10,7 +10,7 @@ import os
 
 from benchmarks import plots
 from benchmarks.plan import ALL_STACKS
-from benchmarks.results import BOUND_MIN_BYTES, GOAL_NP, Results, fmt_bytes, fmt_rate, fmt_time
+from benchmarks.results import BOUND_MIN_BYTES, GOAL_NP, GOAL_SIZE, Results, fmt_bytes, fmt_rate, fmt_time
 from benchmarks.stacks import STACKS
 
 GRADSET_INTRO = (
@@ -168,6 +168,25 @@ class Report:
         said = lambda key: f" It measured **{ratios[key]:.2f}x** the bound in this run." if key in ratios else ""  # noqa: E731
         n = GOAL_NP
         design = 5 + 1 / n
+        staged = ratios.get("staged")
+        if staged is not None and staged <= 1.5:
+            staged_why = (" So on this machine the caches, not memory, serve most of the staging traffic: "
+                          "counted as memory traffic, staging alone (in and out, 4·N·S) would exceed the "
+                          "3·N·S that 1.5x allows.")
+        else:
+            staged_why = (" Counted as memory traffic, no staging design can reach 1.5x: that allows at most "
+                          "3·N·S, and staging alone (in and out) costs 4·N·S; only what the caches serve "
+                          "can bring it closer.")
+        zero = ratios.get("zero-copy")
+        zero_why = ""
+        if zero is not None and zero < 1:
+            add_bound = self.res.memory_bound_add(GOAL_SIZE, n)
+            vs_add = zero * self.res.memory_bound(GOAL_SIZE, n) / add_bound if add_bound else None
+            # The traffic is 2·N·S by construction: below 1 is the rate, not fewer bytes.
+            zero_why = (" Below 1: this memory served the sum's traffic (reads of the N inputs, then "
+                        "writes to lines just read) faster than memcpy's, the rate the bound assumes"
+                        + (f"; against `a += b`'s traffic rate (the other column) it measured "
+                           f"{vs_add:.2f}x." if vs_add else "."))
         self.add(
             "**What herring moves.** With ordinary tensors herring stages through shared memory: each "
             "rank copies its S bytes into its slot (S read, S written), sums its 1/N of every slot "
@@ -175,18 +194,17 @@ class Report:
             f"(5 + 1/N)·S of traffic per rank, {design:.2f}·N·S at N = {n}, against the 2·N·S above: "
             f"{design / 2:.2f}x the bound's traffic. It runs below that figure because the stages are "
             "pipelined in chunks that stay in the caches between them (the sum a rank copies out was "
-            "just written)." + said("staged") + " No staging design can reach 1.5x: that allows at most "
-            "3·N·S, and staging alone (in and out) costs 4·N·S.\n\n"
+            "just written)." + said("staged") + staged_why + "\n\n"
             "With the buffers in herring's **zero-copy memory** (`hvd.zero_copy_empty`, stack "
             "`herring-zero-copy`), every rank maps the others' buffers: the rank that claims a 128 KiB "
             "unit sums it straight out of the N inputs and writes the sum straight into the N outputs. "
             "Each input byte is read once and each output byte written once: 2·N·S, the bound's own "
             "traffic (the partial sum stays in the L2 cache between its computation and its N writes). "
             "Units go to whichever rank asks first, so with more ranks than cores the ranks holding a "
-            "core do the work." + said("zero-copy") + " Reading the peers' memory through the kernel "
-            "instead (`process_vm_readv`) was measured at about a third of memcpy's rate on this machine "
-            "(docs/zero_copy.md), which is why herring maps the memory rather than copying through the "
-            "kernel.\n")
+            "core do the work." + said("zero-copy") + zero_why + " Reading the peers' memory through "
+            "the kernel instead (`process_vm_readv`) was measured at about a third of memcpy's rate on "
+            "this machine (docs/zero_copy.md), which is why herring maps the memory rather than copying "
+            "through the kernel.\n")
 
     def allreduce(self):
         res = self.res
