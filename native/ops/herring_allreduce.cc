@@ -65,6 +65,10 @@ void HerringAllreduce::Execute(ExecContext& ctx, AllreduceBatch& batch) {
     for (int i = 0; i < depth; ++i) bufs[i] = private_slot_[i].Get(chunk_elems * esz);
     PullWork inflight[depth];
     ServeWork serving[depth];
+    int64_t served = 0;  // chunks whose shard sums this rank (a colocated server) has sent back
+    auto serve_through = [&](int64_t last) {
+      for (; served <= last; ++served) FinishServe(ctx, batch, &serving[served % depth]);
+    };
     auto start = [&](int64_t c) {
       const int64_t begin = c * chunk_elems, end = std::min(total, begin + chunk_elems);
       {
@@ -75,7 +79,10 @@ void HerringAllreduce::Execute(ExecContext& ctx, AllreduceBatch& batch) {
       TimelinePhase phase(ctx.timeline, ctx.lane, "PUSH_PULL_SERVERS");
       inflight[c % depth] = PushAndPostPull(ctx, batch, c, end - begin, bufs[c % depth]);
       serving[c % depth] = PostServe(ctx, batch, c, end - begin, &server_memory_[c % depth]);
-      FinishServe(ctx, batch, &serving[c % depth]);
+      // Answer the previous chunk, not this one: its pieces had a chunk's time to arrive, whereas
+      // waiting for this chunk's would stall the pipeline behind the slowest host's newest push
+      // and keep only about one chunk queued on the links whatever the depth.
+      serve_through(c - 1);
     };
     for (int64_t c = 0; c < std::min<int64_t>(depth - 1, chunks); ++c) start(c);
     for (int64_t c = 0; c < chunks; ++c) {
@@ -84,6 +91,7 @@ void HerringAllreduce::Execute(ExecContext& ctx, AllreduceBatch& batch) {
       const int64_t begin = c * chunk_elems, end = std::min(total, begin + chunk_elems);
       {
         TimelinePhase phase(ctx.timeline, ctx.lane, "PUSH_PULL_SERVERS");
+        serve_through(c);  // every host's pull of chunk c needs this rank's answer
         AwaitPull(ctx, batch, inflight[c % depth]);
         WaitTransfers(serving[c % depth].outgoing, ctx, "server shard answering '" + batch.label + "'");
       }

@@ -20,7 +20,7 @@ namespace herring {
 // shards every chunk costs a round trip through the hosts' own (busy) processes: there, larger
 // chunks (4 MiB) pay off more than staying in cache. Dedicated servers answer at once, and there
 // the first and last chunk's push/pull, which cannot overlap, are what keeps the links from
-// their bound: 1 MiB chunks (measured on the simulated cluster, docs/cluster.md). The
+// their bound: 1 MiB chunks (the sensitivity table of docs/benchmarks_cluster.md). The
 // shared-memory slot of such a set is sized for them.
 constexpr size_t kCrossHostSlotBytes = 16u << 20;
 constexpr size_t kDedicatedServerSlotBytes = 4u << 20;

@@ -2,7 +2,7 @@
 
 With HERRING_TEST_ELASTIC=1, rank 0 starts a new server (python -m hvd_herring.server join) at
 step 6, retires launched server 4 with hvd_herring.remove_server at step 14, and stops the joined
-server with SIGTERM at step 22. Every worker records the server layout at each step and a hash of
+server with SIGTERM at step 22, and every rank waits for each change before it trains on. Every worker records the server layout at each step and a hash of
 its final weights in $HERRING_TEST_RESULTS/<rank>.json (rank 0 also the joined server's exit)."""
 
 import hashlib
@@ -25,11 +25,27 @@ LAUNCH_ONLY = ("HOROVOD_RANK", "HOROVOD_SIZE", "HOROVOD_LOCAL_RANK", "HOROVOD_LO
                "HOROVOD_CROSS_SIZE", "HOROVOD_HOSTNAME")
 
 
-def wait_for(predicate, seconds=60):
+# What rank 0 must see in the layout once the change started at that step has gone through.
+CHANGED = {6: lambda shards: 6 in shards, 14: lambda shards: 4 not in shards, 22: lambda shards: 6 not in shards}
+
+
+def settle(step, seconds=60):
+    """Every rank runs one-element allreduces (no training) until rank 0 sees the change begun
+    at `step`, so that it lands at the same step on any machine, however fast the steps are.
+    Rank 0 decides for everyone (1: changed, 2: out of time), so all ranks leave together."""
     deadline = time.monotonic() + seconds
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise TimeoutError("the server layout did not change in time")
+    while True:
+        verdict = 0.0
+        if hvd.rank() == 0:
+            if CHANGED[step](hvd_herring.server_layout()["shard_ranks"]):
+                verdict = 1.0
+            elif time.monotonic() > deadline:
+                verdict = 2.0
+        verdict = hvd.allreduce(torch.tensor([verdict]), op=hvd.Sum, name="settle").item()
+        if verdict == 1.0:
+            return
+        if verdict == 2.0:
+            raise TimeoutError(f"the server layout did not change within {seconds} s of step {step}")
         time.sleep(0.05)
 
 
@@ -57,10 +73,10 @@ def main():
         opt.zero_grad()
         F.cross_entropy(model(x), y).backward()
         opt.step()
-        if elastic and hvd.rank() == 0 and step in (6, 14, 22):
-            before = hvd_herring.server_layout()["shard_ranks"]
-            # Keep stepping the others while the change is negotiated: poll between steps.
-            layouts.append({"step": step, "before": before})
+        if elastic and step in CHANGED:
+            if hvd.rank() == 0:
+                layouts.append({"step": step, "before": hvd_herring.server_layout()["shard_ranks"]})
+            settle(step)
         layouts.append({"step": step, "shards": hvd_herring.server_layout()["shard_ranks"]})
     if joiner is not None:
         joiner_exit = joiner.wait(timeout=60)
