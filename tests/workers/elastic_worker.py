@@ -2,8 +2,9 @@
 
 With HERRING_TEST_ELASTIC=1, rank 0 starts a new server (python -m hvd_herring.server join) at
 step 6, retires launched server 4 with hvd_herring.remove_server at step 14, and stops the joined
-server with SIGTERM at step 22, and every rank waits for each change before it trains on. Every worker records the server layout at each step and a hash of
-its final weights in $HERRING_TEST_RESULTS/<rank>.json (rank 0 also the joined server's exit)."""
+server with SIGTERM at step 22; every rank waits for each change before it trains on. Every
+worker records the server layout at each step and a hash of its final weights in
+$HERRING_TEST_RESULTS/<rank>.json (rank 0 also the joined server's exit)."""
 
 import hashlib
 import json
@@ -26,7 +27,9 @@ LAUNCH_ONLY = ("HOROVOD_RANK", "HOROVOD_SIZE", "HOROVOD_LOCAL_RANK", "HOROVOD_LO
 
 
 # What rank 0 must see in the layout once the change started at that step has gone through.
-CHANGED = {6: lambda shards: 6 in shards, 14: lambda shards: 4 not in shards, 22: lambda shards: 6 not in shards}
+CHANGED = {6: lambda shards: 6 in shards,
+           14: lambda shards: 4 not in shards,
+           22: lambda shards: 6 not in shards}
 
 
 def settle(step, seconds=60):
