@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "engine/control_messages.h"
+#include "engine/deadlock_detector.h"
 #include "engine/message.h"
 #include "engine/wire.h"
 #include "transport/frame.h"
@@ -73,6 +74,7 @@ void DecodeOrThrow(WireDecoder decoder, const std::string& p) {
     }
     case kR2spSession: DecodeR2spSession(p); break;
     case kR2spEnd: DecodeR2spEnd(p); break;
+    case kAwaited: DecodeAwaited(p); break;
     default: throw Error(Status::InvalidArgument("unknown decoder"));
   }
 }
@@ -288,6 +290,7 @@ int main(int argc, char** argv) {
   r2sp.shards = {{1, 336, 672}, {5, 672, 1000}};
   Write(dir, kR2spSession, EncodeR2spSession(r2sp));
   Write(dir, kR2spEnd, EncodeR2spEnd(3));
+  Write(dir, kAwaited, EncodeAwaited({{0, "grad.fc1", OpType::kAllreduce}, {0, "join", OpType::kJoin}}));
   std::printf("%d\n", written);
   return 0;
 }

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "engine/control_messages.h"
+#include "engine/deadlock_detector.h"
 #include "engine/message.h"
 #include "engine/wire.h"
 #include "transport/frame.h"
@@ -170,10 +171,14 @@ void CheckR2spEnd(const std::string& p) {
   Require(EncodeR2spEnd(DecodeR2spEnd(p)) == p, "DecodeR2spEnd", "does not re-encode to the same bytes");
 }
 
+void CheckAwaited(const std::string& p) {
+  Require(EncodeAwaited(DecodeAwaited(p)) == p, "DecodeAwaited", "does not re-encode to the same bytes");
+}
+
 const char* DecoderName(int which) {
   static const char* names[kNumWireDecoders] = {"frame header", "bits", "cycle", "contribution", "result",
                                                 "uncached", "responses", "request", "response", "R2SP session",
-                                                "R2SP end"};
+                                                "R2SP end", "blocked report"};
   return names[which];
 }
 
@@ -196,6 +201,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       case kResponse: CheckResponse(payload); break;
       case kR2spSession: CheckR2spSession(payload); break;
       case kR2spEnd: CheckR2spEnd(payload); break;
+      case kAwaited: CheckAwaited(payload); break;
     }
   } catch (const Error& e) {
     // The expected outcome for malformed bytes: a clean error with a reason.

@@ -20,7 +20,8 @@ enum WireDecoder : uint8_t {
   kResponse = 8,       // DecodeResponse through a WireReader, alone
   kR2spSession = 9,    // DecodeR2spSession (kR2spSessionMessage: a server's ranges of an R2SP session)
   kR2spEnd = 10,       // DecodeR2spEnd (kR2spEndMessage)
-  kNumWireDecoders = 11,
+  kAwaited = 11,       // engine/deadlock_detector.h DecodeAwaited (kBlockedReport)
+  kNumWireDecoders = 12,
 };
 
 }  // namespace herring_fuzz

@@ -19,7 +19,7 @@ from hvd_herring.basics import basics as _basics, export_basics as _export_basic
 _TORCH_DTYPES = {  # torch dtype -> the engine's dtype name
     torch.uint8: "uint8", torch.int8: "int8", torch.int16: "int16", torch.int32: "int32",
     torch.int64: "int64", torch.float16: "float16", torch.bfloat16: "bfloat16",
-    torch.float32: "float32", torch.float64: "float64", torch.bool: "bool",
+    torch.float32: "float32", torch.float64: "float64", torch.bool: "bool", torch.uint16: "uint16",
 }
 
 _DTYPE_CODES = {t: _DTYPES[n] for t, n in _TORCH_DTYPES.items()}
@@ -167,9 +167,14 @@ def synchronize(handle):
 
 # --- allreduce -----------------------------------------------------------------------------------
 
-def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor, process_set):
+def _reject_adasum(op):
+    # NotImplementedError is a RuntimeError, which is what Horovod raises for unsupported ops.
     if op == Adasum:
         raise NotImplementedError("Adasum is not supported by the herring backend")
+
+
+def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor, process_set):
+    _reject_adasum(op)
     return _enqueue("allreduce", name, [_input(tensor)], [output], process_set, op, prescale_factor,
                     postscale_factor, result=output)
 
@@ -224,8 +229,7 @@ def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, po
 
 
 def _grouped_allreduce_async(tensors, outputs, name, op, prescale_factor, postscale_factor, process_set):
-    if op == Adasum:
-        raise NotImplementedError("Adasum is not supported by the herring backend")
+    _reject_adasum(op)
     return _enqueue("allreduce", name, [_input(t) for t in tensors], outputs, process_set, op, prescale_factor,
                     postscale_factor, result=list(outputs))
 
@@ -408,14 +412,24 @@ def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
 
 # --- alltoall ------------------------------------------------------------------------------------
 
+def _split_list(splits):
+    """alltoall's splits as a list of ints; like Horovod, a tensor of splits must hold int32."""
+    if splits is None:
+        return []
+    if isinstance(splits, torch.Tensor):
+        if splits.dtype != torch.int32:
+            raise ValueError(f"alltoall splits must be a tensor of 32-bit integers (torch.int32), got {splits.dtype}")
+        return [int(s) for s in splits.tolist()]
+    if not all(isinstance(s, int) or (hasattr(s, "__index__") and not isinstance(s, float)) for s in splits):
+        raise ValueError(f"alltoall splits must be integers, got {list(splits)!r}")
+    return [int(s) for s in splits]
+
+
 def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
     """Asynchronous alltoall: rows splits[i] go to member i (even split when splits is None).
     synchronize() returns (output, received_splits)."""
     src = _input(tensor)
-    if splits is not None:
-        split_list = [int(s) for s in (splits.tolist() if isinstance(splits, torch.Tensor) else splits)]
-    else:
-        split_list = []
+    split_list = _split_list(splits)
     return _enqueue("alltoall", name, [src], None, process_set, splits=[split_list],
                     finish=lambda caps, received, _: (_tensors_from(caps)[0],
                                                       torch.tensor(received, dtype=torch.int32)))
@@ -451,6 +465,7 @@ def reducescatter_async(tensor, name=None, op=Average, process_set=global_proces
                         postscale_factor=1.0):
     """Asynchronous reduction over the members, each receiving its slice of the first dimension
     (the first dim % size members get one extra row)."""
+    _reject_adasum(op)
     return _enqueue("reducescatter", name, [_input(tensor)], None, process_set, op, prescale_factor,
                     postscale_factor, finish=lambda caps, *_: _tensors_from(caps)[0])
 
@@ -487,6 +502,7 @@ def reducescatter(tensor, name=None, compression=Compression.none, op=Average, p
 def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=global_process_set,
                                 prescale_factor=1.0, postscale_factor=1.0):
     """Asynchronous reducescatter of a list of tensors as one unit."""
+    _reject_adasum(op)
     return _enqueue("reducescatter", name, [_input(t) for t in tensors], None, process_set, op,
                     prescale_factor, postscale_factor, finish=lambda caps, *_: _tensors_from(caps))
 

@@ -41,6 +41,7 @@ DLDataType ToDL(DataType t) {
     case DataType::kUInt8: return {1, 8, 1};
     case DataType::kInt8: return {0, 8, 1};
     case DataType::kInt16: return {0, 16, 1};
+    case DataType::kUInt16: return {1, 16, 1};
     case DataType::kInt32: return {0, 32, 1};
     case DataType::kInt64: return {0, 64, 1};
     case DataType::kFloat16: return {2, 16, 1};

@@ -53,28 +53,35 @@ int64_t EnqueueOne(Engine& e, int op_type, const std::string& name, int process_
                            {TensorArg{input, output, shape, {}}}, {}, -1);
 }
 
-// Waits (without the GIL) for a collective whose outputs the caller provided; returns its value
-// (join: the last rank; process sets: the id) or raises its error.
-int64_t WaitSimple(Engine& e, int64_t handle, double timeout_seconds) {
-  Status s;
-  {
-    py::gil_scoped_release release;
-    s = e.Wait(handle, timeout_seconds < 0 ? Deadline::Never() : Deadline::AfterSeconds(timeout_seconds));
+// Waits for a collective without the GIL, in slices between which Python's signal handlers run:
+// Ctrl-C, and pytest-timeout's alarm, interrupt a wait the way they interrupt time.sleep().
+Status WaitServingSignals(Engine& e, int64_t handle, double timeout_seconds) {
+  const Deadline deadline = timeout_seconds < 0 ? Deadline::Never() : Deadline::AfterSeconds(timeout_seconds);
+  while (true) {
+    Status s;
+    {
+      py::gil_scoped_release release;
+      s = e.Wait(handle, Deadline::Earlier(Deadline::AfterSeconds(0.2), deadline));
+    }
+    if (s.code() != StatusCode::kTimeout || deadline.Expired()) return s;
+    if (PyErr_CheckSignals() != 0) throw py::error_already_set();
   }
+}
+
+// Waits for a collective whose outputs the caller provided; returns its value (join: the last
+// rank; process sets: the id) or raises its error.
+int64_t WaitSimple(Engine& e, int64_t handle, double timeout_seconds) {
+  Status s = WaitServingSignals(e, handle, timeout_seconds);
   if (!s.ok()) throw Error(s);
   OpResult r = e.Take(handle);
   if (!r.status.ok()) throw Error(r.status);
   return r.value;
 }
 
-// Waits (without the GIL), then returns (outputs as DLPack capsules, shapes, received splits,
+// Waits (see WaitServingSignals), then returns (outputs as DLPack capsules, shapes, received splits,
 // value) or raises the operation's error.
 py::tuple WaitAndTake(Engine& e, int64_t handle, double timeout_seconds, int dtype) {
-  Status s;
-  {
-    py::gil_scoped_release release;
-    s = e.Wait(handle, timeout_seconds < 0 ? Deadline::Never() : Deadline::AfterSeconds(timeout_seconds));
-  }
+  Status s = WaitServingSignals(e, handle, timeout_seconds);
   if (!s.ok()) throw Error(s);  // still pending: the handle stays valid
   OpResult r = e.Take(handle);
   if (!r.status.ok()) throw Error(r.status);

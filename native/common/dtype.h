@@ -19,8 +19,9 @@ enum class DataType : uint8_t {
   kFloat32 = 7,
   kFloat64 = 8,
   kBool = 9,
+  kUInt16 = 10,  // appended: the values above are on the wire
 };
-constexpr int kNumDataTypes = 10;
+constexpr int kNumDataTypes = 11;
 
 bool IsValidDataType(int value);
 size_t ElementSize(DataType t);

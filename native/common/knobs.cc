@@ -26,13 +26,18 @@ const std::vector<KnobSpec>& AllKnobs() {
        "Allow hvd.add_process_set / remove_process_set after init.", true},
       {"HOROVOD_TIMELINE", "", "path",
        "Write a Chrome trace (chrome://tracing, Perfetto) of every collective's phases: rank 0 to "
-       "this path, rank r to it with .rank<r> before the extension (or {rank} replaced).", false},
+       "this path, rank r to it with .rank<r> before the extension (or {rank} replaced). Horovod's "
+       "`DYNAMIC` writes nothing (hvd.start_timeline is not offered).", false},
       {"HOROVOD_STALL_CHECK_TIME_SECONDS", "60", "seconds",
        "Rank 0 warns, naming the missing ranks and tensors, when some ranks submitted a collective "
        "and others have not for this long.", false},
       {"HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "0", "seconds",
        "If > 0, a collective stalled this long ends the job with the stall report as the error.", false},
       {"HOROVOD_STALL_CHECK_DISABLE", "0", "bool", "Turns the stall inspector off.", false},
+      {"HERRING_DEADLOCK_TIME_SECONDS", "15", "seconds",
+       "Ranks that have all been blocked waiting this long on collectives that none of them can "
+       "complete (each waits on one another has not submitted: the ranks diverged) raise on every "
+       "rank, naming each rank and what it waits on, instead of hanging. 0 turns it off.", false},
       {"HERRING_VERIFY", "0", "bool",
        "After every allreduce, broadcast and allgather, members compare a hash of the result and "
        "fail the job naming the ranks that differ.", true},
@@ -199,11 +204,14 @@ Config Config::FromEnvironment(const std::map<std::string, std::string>& env) {
   c.start_timeout_seconds = r.Double("HERRING_START_TIMEOUT_SECONDS", 0.001);
   c.iface = r.Raw("HERRING_IFACE");
   c.timeline = r.Raw("HOROVOD_TIMELINE");
+  // Horovod's "DYNAMIC" means: no trace until hvd.start_timeline(path) (which we do not offer).
+  if (c.timeline == "DYNAMIC") c.timeline.clear();
   c.verify = r.Bool("HERRING_VERIFY");
   c.fault = r.Raw("HERRING_FAULT");
   c.stall_check_seconds = r.Double("HOROVOD_STALL_CHECK_TIME_SECONDS", 0.001);
   c.stall_shutdown_seconds = r.Double("HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", 0.0);
   c.stall_check_disabled = r.Bool("HOROVOD_STALL_CHECK_DISABLE");
+  c.deadlock_seconds = r.Double("HERRING_DEADLOCK_TIME_SECONDS", 0.0);
   c.hostname = r.Raw("HERRING_HOSTNAME");
   c.secret = r.Raw("HERRING_SECRET");
   c.shm_slot_bytes = r.Int("HERRING_SHM_SLOT_BYTES", 4096);

@@ -46,6 +46,7 @@ struct Config {
   double stall_check_seconds;
   double stall_shutdown_seconds;  // 0: never
   bool stall_check_disabled;
+  double deadlock_seconds;  // 0: off
   bool verify;                // HERRING_VERIFY
   std::string fault;          // HERRING_FAULT spec, empty: none
   std::string timeline;      // HOROVOD_TIMELINE path template, empty: off

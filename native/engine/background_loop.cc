@@ -45,6 +45,10 @@ void Engine::DrainControl() {
       StopR2spServer(DecodeR2spEnd(m.payload));
       continue;
     }
+    if (m.type == kBlockedReport) {
+      if (deadlock_) deadlock_->Report(m.from, DecodeAwaited(m.payload));
+      continue;
+    }
     inbox_.push_back(std::move(m));
   }
 }
@@ -75,10 +79,15 @@ bool Engine::WaitForTrigger() {
       new_work = !incoming_.empty();
     }
     UncacheStalled();
+    ReportBlocked(new_work);
+    new_work = new_work || reannounce_;
     if (coordinator_) {
       Status stalled = stall_.Inspect(*coordinator_);
       counters_.stall_warnings = stall_.warnings();
       if (!stalled.ok()) throw Error(stalled);
+      CheckDeadlock();
+      // Responses the coordinator decided on its own (deadlock errors) go out in a cycle.
+      new_work = new_work || coordinator_->HasDecided();
     }
     const auto due = last_cycle_start_ + cycle_time;
     if (new_work && Clock::now() >= due) return true;
@@ -98,6 +107,7 @@ void Engine::TakeNewRequests(std::vector<RequestMeta>* uncached, std::vector<uin
     std::lock_guard<std::mutex> lock(queue_mu_);
     fresh.swap(incoming_);
   }
+  if (!fresh.empty()) last_activity_ = Clock::now();
   for (auto& item : fresh) {
     Key key{item.first.meta.process_set, item.first.meta.name};
     Pending p;
@@ -299,6 +309,45 @@ void Engine::UncacheStalled() {
   }
 }
 
+void Engine::ReportBlocked(bool new_work) {
+  if (config_.deadlock_seconds <= 0 || world_.size() == 1) return;
+  const auto quiet_for = std::chrono::duration<double>(Clock::now() - last_activity_).count();
+  std::vector<AwaitedCollective> awaited;
+  if (!new_work && quiet_for >= config_.deadlock_seconds / 2) {
+    for (const auto& kv : pending_) {
+      if (handles_.Awaited(kv.second.handle)) {
+        awaited.push_back({kv.first.first, kv.first.second, kv.second.request.meta.type});
+      }
+    }
+  }
+  if (awaited == reported_awaited_) return;
+  reported_awaited_ = awaited;
+  if (!awaited.empty()) {
+    // Rank 0 can only judge what its coordinator sees: cached requests take the coordinator path.
+    for (auto& kv : pending_) {
+      Pending& p = kv.second;
+      if (p.state == RequestState::kCached) {
+        p.state = RequestState::kNew;
+        p.uncache_position = p.position;
+        reannounce_ = true;
+      }
+    }
+  }
+  if (deadlock_) {
+    deadlock_->Report(rank(), std::move(awaited));
+  } else {
+    transport_->SendControl(0, kBlockedReport, EncodeAwaited(awaited));
+  }
+}
+
+void Engine::CheckDeadlock() {
+  if (!deadlock_) return;
+  auto verdict = deadlock_->Check(*coordinator_, size());
+  if (!verdict) return;
+  HLOG(Error) << verdict->message;
+  coordinator_->FailEntries(verdict->collectives, verdict->includes_join, verdict->message);
+}
+
 void Engine::RevertCachedAt(uint32_t position) {
   for (auto& kv : pending_) {
     if (kv.second.state == RequestState::kCached && kv.second.position == position) {
@@ -316,7 +365,8 @@ void Engine::RunCycle() {
   std::vector<uint32_t> stale;
   TakeNewRequests(&uncached, &stale);
   faults_.At("negotiate", transport_.get());
-  const std::vector<uint64_t> agreed = AgreeOnBits(ReadyBits(!uncached.empty(), !stale.empty()));
+  const bool decided = coordinator_ && coordinator_->HasDecided();  // rank 0's own errors to deliver
+  const std::vector<uint64_t> agreed = AgreeOnBits(ReadyBits(!uncached.empty() || decided, !stale.empty()));
   if (!(agreed[0] & kNoShutdown)) {
     HLOG(Debug) << "shutdown agreed in cycle " << cycle_;
     stop_after_cycle_ = true;

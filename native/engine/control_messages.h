@@ -30,6 +30,7 @@ enum ControlType : uint32_t {
   kJoinSnapshot = 9,   // rank 0 -> joiner: the job's state at the cycle it joins after
   kR2spSessionMessage = 10,  // rank 0 -> server: serve these ranges of an R2SP session's parameters
   kR2spEndMessage = 11,      // rank 0 -> server: the session's workers are done
+  kBlockedReport = 12,       // worker -> rank 0: what it is blocked on (engine/deadlock_detector.h)
 };
 
 // Status bits live in word 0 of the bit vector and are stored inverted (set = "no"), so the same

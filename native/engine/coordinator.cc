@@ -125,15 +125,18 @@ Response AgreeOnRequests(const std::vector<RequestMeta>& reqs, const ProcessSet&
                                     [](const int32_t& v) { return std::to_string(v); }));
   }
 
-  if (r.type == OpType::kBroadcast) {
-    if (std::find(r.joined.begin(), r.joined.end(), r.root) != r.joined.end()) {
-      return fail("Broadcast " + Quoted(first.name) + ": root rank " + std::to_string(r.root) +
-                  " has already joined");
-    }
-  }
-  if (r.type == OpType::kAlltoall && !r.joined.empty()) {
-    return fail("Alltoall " + Quoted(first.name) + " cannot run while " + RankList(r.joined) +
-                " joined: alltoall does not support join");
+  // Horovod's contract: while some ranks have joined, only allreduce (and barrier) run, the joined
+  // ranks contributing neutral data; every other collective fails on the ranks that submitted it
+  // and the job goes on (Horovod's own suites check exactly that).
+  const bool needs_every_rank = r.type == OpType::kAllgather || r.type == OpType::kBroadcast ||
+                                r.type == OpType::kAlltoall || r.type == OpType::kReducescatter;
+  if (needs_every_rank && !r.joined.empty()) {
+    std::string hint = r.type == OpType::kAllgather
+                           ? " (DistributedOptimizer: pass sparse_as_dense=True so sparse gradients are allreduced)"
+                           : "";
+    return fail(std::string(OpTypeName(r.type)) + " " + Quoted(first.name) + " cannot run while " +
+                RankList(r.joined) + (r.joined.size() == 1 ? " has" : " have") +
+                " joined: only allreduce and barrier are supported with join" + hint);
   }
 
   const size_t ntensors = first.tensors.size();
@@ -266,6 +269,49 @@ std::vector<Response> Coordinator::TakeReady() {
   }
   arrival_ = std::move(still_waiting);
   return out;
+}
+
+std::vector<Coordinator::Waiting> Coordinator::Entries() const {
+  std::vector<Waiting> out;
+  for (const Key& key : arrival_) {
+    auto it = table_.find(key);
+    if (it == table_.end()) continue;
+    Waiting w{key.first, key.second, it->second.by_rank.begin()->second.type, {}, {}};
+    for (const auto& kv : it->second.by_rank) w.submitted.push_back(kv.first);
+    if (const ProcessSet* set = sets_->Find(key.first)) {
+      for (int r : set->ranks) {
+        if (!it->second.by_rank.count(r) && !joined_.count(r)) w.missing.push_back(r);
+      }
+    }
+    out.push_back(std::move(w));
+  }
+  return out;
+}
+
+void Coordinator::FailEntries(const std::vector<std::pair<int32_t, std::string>>& keys, bool fail_join,
+                              const std::string& error) {
+  for (const Key& key : keys) {
+    auto it = table_.find(key);
+    if (it == table_.end()) continue;
+    Response r;
+    r.type = it->second.by_rank.begin()->second.type;
+    r.name = key.second;
+    r.process_set = key.first;
+    r.error = error;
+    ready_.push_back(r);
+    table_.erase(it);
+    arrival_.erase(std::remove(arrival_.begin(), arrival_.end(), key), arrival_.end());
+  }
+  if (fail_join && !joined_.empty()) {
+    Response r;
+    r.type = OpType::kJoin;
+    r.name = "join";
+    r.process_set = 0;
+    r.error = error;
+    ready_.push_back(r);
+    joined_.clear();
+    last_joined_ = -1;
+  }
 }
 
 std::vector<Coordinator::Stalled> Coordinator::StalledEntries(double min_age_seconds) const {

@@ -35,6 +35,22 @@ class Coordinator {
 
   const std::set<int>& joined() const { return joined_; }
 
+  // What is pending in the table, for the deadlock detector: who submitted each collective.
+  struct Waiting {
+    int32_t process_set;
+    std::string name;
+    OpType type;
+    std::vector<int> submitted;  // ranks, sorted
+    std::vector<int> missing;    // members that neither submitted it nor joined
+  };
+  std::vector<Waiting> Entries() const;
+  // Fails these collectives (and, if `fail_join`, the pending join) on every rank with `error`:
+  // the responses go out with the next coordinator round.
+  void FailEntries(const std::vector<std::pair<int32_t, std::string>>& keys, bool fail_join,
+                   const std::string& error);
+  // Responses decided outside the table wait for a coordinator round.
+  bool HasDecided() const { return !ready_.empty(); }
+
  private:
   using Key = std::pair<int32_t, std::string>;
   struct Entry {

@@ -135,6 +135,9 @@ Engine::Engine(EngineOptions options)
     CreateProcessSet(sets_.next_id(), ranks, deadline);
   }
   if (rank() == 0) coordinator_ = std::make_unique<Coordinator>(size(), &sets_);
+  if (rank() == 0 && config_.deadlock_seconds > 0) {
+    deadlock_ = std::make_unique<DeadlockDetector>(config_.deadlock_seconds);
+  }
   if (rank() == 0 && config_.psld_balancer) {
     BalancerOptions bo;
     bo.decision_interval = config_.balance_interval;

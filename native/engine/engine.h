@@ -21,6 +21,7 @@
 #include "engine/control_messages.h"
 #include "engine/coordinator.h"
 #include "engine/counters.h"
+#include "engine/deadlock_detector.h"
 #include "engine/fault_injector.h"
 #include "engine/handle_table.h"
 #include "engine/message.h"
@@ -171,6 +172,10 @@ class Engine {
                         std::vector<Response>* responses, std::vector<uint32_t>* evict);
   void RevertCachedAt(uint32_t position);
   void UncacheStalled();
+  // Deadlocks (engine/deadlock_detector.h): every rank reports what it is blocked on; rank 0
+  // fails the collectives of ranks that can only wait for each other.
+  void ReportBlocked(bool new_work);
+  void CheckDeadlock();
   void ApplyMapUpdate(const MapUpdate& update);
   Status WorldFailure() const;  // a failure of a rank still in the job (retired ranks say goodbye)
 
@@ -226,6 +231,7 @@ class Engine {
   Counters counters_;
   std::unique_ptr<Timeline> timeline_;
   StallInspector stall_;
+  std::unique_ptr<DeadlockDetector> deadlock_;  // rank 0, unless HERRING_DEADLOCK_TIME_SECONDS=0
   FaultInjector faults_;
   std::unique_ptr<PsldBalancer> balancer_;  // rank 0 with HERRING_BALANCER=psld
   std::optional<MapUpdate> pending_map_;     // decided, announced with the next cycle's result
@@ -265,6 +271,8 @@ class Engine {
   Clock::time_point last_cycle_start_{};
   bool joined_ = false;
   bool reannounce_ = false;       // a cached request lost its entry and must be announced again
+  Clock::time_point last_activity_ = Clock::now();  // a request taken or completed here
+  std::vector<AwaitedCollective> reported_awaited_;  // what rank 0 last heard we are blocked on
   bool stop_after_cycle_ = false; // shutdown was agreed
   ScratchBuffer joined_zeros_, joined_sink_;
 

@@ -100,6 +100,7 @@ Engine::Pending* Engine::FindPending(const Response& r) {
 void Engine::Finish(const Response& r, OpResult result) {
   auto it = pending_.find({r.process_set, r.name});
   if (it == pending_.end()) return;
+  last_activity_ = Clock::now();
   int64_t handle = it->second.handle;
   pending_.erase(it);
   {
@@ -195,6 +196,7 @@ void Engine::ExecuteAllreduceBatch(const std::vector<const Response*>& responses
 
 void Engine::ExecuteOne(const Response& r, uint32_t unit) {
   if (!r.ok()) {
+    if (r.type == OpType::kJoin) joined_ = false;  // a failed join (deadlock) ends it
     OpResult result;
     result.status = Status::Mismatch(r.error);
     Finish(r, std::move(result));
@@ -221,20 +223,15 @@ void Engine::ExecuteOne(const Response& r, uint32_t unit) {
   }
   ProcessSet& set = *sets_.Find(r.process_set);
   Pending* p = FindPending(r);
+  if (p == nullptr) {
+    // The coordinator fails every collective but allreduce and barrier while ranks have joined.
+    throw Error(Status::Internal("joined rank " + std::to_string(rank()) + " was asked to execute " +
+                                 OpTypeName(r.type) + " '" + r.name + "'"));
+  }
   TensorIO io;
   for (size_t t = 0; t < r.shapes.size(); ++t) {
-    if (p) {
-      io.inputs.push_back(p->request.buffers[t].input);
-      io.outputs.push_back(p->request.buffers[t].output);
-    } else {
-      // Joined: allgather contributes no rows, broadcast receives into scratch, reducescatter
-      // contributes zeros.
-      size_t bytes = NumElements(r.shapes[t]) * ElementSize(r.dtype);
-      uint8_t* zeros = joined_zeros_.Get(bytes);
-      std::memset(zeros, 0, bytes);
-      io.inputs.push_back(zeros);
-      io.outputs.push_back(joined_sink_.Get(bytes));
-    }
+    io.inputs.push_back(p->request.buffers[t].input);
+    io.outputs.push_back(p->request.buffers[t].output);
   }
   OpResult result;
   ExecContext ctx = MakeContext(set, unit);

@@ -40,13 +40,28 @@ bool HandleTable::Poll(int64_t handle) const {
 
 Status HandleTable::Wait(int64_t handle, Deadline deadline) {
   std::unique_lock<std::mutex> lock(mu_);
-  while (true) {
-    auto it = slots_.find(handle);
-    if (it == slots_.end()) return Status::InvalidArgument("unknown handle " + std::to_string(handle));
-    if (it->second.done) return Status::OK();
-    if (deadline.Expired()) return Status::Timeout("handle " + std::to_string(handle) + " still pending");
+  auto it = slots_.find(handle);
+  if (it == slots_.end()) return Status::InvalidArgument("unknown handle " + std::to_string(handle));
+  ++it->second.waiters;
+  Status s;
+  while (!it->second.done) {
+    if (deadline.Expired()) {
+      s = Status::Timeout("handle " + std::to_string(handle) + " still pending");
+      break;
+    }
     cv_.wait_until(lock, deadline.Capped(std::chrono::seconds(1)));
+    // Take (by another thread waiting on the same handle) may have erased the slot meanwhile.
+    it = slots_.find(handle);
+    if (it == slots_.end()) return Status::InvalidArgument("handle " + std::to_string(handle) + " was taken");
   }
+  --it->second.waiters;
+  return s;
+}
+
+bool HandleTable::Awaited(int64_t handle) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = slots_.find(handle);
+  return it != slots_.end() && !it->second.done && (it->second.waiters > 0 || it->second.on_complete);
 }
 
 OpResult HandleTable::Take(int64_t handle) {

@@ -40,6 +40,9 @@ class HandleTable {
   Status Wait(int64_t handle, Deadline deadline);
   // Removes the handle and returns its result (it must be complete).
   OpResult Take(int64_t handle);
+  // Whether something is blocked on the handle's result: a thread in Wait, or an asynchronous
+  // kernel behind a callback (its framework waits for it). The deadlock detector's input.
+  bool Awaited(int64_t handle) const;
   // Completes every pending handle with `status`.
   void FailAll(const Status& status);
   size_t pending() const;
@@ -47,6 +50,7 @@ class HandleTable {
  private:
   struct Slot {
     bool done = false;
+    int waiters = 0;
     OpResult result;
     Callback on_complete;
   };

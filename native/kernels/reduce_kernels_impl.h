@@ -514,6 +514,7 @@ void Reduce(void* dst, const void* const* srcs, size_t nsrcs, size_t count, Data
     case DataType::kUInt8: return ReduceInteger<uint8_t>(op, dst, srcs, nsrcs, count);
     case DataType::kInt8: return ReduceInteger<int8_t>(op, dst, srcs, nsrcs, count);
     case DataType::kInt16: return ReduceInteger<int16_t>(op, dst, srcs, nsrcs, count);
+    case DataType::kUInt16: return ReduceInteger<uint16_t>(op, dst, srcs, nsrcs, count);
     case DataType::kInt32: return ReduceInteger<int32_t>(op, dst, srcs, nsrcs, count);
     case DataType::kInt64: return ReduceInteger<int64_t>(op, dst, srcs, nsrcs, count);
     case DataType::kFloat16: return ReduceFloating<Float16Codec>(op, dst, srcs, nsrcs, count);
@@ -535,21 +536,19 @@ void Reduce(void* dst, const void* const* srcs, size_t nsrcs, size_t count, Data
 
 // ---- ScaleInto -------------------------------------------------------------------------------
 
-// Floating types: double(x) * factor rounded to the stored type (float16/bfloat16 via float32);
-// NaN results are canonical, as for Sum.
+// Floating types: x * factor in the type's compute precision, as Horovod scales: float32 math
+// with the factor rounded to float32 for float16, bfloat16 and float32, double math for float64
+// (Horovod's own suites compare bit for bit). NaN results are canonical, as for Sum.
 template <class Codec>
 void ScaleFloating(void* dst, const void* src, size_t count, double factor) {
   using Stored = typename Codec::Stored;
   using Compute = typename Codec::Compute;
-  using Doubles = WideVec<double, kLanes<Compute>>;
   constexpr size_t kPair = kPairLanes<Compute>;
-  auto scale_pair = [factor](const Stored* in, Stored* out) {
+  const Compute scale = static_cast<Compute>(factor);
+  auto scale_pair = [scale](const Stored* in, Stored* out) {
     Vec<Compute> low, high;
     Codec::LoadPair(in, low, high);
-    const Doubles scaled_low = __builtin_convertvector(low, Doubles) * factor;
-    const Doubles scaled_high = __builtin_convertvector(high, Doubles) * factor;
-    Codec::StorePair(out, CanonicalNaN(__builtin_convertvector(scaled_low, Vec<Compute>)),
-                     CanonicalNaN(__builtin_convertvector(scaled_high, Vec<Compute>)));
+    Codec::StorePair(out, CanonicalNaN(low * scale), CanonicalNaN(high * scale));
   };
   Stored* out = static_cast<Stored*>(dst);
   const Stored* in = static_cast<const Stored*>(src);
@@ -608,6 +607,7 @@ void Scale(void* dst, const void* src, size_t count, DataType dtype, double fact
     case DataType::kUInt8: return ScaleInteger<uint8_t>(dst, src, count, factor);
     case DataType::kInt8: return ScaleInteger<int8_t>(dst, src, count, factor);
     case DataType::kInt16: return ScaleInteger<int16_t>(dst, src, count, factor);
+    case DataType::kUInt16: return ScaleInteger<uint16_t>(dst, src, count, factor);
     case DataType::kInt32: return ScaleInteger<int32_t>(dst, src, count, factor);
     case DataType::kInt64: return ScaleInteger<int64_t>(dst, src, count, factor);
     case DataType::kFloat16: return ScaleFloating<Float16Codec>(dst, src, count, factor);

@@ -15,6 +15,7 @@ absl::Status ToEngineType(tf::DataType dtype, DataType* out) {
   switch (dtype) {
     case tf::DT_UINT8: *out = DataType::kUInt8; return absl::OkStatus();
     case tf::DT_INT8: *out = DataType::kInt8; return absl::OkStatus();
+    case tf::DT_UINT16: *out = DataType::kUInt16; return absl::OkStatus();
     case tf::DT_INT16: *out = DataType::kInt16; return absl::OkStatus();
     case tf::DT_INT32: *out = DataType::kInt32; return absl::OkStatus();
     case tf::DT_INT64: *out = DataType::kInt64; return absl::OkStatus();

@@ -32,7 +32,7 @@ namespace {
 const DataType kAllTypes[] = {DataType::kUInt8,   DataType::kInt8,     DataType::kInt16,
                               DataType::kInt32,   DataType::kInt64,    DataType::kFloat16,
                               DataType::kBFloat16, DataType::kFloat32, DataType::kFloat64,
-                              DataType::kBool};
+                              DataType::kBool,    DataType::kUInt16};
 const ReduceOp kElementwiseOps[] = {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kMax,
                                     ReduceOp::kProduct};
 
@@ -159,6 +159,7 @@ std::vector<uint8_t> ReferenceReduce(const std::vector<const uint8_t*>& srcs, si
     case DataType::kUInt8: ReferenceInteger<uint8_t>(srcs, count, op, out.data()); break;
     case DataType::kInt8: ReferenceInteger<int8_t>(srcs, count, op, out.data()); break;
     case DataType::kInt16: ReferenceInteger<int16_t>(srcs, count, op, out.data()); break;
+    case DataType::kUInt16: ReferenceInteger<uint16_t>(srcs, count, op, out.data()); break;
     case DataType::kInt32: ReferenceInteger<int32_t>(srcs, count, op, out.data()); break;
     case DataType::kInt64: ReferenceInteger<int64_t>(srcs, count, op, out.data()); break;
     case DataType::kFloat16: ReferenceHalf(srcs, count, op, false, out.data()); break;
@@ -402,23 +403,24 @@ std::vector<uint8_t> ReferenceScale(const uint8_t* in, size_t count, DataType dt
     case DataType::kUInt8: ReferenceScaleInteger<uint8_t>(in, o, count, factor); break;
     case DataType::kInt8: ReferenceScaleInteger<int8_t>(in, o, count, factor); break;
     case DataType::kInt16: ReferenceScaleInteger<int16_t>(in, o, count, factor); break;
+    case DataType::kUInt16: ReferenceScaleInteger<uint16_t>(in, o, count, factor); break;
     case DataType::kInt32: ReferenceScaleInteger<int32_t>(in, o, count, factor); break;
     case DataType::kInt64: ReferenceScaleInteger<int64_t>(in, o, count, factor); break;
     case DataType::kFloat16:
       for (size_t i = 0; i < count; ++i) {
-        const double x = HalfToFloat(Load<uint16_t>(in, i));
-        StoreAt<uint16_t>(o, i, FloatToHalf(static_cast<float>(x * factor)));
+        const float x = HalfToFloat(Load<uint16_t>(in, i));
+        StoreAt<uint16_t>(o, i, FloatToHalf(x * static_cast<float>(factor)));
       }
       break;
     case DataType::kBFloat16:
       for (size_t i = 0; i < count; ++i) {
-        const double x = BFloat16ToFloat(Load<uint16_t>(in, i));
-        StoreAt<uint16_t>(o, i, FloatToBFloat16(static_cast<float>(x * factor)));
+        const float x = BFloat16ToFloat(Load<uint16_t>(in, i));
+        StoreAt<uint16_t>(o, i, FloatToBFloat16(x * static_cast<float>(factor)));
       }
       break;
     case DataType::kFloat32:
       for (size_t i = 0; i < count; ++i) {
-        StoreAt(o, i, static_cast<float>(double(Load<float>(in, i)) * factor));
+        StoreAt(o, i, Load<float>(in, i) * static_cast<float>(factor));  // Horovod: float math
       }
       break;
     case DataType::kFloat64:
@@ -1005,10 +1007,13 @@ TEST(ReduceScaleFloatsAndCopies) {
   EXPECT_EQ(ScaleConstants<float>({1.0f, -3.0f, 0.1f}, DataType::kFloat32, 0.25,
                                   {0.25f, -0.75f, 0.025f}),
             "");
-  // Computed in double and rounded once: float(double(x) / 3), not x * float(1 / 3).
+  // As Horovod scales float32: x * float(factor) in float math, not float(double(x) * factor)
+  // (Horovod's own suites compare results bit for bit with that).
+  const float third = static_cast<float>(1.0 / 3.0);
   EXPECT_EQ(ScaleConstants<float>({1.0f, 2.0f, 10.0f}, DataType::kFloat32, 1.0 / 3.0,
-                                  {float(1.0 / 3.0), float(2.0 / 3.0), float(10.0 / 3.0)}),
+                                  {1.0f * third, 2.0f * third, 10.0f * third}),
             "");
+  EXPECT_EQ(ScaleConstants<uint16_t>({7, 65535, 100}, DataType::kUInt16, 0.5, {3, 32767, 50}), "");
   EXPECT_EQ(ScaleConstants<uint16_t>({0x3C00, 0xC000, 0x7BFF}, DataType::kFloat16, 0.5,
                                      {0x3800, 0xBC00, 0x77FF}),
             "");

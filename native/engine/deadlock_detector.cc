@@ -1,0 +1,142 @@
+#include "engine/deadlock_detector.h"
+
+#include <algorithm>
+#include <set>
+#include <sstream>
+
+#include "engine/wire.h"
+
+namespace herring {
+namespace {
+
+constexpr uint32_t kMaxAwaited = 1u << 16;
+
+std::string Ranks(const std::vector<int>& ranks) {
+  std::ostringstream s;
+  s << (ranks.size() == 1 ? "rank " : "ranks ");
+  for (size_t i = 0; i < ranks.size(); ++i) s << (i ? ", " : "") << ranks[i];
+  return s.str();
+}
+
+}  // namespace
+
+std::string EncodeAwaited(const std::vector<AwaitedCollective>& awaited) {
+  WireWriter w;
+  w.U32(static_cast<uint32_t>(awaited.size()));
+  for (const auto& a : awaited) {
+    w.I32(a.process_set);
+    w.Str(a.name);
+    w.U8(static_cast<uint8_t>(a.type));
+  }
+  return w.Take();
+}
+
+std::vector<AwaitedCollective> DecodeAwaited(const std::string& payload) {
+  WireReader r(payload, "blocked report");
+  const uint32_t n = r.U32();
+  if (n > kMaxAwaited) throw Error(Status::Internal("blocked report: " + std::to_string(n) + " collectives"));
+  std::vector<AwaitedCollective> out(n);
+  for (auto& a : out) {
+    a.process_set = r.I32();
+    a.name = r.Str();
+    const uint8_t type = r.U8();
+    if (type >= kNumOpTypes) throw Error(Status::Internal("blocked report: bad op type"));
+    a.type = static_cast<OpType>(type);
+  }
+  r.ExpectEnd();
+  return out;
+}
+
+void DeadlockDetector::Report(int rank, std::vector<AwaitedCollective> awaited) {
+  if (awaited.empty()) {
+    blocked_.erase(rank);
+    return;
+  }
+  blocked_[rank] = Blocked{std::move(awaited), std::chrono::steady_clock::now()};
+}
+
+std::optional<DeadlockDetector::Verdict> DeadlockDetector::Check(const Coordinator& coordinator, int world_size) {
+  if (blocked_.empty()) return std::nullopt;
+  const auto now = std::chrono::steady_clock::now();
+  std::map<std::pair<int32_t, std::string>, Coordinator::Waiting> table;
+  for (auto& w : coordinator.Entries()) table[{w.process_set, w.name}] = w;
+  std::vector<int> not_joined;
+  for (int r = 0; r < world_size; ++r) {
+    if (!coordinator.joined().count(r)) not_joined.push_back(r);
+  }
+
+  // Who could still submit each awaited collective. A report the table does not confirm yet (its
+  // cached requests are still on their way to the coordinator) means: not decided this time.
+  std::map<int, std::vector<std::vector<int>>> missing_by_rank;
+  for (const auto& [rank, blocked] : blocked_) {
+    for (const auto& a : blocked.awaited) {
+      if (a.type == OpType::kJoin) {
+        if (!coordinator.joined().count(rank)) return std::nullopt;
+        missing_by_rank[rank].push_back(not_joined);
+        continue;
+      }
+      auto it = table.find({a.process_set, a.name});
+      if (it == table.end()) return std::nullopt;
+      const auto& submitted = it->second.submitted;
+      if (!std::binary_search(submitted.begin(), submitted.end(), rank)) return std::nullopt;
+      missing_by_rank[rank].push_back(it->second.missing);
+    }
+  }
+
+  // The largest set of blocked ranks none of whose awaited collectives could be completed by a
+  // rank outside the set: remove every rank that waits on something only free ranks miss.
+  std::set<int> stuck;
+  for (const auto& kv : blocked_) stuck.insert(kv.first);
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (auto it = stuck.begin(); it != stuck.end();) {
+      bool can_complete = false;
+      for (const auto& missing : missing_by_rank[*it]) {
+        if (std::none_of(missing.begin(), missing.end(), [&](int m) { return stuck.count(m) > 0; })) {
+          can_complete = true;
+        }
+      }
+      if (can_complete) {
+        it = stuck.erase(it);
+        changed = true;
+      } else {
+        ++it;
+      }
+    }
+  }
+  if (stuck.empty()) return std::nullopt;
+  // Each rank reported after half the time blocked; the other half passes here, so the error
+  // comes once every rank involved has been blocked for the whole HERRING_DEADLOCK_TIME_SECONDS.
+  for (int r : stuck) {
+    if (std::chrono::duration<double>(now - blocked_[r].since).count() < deadlock_seconds_ / 2) return std::nullopt;
+  }
+
+  Verdict v;
+  std::ostringstream m;
+  m << "Deadlock: " << Ranks(std::vector<int>(stuck.begin(), stuck.end()))
+    << " are blocked on collectives that none of them can complete (each waits on one that another has "
+       "not submitted: the ranks called collectives in different orders or skipped one):";
+  for (int r : stuck) {
+    const auto& blocked = blocked_[r];
+    for (size_t i = 0; i < blocked.awaited.size(); ++i) {
+      const auto& a = blocked.awaited[i];
+      m << (i ? " and " : " rank " + std::to_string(r) + " waits on ") << OpTypeName(a.type) << " '" << a.name
+        << "'";
+      const auto& missing = missing_by_rank[r][i];
+      if (!missing.empty()) m << " (not submitted by " << Ranks(missing) << ")";
+      if (a.type == OpType::kJoin) {
+        v.includes_join = true;
+      } else if (std::find(v.collectives.begin(), v.collectives.end(), std::make_pair(a.process_set, a.name)) ==
+                 v.collectives.end()) {
+        v.collectives.push_back({a.process_set, a.name});
+      }
+    }
+    m << ";";
+  }
+  m << " blocked for " << deadlock_seconds_ << " s (HERRING_DEADLOCK_TIME_SECONDS)";
+  v.message = m.str();
+  for (int r : stuck) blocked_.erase(r);
+  return v;
+}
+
+}  // namespace herring

@@ -1,0 +1,64 @@
+// DeadlockDetector (rank 0): tells a deadlock from a stall. A stall is a collective some ranks
+// submitted while others are busy elsewhere; it may still complete, and the stall inspector only
+// warns. A deadlock is a set of ranks that are all blocked (a thread waits on a handle, or a
+// framework kernel waits on a callback) on collectives that only ranks of the same set could
+// complete: nobody in it will ever submit again, so each waits forever. Horovod hangs there
+// (ranks that diverged, e.g. one skipped a collective after a failed assertion); we raise on every
+// rank, naming each rank and the collective it waits on.
+//
+// Every rank reports to rank 0 what it waits on once it has been blocked for half of
+// HERRING_DEADLOCK_TIME_SECONDS with nothing new submitted (and an empty report when that ends);
+// its cached requests go through the coordinator then, so rank 0 sees who submitted what.
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine/coordinator.h"
+#include "engine/message.h"
+
+namespace herring {
+
+// One collective a rank is blocked on.
+struct AwaitedCollective {
+  int32_t process_set = 0;
+  std::string name;
+  OpType type = OpType::kAllreduce;
+  bool operator==(const AwaitedCollective& o) const {
+    return process_set == o.process_set && name == o.name && type == o.type;
+  }
+};
+
+std::string EncodeAwaited(const std::vector<AwaitedCollective>& awaited);
+std::vector<AwaitedCollective> DecodeAwaited(const std::string& payload);  // validates
+
+class DeadlockDetector {
+ public:
+  explicit DeadlockDetector(double deadlock_seconds) : deadlock_seconds_(deadlock_seconds) {}
+
+  // A rank's latest report; empty: it is no longer blocked.
+  void Report(int rank, std::vector<AwaitedCollective> awaited);
+
+  struct Verdict {
+    std::vector<std::pair<int32_t, std::string>> collectives;  // to fail on every rank
+    bool includes_join = false;
+    std::string message;
+  };
+  // A deadlock among the reporting ranks, if the coordinator's table proves one (see the header
+  // comment); the reports involved are consumed.
+  std::optional<Verdict> Check(const Coordinator& coordinator, int world_size);
+
+ private:
+  struct Blocked {
+    std::vector<AwaitedCollective> awaited;
+    std::chrono::steady_clock::time_point since;
+  };
+  double deadlock_seconds_;
+  std::map<int, Blocked> blocked_;
+};
+
+}  // namespace herring
