@@ -420,8 +420,11 @@ def bad_input_is_rejected_locally():
             raise AssertionError(f"expected an error containing {text!r}")
 
     raises(lambda: hvd.broadcast(torch.ones(2), root_rank=N + 5, name="bad.root"), "out of range")
-    raises(lambda: hvd.alltoall(torch.ones(N + 1, 2), splits=torch.tensor([1] * N), name="bad.splits"),
-           "splits sum to")
+    raises(lambda: hvd.alltoall(torch.ones(N + 1, 2), splits=torch.tensor([1] * N, dtype=torch.int32),
+                                name="bad.splits"), "splits sum to")
+    # As in Horovod, a tensor of splits holds int32.
+    raises(lambda: hvd.alltoall(torch.ones(N, 2), splits=torch.ones(N, dtype=torch.int64), name="bad.splits64"),
+           "32-bit integers")
     raises(lambda: hvd.allreduce(torch.ones(2, dtype=torch.complex64), name="bad.dtype"), "not supported")
     raises(lambda: hvd.allreduce(torch.ones(2), op=hvd.Adasum, name="bad.adasum"), "Adasum")
     raises(lambda: hvd.allreduce(torch.ones(2, dtype=torch.bool), op=hvd.Sum, name="bad.bool"), "not supported")
