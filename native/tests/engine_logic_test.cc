@@ -5,6 +5,7 @@
 
 #include "engine/control_messages.h"
 #include "engine/coordinator.h"
+#include "engine/deadlock_detector.h"
 #include "engine/fault_injector.h"
 #include "engine/stall_inspector.h"
 #include "engine/response_cache.h"
@@ -428,4 +429,122 @@ TEST(R2spChunksCoverTheRangeWithinTheTagLimit) {
       EXPECT_EQ(chunks[i].begin % 16, int64_t(0));
     }
   }
+}
+
+TEST(EngineAgreementOnlyAllreduceAndBarrierRunWhileRanksJoined) {
+  auto set = World(3);
+  RequestMeta gather = Allreduce("g", 0, {2});
+  gather.type = OpType::kAllgather;
+  RequestMeta other = gather;
+  other.rank = 2;
+  auto r = AgreeOnRequests({gather, other}, *set, {1});
+  EXPECT_TRUE(!r.ok());
+  EXPECT_TRUE(Contains(r.error, "allgather 'g' cannot run while rank 1 has joined"));
+  EXPECT_TRUE(AgreeOnRequests({Allreduce("a", 0, {2}), Allreduce("a", 2, {2})}, *set, {1}).ok());
+}
+
+namespace {
+
+struct DeadlockFixture {
+  explicit DeadlockFixture(int n) : coordinator(n, &table) { table.Add(World(n)); }
+  ProcessSetTable table;
+  Coordinator coordinator;
+  DeadlockDetector detector{0.0};  // no waiting time: decided at the first check
+};
+
+AwaitedCollective Awaited(const std::string& name, OpType type = OpType::kAllreduce) {
+  AwaitedCollective a;
+  a.name = name;
+  a.type = type;
+  return a;
+}
+
+}  // namespace
+
+TEST(EngineDeadlockRanksWaitingOnEachOtherAreNamedAndFailed) {
+  DeadlockFixture f(2);
+  f.coordinator.Submit(Allreduce("a", 0, {1}));
+  f.coordinator.Submit(Allreduce("b", 1, {1}));
+  f.detector.Report(0, {Awaited("a")});
+  EXPECT_TRUE(!f.detector.Check(f.coordinator, 2));  // rank 1 could still submit 'a'
+  f.detector.Report(1, {Awaited("b")});
+  auto v = f.detector.Check(f.coordinator, 2);
+  EXPECT_TRUE(v.has_value());
+  EXPECT_TRUE(Contains(v->message, "rank 0 waits on allreduce 'a' (not submitted by rank 1)"));
+  EXPECT_TRUE(Contains(v->message, "rank 1 waits on allreduce 'b' (not submitted by rank 0)"));
+  EXPECT_EQ(v->collectives.size(), size_t(2));
+  f.coordinator.FailEntries(v->collectives, v->includes_join, v->message);
+  auto failed = f.coordinator.TakeReady();
+  EXPECT_EQ(failed.size(), size_t(2));
+  EXPECT_TRUE(!failed[0].ok() && !failed[1].ok());
+  EXPECT_TRUE(f.coordinator.Entries().empty());
+}
+
+TEST(EngineDeadlockNotWhileAFreeRankCouldComplete) {
+  // Ranks 0 and 1 wait on 'a', which rank 2 (busy, not blocked) has not submitted yet: a stall.
+  DeadlockFixture f(3);
+  f.coordinator.Submit(Allreduce("a", 0, {1}));
+  f.coordinator.Submit(Allreduce("a", 1, {1}));
+  f.detector.Report(0, {Awaited("a")});
+  f.detector.Report(1, {Awaited("a")});
+  EXPECT_TRUE(!f.detector.Check(f.coordinator, 3));
+  // Rank 2 now blocks on something else: nobody can complete anything any more.
+  f.coordinator.Submit(Allreduce("c", 2, {1}));
+  f.detector.Report(2, {Awaited("c")});
+  auto v = f.detector.Check(f.coordinator, 3);
+  EXPECT_TRUE(v.has_value());
+  EXPECT_TRUE(Contains(v->message, "ranks 0, 1, 2"));
+  EXPECT_TRUE(Contains(v->message, "rank 2 waits on allreduce 'c' (not submitted by ranks 0, 1)"));
+}
+
+TEST(EngineDeadlockWaitsUntilTheCoordinatorSeesTheRequests) {
+  // Rank 1's report arrived, but its request is still on the way (it was a cached hit).
+  DeadlockFixture f(2);
+  f.coordinator.Submit(Allreduce("a", 0, {1}));
+  f.detector.Report(0, {Awaited("a")});
+  f.detector.Report(1, {Awaited("b")});
+  EXPECT_TRUE(!f.detector.Check(f.coordinator, 2));
+  f.coordinator.Submit(Allreduce("b", 1, {1}));
+  EXPECT_TRUE(f.detector.Check(f.coordinator, 2).has_value());
+}
+
+TEST(EngineDeadlockOfAJoinedRankFailsTheJoin) {
+  // Rank 1 joined; ranks 0 and 2 wait on allgathers of different names (Horovod's unnamed ops).
+  DeadlockFixture f(3);
+  RequestMeta join;
+  join.type = OpType::kJoin;
+  join.name = "join";
+  join.rank = 1;
+  f.coordinator.Submit(join);
+  RequestMeta g0 = Allreduce("allgather.noname.1", 0, {2});
+  g0.type = OpType::kAllgather;
+  RequestMeta g2 = Allreduce("allgather.noname.2", 2, {2});
+  g2.type = OpType::kAllgather;
+  f.coordinator.Submit(g0);
+  f.coordinator.Submit(g2);
+  EXPECT_TRUE(f.coordinator.TakeReady().empty());
+  f.detector.Report(0, {Awaited("allgather.noname.1", OpType::kAllgather)});
+  f.detector.Report(1, {Awaited("join", OpType::kJoin)});
+  f.detector.Report(2, {Awaited("allgather.noname.2", OpType::kAllgather)});
+  auto v = f.detector.Check(f.coordinator, 3);
+  EXPECT_TRUE(v.has_value() && v->includes_join);
+  f.coordinator.FailEntries(v->collectives, v->includes_join, v->message);
+  auto failed = f.coordinator.TakeReady();
+  EXPECT_EQ(failed.size(), size_t(3));
+  EXPECT_TRUE(f.coordinator.joined().empty());
+}
+
+TEST(EngineDeadlockReportRoundTripsAndRejectsBadTypes) {
+  std::vector<AwaitedCollective> awaited = {Awaited("x"), Awaited("join", OpType::kJoin)};
+  auto back = DecodeAwaited(EncodeAwaited(awaited));
+  EXPECT_TRUE(back == awaited);
+  std::string bad = EncodeAwaited({Awaited("x")});
+  bad.back() = static_cast<char>(200);
+  bool threw = false;
+  try {
+    DecodeAwaited(bad);
+  } catch (const Error&) {
+    threw = true;
+  }
+  EXPECT_TRUE(threw);
 }
