@@ -44,12 +44,13 @@ pip_quiet() {
   rm -f "$log"
   return $status
 }
-req_hash=$(cat requirements/base.txt requirements/bench.txt | sha256sum | cut -d' ' -f1)
+req_hash=$(cat requirements/base.txt requirements/bench.txt requirements/test.txt | sha256sum | cut -d' ' -f1)
 if ! stamp_ok requirements "$req_hash"; then
-  say "installing requirements/base.txt and requirements/bench.txt"
+  say "installing requirements/base.txt, bench.txt and test.txt"
   pip_quiet install -q --upgrade pip
-  pip_quiet install -q -r requirements/base.txt -r requirements/bench.txt
-  "$PY" -c "import torch, numpy, pybind11, pytest, mpi4py, matplotlib" || { echo "[setup] requirements failed" >&2; exit 1; }
+  pip_quiet install -q -r requirements/base.txt -r requirements/bench.txt -r requirements/test.txt
+  "$PY" -c "import torch, numpy, pybind11, pytest, mpi4py, matplotlib, tf_keras, mock, parameterized" \
+    || { echo "[setup] requirements failed" >&2; exit 1; }
   echo "$req_hash" > "$STAMPS/requirements"
 fi
 
