@@ -3,6 +3,8 @@
 An ordinary Horovod script: run it with stock Horovod, or on the herring engine (Keras 3, which is
 tf.keras in TensorFlow 2.21) with
     HOROVOD_BACKEND=herring horovodrun --gloo -np 4 -H localhost:4 python examples/keras_train.py
+or with Keras 2 (tf_keras) as tf.keras:
+    HOROVOD_BACKEND=herring TF_USE_LEGACY_KERAS=1 horovodrun --gloo -np 4 -H localhost:4 python examples/keras_train.py
 
 The data is synthetic (no downloads): ten random prototype images, and samples that are a
 prototype plus noise, labelled by their prototype. Every rank starts from different random

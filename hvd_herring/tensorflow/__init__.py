@@ -13,7 +13,8 @@ from paying TensorFlow's start-up on every launch.
 Horovod's pure-Python TensorFlow modules (compression, util, functions) are found through this
 package's path under their usual names and run on top of hvd_herring.tensorflow.mpi_ops, which
 takes the place of Horovod's compiled library. The parts that break on TF 2.21 / Keras 3 (the
-package's own __init__, the Keras layer) are replaced.
+package's own __init__, the Keras layer, the elastic state) are replaced; the Keras layer serves
+Keras 3 and Keras 2 (tf_keras, TF_USE_LEGACY_KERAS=1) alike, see hvd_herring.tensorflow.keras.
 """
 
 import importlib.util

@@ -6,6 +6,7 @@ from hvd_herring.tensorflow.functions import (allgather_object, broadcast_object
                                           broadcast_variables)
 from horovod.tensorflow.util import _cache, _executing_eagerly, _make_subgraph, refs_to_vars, vars_to_refs  # noqa: F401
 
+from hvd_herring.tensorflow import elastic  # noqa: F401
 from hvd_herring.tensorflow.collectives import (allreduce, grouped_allreduce, grouped_reducescatter,  # noqa: F401
                                                 reducescatter)
 from hvd_herring.tensorflow.gradient_reduction import GradientAllreducer

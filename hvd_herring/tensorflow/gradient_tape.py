@@ -76,14 +76,15 @@ def PartialDistributedGradientTape(gradtape, device_dense='', device_sparse='', 
                                    sparse_as_dense=False, op=Average, gradient_predivide_factor=1.0,
                                    num_groups=0, groups=None, process_set=global_process_set, local_layers=None,
                                    scale_local_gradients=True):
-    """DistributedGradientTape that keeps the gradients of `local_layers` (Keras layers) local."""
-    import keras
+    """DistributedGradientTape that keeps the gradients of `local_layers` (Keras layers of the
+    Keras tf.keras is) local."""
+    layer_class = tf.keras.layers.Layer
     if local_layers is None:
         local_layers = []
-    elif isinstance(local_layers, keras.layers.Layer):
+    elif isinstance(local_layers, layer_class):
         local_layers = [local_layers]
-    elif not all(isinstance(layer, keras.layers.Layer) for layer in local_layers):
-        raise ValueError("All local layers must be of keras.layers.Layer type.")
+    elif not all(isinstance(layer, layer_class) for layer in local_layers):
+        raise ValueError("All local layers must be of tf.keras.layers.Layer type.")
     tape = DistributedGradientTape(gradtape, device_dense, device_sparse, compression, sparse_as_dense, op,
                                    gradient_predivide_factor, num_groups, groups, process_set,
                                    scale_local_gradients)

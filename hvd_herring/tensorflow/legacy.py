@@ -1,6 +1,7 @@
 """horovod.tensorflow's TF1-style API on TF 2.21's tf.compat.v1: DistributedOptimizer around a
 tf.compat.v1.train.Optimizer, broadcast_global_variables and BroadcastGlobalVariablesHook (graph
-mode and sessions). hvd.DistributedOptimizer given a Keras optimizer returns the Keras 3 one."""
+mode and sessions). hvd.DistributedOptimizer given a Keras optimizer (of the Keras tf.keras is)
+returns horovod.tensorflow.keras's."""
 
 import warnings
 

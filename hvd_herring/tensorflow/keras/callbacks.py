@@ -1,10 +1,11 @@
-"""Horovod's Keras callbacks for Keras 3: BroadcastGlobalVariablesCallback,
+"""Horovod's Keras callbacks, for Keras 2 and Keras 3: BroadcastGlobalVariablesCallback,
 MetricAverageCallback, LearningRateScheduleCallback and LearningRateWarmupCallback.
 
-Horovod's own implementations read and write the learning rate through Keras 2's backend session
-functions, which Keras 3 does not have; these keep Horovod's behaviour on Keras 3's API."""
+Written once on the public Keras API both flavours share; the base class and the few calls that
+differ come from the flavour module (keras2 or keras3, chosen by what tf.keras is). Horovod's own
+implementations read and write the learning rate through Keras 2's backend session functions,
+which Keras 3 does not have."""
 
-import keras
 import numpy as np
 import tensorflow as tf
 
@@ -12,11 +13,14 @@ from hvd_herring.tensorflow.functions import broadcast_variables
 
 from hvd_herring.tensorflow import mpi_ops
 from hvd_herring.tensorflow.gradient_reduction import variable_key
+from hvd_herring.tensorflow.keras_flavour import flavour, optimizer_variables
+
+_flavour = flavour()
 
 
-class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
+class BroadcastGlobalVariablesCallback(_flavour.Callback):
     """Makes every rank start from the root rank's weights: the model's variables are broadcast
-    when training begins, and the optimizer's after the first batch (Keras 3 creates them when
+    when training begins, and the optimizer's after the first batch (Keras creates them when
     the first step is traced). A model not built before fit() is broadcast after the first batch
     too, as Horovod does."""
 
@@ -55,11 +59,11 @@ class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
         if not self._model_done:
             self._broadcast(self.model.variables)
             self._model_done = True
-        self._broadcast(list(self.model.optimizer.variables))
+        self._broadcast(optimizer_variables(self.model.optimizer))
         self.broadcast_done = True
 
 
-class MetricAverageCallback(keras.callbacks.Callback):
+class MetricAverageCallback(_flavour.Callback):
     """Replaces the epoch's metrics (in the logs every later callback, the History and the
     progress bar see) by their average over the ranks: one allreduce per epoch. Put it before
     callbacks that read metrics."""
@@ -85,19 +89,26 @@ class MetricAverageCallback(keras.callbacks.Callback):
 
 
 def _get_lr(optimizer):
-    return float(keras.ops.convert_to_numpy(optimizer.learning_rate))
+    return _flavour.learning_rate(optimizer)
 
 
 def _momentum_buffers(optimizer):
     """The momentum slots that hold lr-scaled updates (SGD: m = momentum*m - lr*g; RMSprop:
     m = momentum*m + lr*g/rms): rescaling them by new_lr/old_lr when the learning rate changes is
-    Horovod's momentum correction (Goyal et al.)."""
-    if not getattr(optimizer, "momentum", 0):
+    Horovod's momentum correction (Goyal et al.), which Horovod applies to Keras 2 by scaling the
+    momentum coefficient for one batch, the same update."""
+    momentum = getattr(optimizer, "momentum", 0)
+    if not (float(momentum) if isinstance(momentum, (int, float)) else float(tf.convert_to_tensor(momentum))):
         return []
-    return list(getattr(optimizer, "momentums", None) or getattr(optimizer, "_momentums", None) or [])
+    buffers = getattr(optimizer, "momentums", None) or getattr(optimizer, "_momentums", None)
+    if buffers:
+        return list(buffers)
+    # tf.keras.optimizers.legacy: per-variable slots.
+    slots = getattr(optimizer, "_slots", None) or {}
+    return [per_var["momentum"] for per_var in slots.values() if "momentum" in per_var]
 
 
-class LearningRateScheduleCallback(keras.callbacks.Callback):
+class LearningRateScheduleCallback(_flavour.Callback):
     """Sets the learning rate to initial_lr * multiplier(epoch) between start_epoch and end_epoch,
     once per epoch (staircase) or every batch with a fractional epoch. `multiplier` is a function
     of the epoch, or a number meaning multiplier ** (epoch - start_epoch)."""
