@@ -18,7 +18,9 @@ const std::vector<KnobSpec>& AllKnobs() {
        "Largest fused buffer; tensors ready in the same cycle are packed up to this size "
        "(a group is never split). 0 disables fusion.", true},
       {"HOROVOD_CYCLE_TIME", "1", "ms",
-       "Least time between two negotiation cycles started by a rank's own new work.", false},
+       "Longest a request waits to be batched: one that finds the engine idle starts a cycle at "
+       "once; requests arriving while a cycle runs (a burst) go together into the next cycle, "
+       "which starts when the burst pauses or after this long. 0: never batch.", false},
       {"HOROVOD_CACHE_CAPACITY", "1024", "int",
        "Entries of the response cache; in steady state one bit-vector AND per cycle replaces the "
        "coordinator. 0 disables the cache.", true},

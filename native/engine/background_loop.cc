@@ -1,7 +1,8 @@
 // The background loop: negotiate -> fuse -> execute -> complete, one cycle at a time.
 //
-// A cycle starts when this rank has new requests (at most once per HOROVOD_CYCLE_TIME), or when
-// rank 0 asks for it (kBegin) because another rank started one. Idle ranks block; nobody spins.
+// A cycle starts when this rank has new requests (at once if the engine was idle; a burst that
+// arrived during the last cycle waits for its pause, at most HOROVOD_CYCLE_TIME), or when rank 0
+// asks for it (kBegin) because another rank started one. Idle ranks block; nobody spins.
 #include <algorithm>
 
 #include "common/logging.h"
@@ -89,7 +90,14 @@ bool Engine::WaitForTrigger() {
       // Responses the coordinator decided on its own (deadlock errors) go out in a cycle.
       new_work = new_work || coordinator_->HasDecided();
     }
-    const auto due = last_cycle_start_ + cycle_time;
+    // A request that finds the engine idle starts a cycle at once. Requests that arrived while
+    // the last cycle ran are a burst (a backward pass, a loop of async calls): they wait until it
+    // pauses, so that it is negotiated and fused as one, but never longer than the cycle time.
+    Clock::time_point due = Clock::now();
+    if (new_work && batching_) {
+      const Clock::time_point last_enqueue{Clock::duration(last_enqueue_ticks_.load(std::memory_order_relaxed))};
+      due = std::min(last_enqueue + kBurstPause, batch_since_ + cycle_time);
+    }
     if (new_work && Clock::now() >= due) return true;
 
     std::unique_lock<std::mutex> lock(wake_mu_);
@@ -358,6 +366,14 @@ void Engine::RevertCachedAt(uint32_t position) {
 }
 
 void Engine::RunCycle() {
+  RunCycleSteps();
+  // What arrived while the cycle ran is a burst still going on (see WaitForTrigger).
+  std::lock_guard<std::mutex> lock(queue_mu_);
+  batching_ = !incoming_.empty();
+  batch_since_ = Clock::now();
+}
+
+void Engine::RunCycleSteps() {
   ++cycle_;
   last_cycle_start_ = Clock::now();
   const int64_t cycle_start_us = timeline_ ? Timeline::NowMicros() : 0;

@@ -453,6 +453,7 @@ int64_t Engine::Enqueue(Request request) {
                                           "stay unique until the earlier one completes"));
     }
     in_flight_.insert(key);
+    last_enqueue_ticks_.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
     handle = handles_.Create(std::move(request.on_complete));
     incoming_.emplace_back(std::move(request), handle);
   }

@@ -165,6 +165,7 @@ class Engine {
   void Loop();
   bool WaitForTrigger();  // false when the loop must stop
   void RunCycle();  // one negotiation cycle and the execution of what it decided
+  void RunCycleSteps();
   void TakeNewRequests(std::vector<RequestMeta>* uncached, std::vector<uint32_t>* stale);
   std::vector<uint64_t> ReadyBits(bool has_uncached, bool has_stale) const;
   std::vector<uint64_t> AgreeOnBits(const std::vector<uint64_t>& mine);
@@ -254,6 +255,7 @@ class Engine {
   // Per (op type, process set), for requests without a name: only the set's members call it.
   std::map<std::pair<int, int32_t>, uint64_t> auto_names_;
   std::atomic<bool> shutdown_requested_{false};
+  std::atomic<Clock::rep> last_enqueue_ticks_{0};  // Clock ticks of the newest Enqueue
 
   std::mutex wake_mu_;
   std::condition_variable wake_cv_;
@@ -269,6 +271,12 @@ class Engine {
   std::vector<ControlMessage> inbox_;
   uint64_t cycle_ = 0;
   Clock::time_point last_cycle_start_{};
+  // Requests arrived while the last cycle ran (since batch_since_): wait for the burst to pause.
+  bool batching_ = false;
+  Clock::time_point batch_since_{};
+  // A burst has paused when no request came for this long: far less than a negotiation round
+  // trip, far more than the gap between two enqueues of a loop of asynchronous calls.
+  static constexpr std::chrono::microseconds kBurstPause{50};
   bool joined_ = false;
   bool reannounce_ = false;       // a cached request lost its entry and must be announced again
   Clock::time_point last_activity_ = Clock::now();  // a request taken or completed here

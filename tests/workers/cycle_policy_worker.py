@@ -1,0 +1,41 @@
+"""Runs inside every rank under HOROVOD_CYCLE_TIME=60000 (a minute): a request that finds the
+engine idle must start a cycle at once, so twenty back-to-back synchronous allreduces finish
+(the old policy, one cycle per HOROVOD_CYCLE_TIME, would take twenty minutes); and a burst of
+asynchronous allreduces submitted in a loop must be batched into a few cycles, not one each.
+Writes <HERRING_TEST_RESULTS>/<rank>.json with the counters each phase used."""
+
+import json
+import os
+
+import torch
+
+import horovod.torch as hvd
+import hvd_herring
+
+
+def cycles():
+    return hvd_herring.counters()["cycles"]
+
+
+def main():
+    hvd.init()
+    size = hvd.size()
+    out = {}
+    hvd.allreduce(torch.ones(1), name="warm.up", op=hvd.Sum)
+
+    before = cycles()
+    lone = [hvd.allreduce(torch.ones(1024), name=f"lone.{i}", op=hvd.Sum)[0].item() for i in range(20)]
+    out["lone_sums"] = lone
+    out["lone_cycles"] = cycles() - before
+
+    hvd.barrier()
+    before = cycles()
+    handles = [hvd.allreduce_async(torch.full((4,), float(i)), name=f"burst.{i}", op=hvd.Sum) for i in range(200)]
+    out["burst_ok"] = all(hvd.synchronize(h)[0].item() == i * size for i, h in enumerate(handles))
+    out["burst_cycles"] = cycles() - before
+    with open(os.path.join(os.environ["HERRING_TEST_RESULTS"], f"{hvd.rank()}.json"), "w") as f:
+        json.dump(out, f)
+
+
+if __name__ == "__main__":
+    main()
