@@ -18,6 +18,10 @@ command -v g++ >/dev/null 2>&1 || need_apt+=(g++)
 [ -x /usr/sbin/sshd ] || need_apt+=(openssh-server)     # the simulated cluster: an sshd per host
 command -v ssh >/dev/null 2>&1 || need_apt+=(openssh-client)
 command -v iperf3 >/dev/null 2>&1 || need_apt+=(iperf3)   # its link bound
+# Libraries the core builds on (crypto, JSON, HTTP) and its unit-test framework.
+for pkg in libssl-dev nlohmann-json3-dev libcpp-httplib-dev libgtest-dev; do
+  dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
+done
 # clang with libFuzzer's runtime: the wire decoders' fuzz target (fuzz/, tests/test_security.py).
 command -v clang++-14 >/dev/null 2>&1 || need_apt+=(clang-14)
 dpkg -s libclang-rt-14-dev >/dev/null 2>&1 || need_apt+=(libclang-rt-14-dev)

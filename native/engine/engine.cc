@@ -5,7 +5,7 @@
 #include <random>
 #include <sstream>
 
-#include "common/hmac_sha256.h"
+#include "common/crypto.h"
 #include "common/logging.h"
 #include "ops/herring_allreduce.h"
 #include "kernels/reduce.h"

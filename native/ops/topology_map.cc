@@ -45,50 +45,61 @@ namespace {
 
 std::string Where(const std::string& source, const std::string& field) { return source + ": " + field; }
 
-const JsonValue* Member(const JsonValue& obj, const char* key, JsonValue::Kind kind, const std::string& where) {
-  const JsonValue* v = obj.Find(key);
-  if (!v || v->is_null()) return nullptr;
-  if (v->kind() != kind) {
-    throw Error(Status::InvalidArgument(where + "." + key + " must be " + JsonValue::KindName(kind) + ", not " +
-                                        JsonValue::KindName(v->kind())));
-  }
-  return v;
+std::string KindName(Json::value_t type) {
+  const std::string name = Json(type).type_name();  // "object", "array", "string", "number"...
+  return (name == "object" || name == "array" ? "an " : "a ") + name;
 }
 
-double RateOf(const JsonValue* v, double fallback, const std::string& where) {
+// The member `key` of an object, checked to be of `type`; nullptr when absent or null.
+const Json* Member(const Json& obj, const char* key, Json::value_t type, const std::string& where) {
+  auto it = obj.find(key);
+  if (it == obj.end() || it->is_null()) return nullptr;
+  if (it->type() != type && !(type == Json::value_t::number_float && it->is_number())) {
+    throw Error(Status::InvalidArgument(where + "." + key + " must be " + KindName(type) + ", not " +
+                                        KindName(it->type())));
+  }
+  return &*it;
+}
+
+const Json* Find(const Json& obj, const char* key) {
+  auto it = obj.find(key);
+  return it == obj.end() ? nullptr : &*it;
+}
+
+double RateOf(const Json* v, double fallback, const std::string& where) {
   if (!v || v->is_null()) return fallback;
   if (v->is_number()) {
-    if (!(v->as_number() > 0)) throw Error(Status::InvalidArgument(where + ": a rate must be positive"));
-    return v->as_number();
+    if (!(v->get<double>() > 0)) throw Error(Status::InvalidArgument(where + ": a rate must be positive"));
+    return v->get<double>();
   }
-  if (v->is_string()) return ParseRateBps(v->as_string(), where);
+  if (v->is_string()) return ParseRateBps(v->get<std::string>(), where);
   throw Error(Status::InvalidArgument(where + ": a rate is a string like \"1gbit\" or a number of bits/s"));
 }
 
-PathClass PathOf(const JsonValue& doc, const char* key, double default_rate, const std::string& source) {
+PathClass PathOf(const Json& doc, const char* key, double default_rate, const std::string& source) {
   PathClass path;
   path.rate_bps = default_rate;
-  const JsonValue* v = Member(doc, key, JsonValue::Kind::kObject, source);
+  const Json* v = Member(doc, key, Json::value_t::object, source);
   if (!v) return path;
   const std::string where = Where(source, key);
-  if (const JsonValue* link = Member(*v, "link", JsonValue::Kind::kString, where)) {
-    const std::string& k = link->as_string();
+  if (const Json* link = Member(*v, "link", Json::value_t::string, where)) {
+    const std::string k = link->get<std::string>();
     if (k == "switch") path.link = LinkKind::kSwitch;
     else if (k == "shared") path.link = LinkKind::kShared;
     else if (k == "direct") path.link = LinkKind::kDirect;
     else throw Error(Status::InvalidArgument(where + ".link '" + k + "' is not one of switch, shared, direct"));
   }
-  path.rate_bps = RateOf(v->Find("rate"), default_rate, where + ".rate");
+  path.rate_bps = RateOf(Find(*v, "rate"), default_rate, where + ".rate");
   return path;
 }
 
 }  // namespace
 
-NetworkTopology NetworkTopology::FromJson(const JsonValue& doc, const std::string& source) {
+NetworkTopology NetworkTopology::FromJson(const Json& doc, const std::string& source) {
   if (!doc.is_object()) throw Error(Status::InvalidArgument(source + ": the topology must be a JSON object"));
   NetworkTopology t;
   t.source = source;
-  const double default_rate = RateOf(doc.Find("rate"), 1e9, Where(source, "rate"));
+  const double default_rate = RateOf(Find(doc, "rate"), 1e9, Where(source, "rate"));
   auto group_index = [&t](const std::string& name) {
     auto it = std::find(t.group_names.begin(), t.group_names.end(), name);
     if (it != t.group_names.end()) return static_cast<int>(it - t.group_names.begin());
@@ -102,15 +113,15 @@ NetworkTopology NetworkTopology::FromJson(const JsonValue& doc, const std::strin
     t.host_rate_bps[host] = rate;
   };
 
-  const JsonValue* hosts = doc.Find("hosts");
-  const JsonValue* groups = Member(doc, "groups", JsonValue::Kind::kObject, source);
+  const Json* hosts = Find(doc, "hosts");
+  const Json* groups = Member(doc, "groups", Json::value_t::object, source);
   if ((hosts && !hosts->is_null()) == (groups != nullptr)) {
     throw Error(Status::InvalidArgument(source + ": give either \"hosts\" (the simulated cluster's list) or "
                                                  "\"groups\" (group name -> host names), not " +
                                         std::string(groups ? "both" : "neither")));
   }
   if (hosts && hosts->is_number()) {  // the simulated cluster's shorthand: a count, no groups
-    const double count = hosts->as_number();
+    const double count = hosts->get<double>();
     if (!(count >= 1 && count <= 100000) || count != std::floor(count)) {
       throw Error(Status::InvalidArgument(Where(source, "hosts") + " must be a positive count or an array of hosts"));
     }
@@ -118,30 +129,30 @@ NetworkTopology NetworkTopology::FromJson(const JsonValue& doc, const std::strin
       add_host("simhost" + std::to_string(i), "", default_rate, Where(source, "hosts"));
     }
   } else if (groups) {
-    for (const auto& g : groups->members()) {
-      const std::string where = Where(source, "groups." + g.first);
-      if (!g.second.is_array()) throw Error(Status::InvalidArgument(where + " must be an array of host names"));
-      for (const auto& h : g.second.items()) {
+    for (const auto& g : groups->items()) {
+      const std::string where = Where(source, "groups." + g.key());
+      if (!g.value().is_array()) throw Error(Status::InvalidArgument(where + " must be an array of host names"));
+      for (const auto& h : g.value()) {
         if (!h.is_string()) throw Error(Status::InvalidArgument(where + " must be an array of host names"));
-        add_host(h.as_string(), g.first, default_rate, where);
+        add_host(h.get<std::string>(), g.key(), default_rate, where);
       }
     }
   } else {
-    if (!hosts->is_array() || hosts->items().empty()) {
+    if (!hosts->is_array() || hosts->empty()) {
       throw Error(Status::InvalidArgument(Where(source, "hosts") + " must be a non-empty array of hosts"));
     }
     bool any_group = false, all_groups = true;
-    for (size_t i = 0; i < hosts->items().size(); ++i) {
-      const JsonValue& h = hosts->items()[i];
+    for (size_t i = 0; i < hosts->size(); ++i) {
+      const Json& h = (*hosts)[i];
       const std::string where = Where(source, "hosts[" + std::to_string(i) + "]");
       if (!h.is_object()) throw Error(Status::InvalidArgument(where + " must be an object"));
-      const JsonValue* name = Member(h, "name", JsonValue::Kind::kString, where);
-      const JsonValue* group = Member(h, "group", JsonValue::Kind::kString, where);
+      const Json* name = Member(h, "name", Json::value_t::string, where);
+      const Json* group = Member(h, "group", Json::value_t::string, where);
       any_group = any_group || group;
       all_groups = all_groups && group;
       // The simulated cluster names hosts simhost<i> unless told otherwise.
-      add_host(name ? name->as_string() : "simhost" + std::to_string(i), group ? group->as_string() : "",
-               RateOf(h.Find("rate"), default_rate, where + ".rate"), where);
+      add_host(name ? name->get<std::string>() : "simhost" + std::to_string(i), group ? group->get<std::string>() : "",
+               RateOf(Find(h, "rate"), default_rate, where + ".rate"), where);
     }
     if (any_group && !all_groups) {
       throw Error(Status::InvalidArgument(Where(source, "hosts") + ": either every host has a \"group\" or none has"));

@@ -26,7 +26,7 @@
 #include <string>
 #include <vector>
 
-#include "common/json_reader.h"
+#include "common/json.h"
 
 namespace herring {
 
@@ -46,7 +46,7 @@ struct NetworkTopology {
   PathClass intra, cross;
 
   // Reads either form described above. Throws Error(InvalidArgument) naming the file and field.
-  static NetworkTopology FromJson(const JsonValue& doc, const std::string& source);
+  static NetworkTopology FromJson(const Json& doc, const std::string& source);
   static NetworkTopology Load(const std::string& path);
   int GroupOf(const std::string& host) const;  // -1 if the description does not name it
 };

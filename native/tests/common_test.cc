@@ -44,7 +44,7 @@ TEST(DataTypeSizes) {
   EXPECT_TRUE(!IsValidDataType(42));
 }
 
-#include "common/hmac_sha256.h"
+#include "common/crypto.h"
 
 TEST(CryptoSha256StandardVectors) {
   Digest d = Sha256("abc", 3);

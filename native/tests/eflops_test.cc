@@ -10,7 +10,7 @@
 #include <thread>
 #include <vector>
 
-#include "common/json_reader.h"
+#include "common/json.h"
 #include "common/knobs.h"
 #include "common/status.h"
 #include "engine/counters.h"
@@ -93,30 +93,14 @@ bool AllOnes(const std::vector<int>& v) {
 
 // --- JSON -----------------------------------------------------------------------------------
 
-TEST(JsonParsesEveryKindInDocumentOrder) {
-  JsonValue v = ParseJson(R"({"b": [1, -2.5e3, true, false, null], "a": {"s": "x\"\u00e9\n"}, "e": []})", "doc");
-  ASSERT_TRUE(v.is_object());
-  EXPECT_EQ(v.members().size(), size_t(3));
-  EXPECT_EQ(v.members()[0].first, std::string("b"));  // document order, not sorted
-  const JsonValue* b = v.Find("b");
-  ASSERT_TRUE(b && b->is_array());
-  EXPECT_EQ(b->items().size(), size_t(5));
-  EXPECT_EQ(b->items()[1].as_number(), -2500.0);
-  EXPECT_TRUE(b->items()[2].as_bool());
-  EXPECT_TRUE(b->items()[4].is_null());
-  EXPECT_EQ(v.Find("a")->Find("s")->as_string(), std::string("x\"\xc3\xa9\n"));
-  EXPECT_TRUE(v.Find("e")->items().empty());
-  EXPECT_TRUE(v.Find("missing") == nullptr);
-}
-
-TEST(JsonErrorsSayWhereAndWhat) {
+TEST(JsonKeepsDocumentOrderAndErrorsSayWhere) {
+  // Group indices follow the order of the document's members (ordered_json), not sorted keys.
+  Json v = ParseJson(R"({"b": [1, -2.5e3], "a": {"s": "x"}})", "doc");
+  EXPECT_EQ(v.begin().key(), std::string("b"));
+  EXPECT_EQ(v["b"][1].get<double>(), -2500.0);
   EXPECT_TRUE(Contains(ErrorOf([] { ParseJson("{\n  \"a\": 1,\n  \"b\" 2\n}", "f.json"); }),
-                       "f.json:3:7: expected ':' after the member name \"b\""));
-  EXPECT_TRUE(Contains(ErrorOf([] { ParseJson("[1, 2", "f.json"); }), "f.json:1:6: expected ',' or ']'"));
-  EXPECT_TRUE(Contains(ErrorOf([] { ParseJson("{} x", "f.json"); }), "unexpected text after the document"));
-  EXPECT_TRUE(Contains(ErrorOf([] { ParseJson("\"abc", "f.json"); }), "a string is not closed"));
-  EXPECT_TRUE(Contains(ErrorOf([] { ParseJson("01", "f.json"); }), "unexpected text"));
-  EXPECT_TRUE(Contains(ErrorOf([] { ParseJson(std::string(100, '['), "f.json"); }), "nested more than 64"));
+                       "f.json: parse error at line 3"));
+  EXPECT_TRUE(Contains(ErrorOf([] { ParseJson("{} x", "f.json"); }), "f.json: parse error"));
   EXPECT_TRUE(Contains(ErrorOf([] { ReadJsonFile("/nonexistent/topology.json"); }),
                        "cannot read /nonexistent/topology.json"));
 }

@@ -12,7 +12,7 @@
 #include <set>
 #include <string>
 
-#include "common/hmac_sha256.h"
+#include "common/crypto.h"
 #include "common/logging.h"
 #include "transport/frame.h"
 #include "transport/socket_util.h"
