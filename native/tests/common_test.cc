@@ -2,18 +2,18 @@
 #include "common/dtype.h"
 #include "common/knobs.h"
 #include "common/status.h"
-#include "tests/test_framework.h"
+#include <gtest/gtest.h>
 
 using namespace herring;
 
-TEST(KnobsDefaultsParse) {
+TEST(Common, KnobsDefaultsParse) {
   Config c = Config::FromEnvironment({});
   EXPECT_EQ(c.fusion_threshold_bytes, 134217728);
   EXPECT_EQ(c.cache_capacity, 1024);
   EXPECT_TRUE(c.allreduce == AllreduceAlgorithm::kHerring);
 }
 
-TEST(KnobsRejectGarbageNamingTheKnob) {
+TEST(Common, KnobsRejectGarbageNamingTheKnob) {
   bool threw = false;
   try {
     Config::FromEnvironment({{"HOROVOD_CACHE_CAPACITY", "lots"}});
@@ -24,7 +24,7 @@ TEST(KnobsRejectGarbageNamingTheKnob) {
   EXPECT_TRUE(threw);
 }
 
-TEST(KnobsFingerprintCoversMustMatchOnly) {
+TEST(Common, KnobsFingerprintCoversMustMatchOnly) {
   Config a = Config::FromEnvironment({{"HOROVOD_CYCLE_TIME", "5"}});
   Config b = Config::FromEnvironment({});
   EXPECT_EQ(a.MustMatchFingerprint(), b.MustMatchFingerprint());
@@ -32,13 +32,13 @@ TEST(KnobsFingerprintCoversMustMatchOnly) {
   EXPECT_TRUE(d.MustMatchFingerprint() != b.MustMatchFingerprint());
 }
 
-TEST(DeadlineExpires) {
+TEST(Common, DeadlineExpires) {
   Deadline d = Deadline::After(std::chrono::milliseconds(0));
   EXPECT_TRUE(d.Expired());
   EXPECT_TRUE(!Deadline::Never().Expired());
 }
 
-TEST(DataTypeSizes) {
+TEST(Common, DataTypeSizes) {
   EXPECT_EQ(ElementSize(DataType::kBFloat16), size_t(2));
   EXPECT_EQ(ElementSize(DataType::kFloat64), size_t(8));
   EXPECT_TRUE(!IsValidDataType(42));
@@ -46,7 +46,7 @@ TEST(DataTypeSizes) {
 
 #include "common/crypto.h"
 
-TEST(CryptoSha256StandardVectors) {
+TEST(Common, CryptoSha256StandardVectors) {
   Digest d = Sha256("abc", 3);
   EXPECT_EQ(ToHex(d.data(), 32), std::string("ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"));
   d = Sha256("", 0);
@@ -56,7 +56,7 @@ TEST(CryptoSha256StandardVectors) {
   EXPECT_EQ(ToHex(d.data(), 32), std::string("248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1"));
 }
 
-TEST(CryptoHmacSha256Rfc4231) {
+TEST(Common, CryptoHmacSha256Rfc4231) {
   // RFC 4231 test cases 1 and 2.
   Digest d = HmacSha256(std::string(20, '\x0b'), "Hi There");
   EXPECT_EQ(ToHex(d.data(), 32), std::string("b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7"));

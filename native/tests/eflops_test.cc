@@ -19,7 +19,7 @@
 #include "kernels/reduce.h"
 #include "ops/halving_doubling_allreduce.h"
 #include "ops/topology_map.h"
-#include "tests/test_framework.h"
+#include <gtest/gtest.h>
 #include "transport/tcp_transport.h"
 
 using namespace herring;
@@ -93,7 +93,7 @@ bool AllOnes(const std::vector<int>& v) {
 
 // --- JSON -----------------------------------------------------------------------------------
 
-TEST(JsonKeepsDocumentOrderAndErrorsSayWhere) {
+TEST(Eflops, JsonKeepsDocumentOrderAndErrorsSayWhere) {
   // Group indices follow the order of the document's members (ordered_json), not sorted keys.
   Json v = ParseJson(R"({"b": [1, -2.5e3], "a": {"s": "x"}})", "doc");
   EXPECT_EQ(v.begin().key(), std::string("b"));
@@ -107,7 +107,7 @@ TEST(JsonKeepsDocumentOrderAndErrorsSayWhere) {
 
 // --- the description ------------------------------------------------------------------------
 
-TEST(TopologyRatesUseTcUnits) {
+TEST(Eflops, TopologyRatesUseTcUnits) {
   EXPECT_EQ(ParseRateBps("1gbit", "x"), 1e9);
   EXPECT_EQ(ParseRateBps("250Mbit", "x"), 250e6);
   EXPECT_EQ(ParseRateBps("100mbps", "x"), 800e6);  // tc: mbps is megaBYTES per second
@@ -116,7 +116,7 @@ TEST(TopologyRatesUseTcUnits) {
                        "t.json: intra.rate: rate 'fast' is not understood"));
 }
 
-TEST(TopologyReadsTheSimulatedClustersFile) {
+TEST(Eflops, TopologyReadsTheSimulatedClustersFile) {
   NetworkTopology t = Parse(R"({"rate": "200mbit",
       "hosts": [{"slots": 2, "group": "a"}, {"name": "big", "group": "a", "rate": "1gbit"},
                 {"group": "b"}, {"role": "server", "group": "b"}],
@@ -135,7 +135,7 @@ TEST(TopologyReadsTheSimulatedClustersFile) {
   EXPECT_EQ(t.cross.rate_bps, 200e6);  // no rate of its own: the cluster's
 }
 
-TEST(TopologyReadsTheGroupsForm) {
+TEST(Eflops, TopologyReadsTheGroupsForm) {
   NetworkTopology t = Parse(R"({"groups": {"left": ["n1", "n2"], "right": ["n3"]},
                                 "cross": {"link": "direct", "rate": "10gbit"}})");
   EXPECT_EQ(t.GroupOf("n2"), 0);
@@ -145,7 +145,7 @@ TEST(TopologyReadsTheGroupsForm) {
   EXPECT_EQ(t.cross.rate_bps, 10e9);
 }
 
-TEST(TopologyRejectsBadFilesNamingTheField) {
+TEST(Eflops, TopologyRejectsBadFilesNamingTheField) {
   EXPECT_TRUE(Contains(ErrorOf([] { Parse(R"({"groups": {"a": ["x"]}, "intra": {"link": "fat"}})"); }),
                        "t.json: intra.link 'fat' is not one of switch, shared, direct"));
   EXPECT_TRUE(Contains(ErrorOf([] { Parse(R"({"groups": {"a": ["x"], "b": ["x"]}})"); }),
@@ -160,7 +160,7 @@ TEST(TopologyRejectsBadFilesNamingTheField) {
                        "t.json: cross.link must be a string, not a number"));
 }
 
-TEST(KnobsSelectHalvingDoubling) {
+TEST(Eflops, KnobsSelectHalvingDoubling) {
   EXPECT_TRUE(Config::FromEnvironment({{"HERRING_ALLREDUCE", "hd"}}).allreduce == AllreduceAlgorithm::kHalvingDoubling);
   Config c = Config::FromEnvironment({{"HERRING_ALLREDUCE", "hd-topo"}, {"HERRING_TOPOLOGY", "/x/t.json"}});
   EXPECT_TRUE(c.allreduce == AllreduceAlgorithm::kHalvingDoublingTopo);
@@ -177,7 +177,7 @@ TEST(KnobsSelectHalvingDoubling) {
 
 // --- plans and the link model ---------------------------------------------------------------
 
-TEST(PlanFoldsExtrasIntoTheCore) {
+TEST(Eflops, PlanFoldsExtrasIntoTheCore) {
   HalvingDoublingPlan p6 = HalvingDoublingPlan::RankOrder(6);
   EXPECT_EQ(p6.p, 4);
   EXPECT_EQ(p6.extras(), 2);
@@ -199,7 +199,7 @@ TEST(PlanFoldsExtrasIntoTheCore) {
   EXPECT_TRUE(Contains(ErrorOf([] { HalvingDoublingPlan::FromOrder({0, 0, 1}); }), "exactly once"));
 }
 
-TEST(ModelChargesTheBusiestLink) {
+TEST(Eflops, ModelChargesTheBusiestLink) {
   // 4 hosts, a = {0,1}, b = {2,3}; intra shared 500 Mbit/s, cross direct 1 Gbit/s.
   NetworkTopology t = Parse(ClusterJson({"a", "a", "b", "b"}, kSharedIntra, kDirectCross));
   LinkModel m = Model(t, OneRankPerHost(4));
@@ -223,7 +223,7 @@ TEST(ModelChargesTheBusiestLink) {
   EXPECT_EQ(r.StepSeconds({{0, 2, mb}, {3, 1, mb}}), 8e6 / 500e6);  // opposite directions
 }
 
-TEST(ModelNamesHostsMissingFromTheTopology) {
+TEST(Eflops, ModelNamesHostsMissingFromTheTopology) {
   NetworkTopology t = Parse(ClusterJson({"a", "b"}, kSharedIntra, kDirectCross));
   EXPECT_TRUE(Contains(ErrorOf([&] { LinkModel(t, {"simhost0", "gpu7"}, {0, 5}); }),
                        "does not name host 'gpu7' of rank 5"));
@@ -231,7 +231,7 @@ TEST(ModelNamesHostsMissingFromTheTopology) {
 
 // --- the mapping ----------------------------------------------------------------------------
 
-TEST(MappingBiGraphEveryExchangeCrossesOnItsOwnLink) {
+TEST(Eflops, MappingBiGraphEveryExchangeCrossesOnItsOwnLink) {
   NetworkTopology t = Parse(ClusterJson({"a", "a", "a", "a", "b", "b", "b", "b"}, kSharedIntra, kDirectCross));
   LinkModel m = Model(t, OneRankPerHost(8));
   TopologyMapping map = MapOntoTopology(m);
@@ -252,7 +252,7 @@ TEST(MappingBiGraphEveryExchangeCrossesOnItsOwnLink) {
   EXPECT_TRUE(Contains(DescribeMapping(map, m), "most flows on one link per step: 1 1 1 1 1 1"));
 }
 
-TEST(MappingBiGraphWithInterleavedHostsAndNonPowersOfTwo) {
+TEST(Eflops, MappingBiGraphWithInterleavedHostsAndNonPowersOfTwo) {
   // Hosts alternate between the groups; n = 3, 5, 6, 7 fold extras in across the groups too.
   for (int n : {2, 3, 4, 5, 6, 7}) {
     std::vector<std::string> groups;
@@ -261,25 +261,25 @@ TEST(MappingBiGraphWithInterleavedHostsAndNonPowersOfTwo) {
     LinkModel m = Model(t, OneRankPerHost(n));
     TopologyMapping map = MapOntoTopology(m);
     const std::string what = "n=" + std::to_string(n) + ": " + DescribeMapping(map, m);
-    if (!AllOnes(m.MostFlowsPerLink(map.plan))) ::herring_test::RecordFailure(__FILE__, __LINE__, what);
+    if (!AllOnes(m.MostFlowsPerLink(map.plan))) ADD_FAILURE() << what;
     // With groups of ceil(n/2) and floor(n/2) hosts every exchange can cross.
-    if (!EveryExchangeCrosses(m, map.plan)) ::herring_test::RecordFailure(__FILE__, __LINE__, what);
+    if (!EveryExchangeCrosses(m, map.plan)) ADD_FAILURE() << what;
     EXPECT_TRUE(map.modeled_seconds_per_byte <= map.rank_order_seconds_per_byte);
   }
 }
 
-TEST(MappingTwoRanksPerHostUseDistinctDirectLinks) {
+TEST(Eflops, MappingTwoRanksPerHostUseDistinctDirectLinks) {
   // 4 hosts x 2 ranks (a = hosts 0, 1; b = hosts 2, 3): each host's two ranks must talk to two
   // different hosts of the other group at every step, or a direct link would carry two flows.
   NetworkTopology t = Parse(ClusterJson({"a", "a", "b", "b"}, kSharedIntra, kDirectCross));
   LinkModel m = Model(t, {0, 0, 1, 1, 2, 2, 3, 3});
   TopologyMapping map = MapOntoTopology(m);
   const std::string what = DescribeMapping(map, m);
-  if (!AllOnes(m.MostFlowsPerLink(map.plan))) ::herring_test::RecordFailure(__FILE__, __LINE__, what);
+  if (!AllOnes(m.MostFlowsPerLink(map.plan))) ADD_FAILURE() << what;
   EXPECT_TRUE(std::fabs(map.modeled_seconds_per_byte - 1.75 * 8 / 1e9) < 1e-15);
 }
 
-TEST(MappingReverseTopologyKeepsTrafficInsideGroups) {
+TEST(Eflops, MappingReverseTopologyKeepsTrafficInsideGroups) {
   // Cross-group traffic shares one uplink per group: only the last, smallest exchange of the
   // halving (and the first of the doubling) should cross, even when the hosts alternate.
   NetworkTopology t = Parse(ClusterJson({"a", "b", "a", "b", "a", "b", "a", "b"}, kDirectIntra, kSharedCross));
@@ -297,7 +297,7 @@ TEST(MappingReverseTopologyKeepsTrafficInsideGroups) {
   EXPECT_TRUE(map.modeled_seconds_per_byte < map.rank_order_seconds_per_byte);
 }
 
-TEST(MappingKeepsRankOrderWhenTheTopologyDoesNotMatter) {
+TEST(Eflops, MappingKeepsRankOrderWhenTheTopologyDoesNotMatter) {
   NetworkTopology t = Parse(R"({"rate": "1gbit", "hosts": 6})");
   LinkModel m = Model(t, OneRankPerHost(6));
   TopologyMapping map = MapOntoTopology(m);
@@ -305,7 +305,7 @@ TEST(MappingKeepsRankOrderWhenTheTopologyDoesNotMatter) {
   EXPECT_EQ(map.plan.member_at, HalvingDoublingPlan::RankOrder(6).member_at);
 }
 
-TEST(MappingIsDeterministic) {
+TEST(Eflops, MappingIsDeterministic) {
   NetworkTopology t = Parse(ClusterJson({"a", "b", "b", "a", "b", "a", "a", "b", "a", "b", "a", "b"},
                                         kSharedIntra, kDirectCross));
   std::vector<int> hosts;
@@ -439,14 +439,14 @@ void CheckJob(const Job& job, bool noisy, const std::string& what) {
   std::string error;
   auto outputs = RunAllreduce(job, noisy, &error);
   if (!error.empty()) {
-    ::herring_test::RecordFailure(__FILE__, __LINE__, what + ": " + error);
+    ADD_FAILURE() << what + ": " + error;
     return;
   }
   const size_t esz = Esz(job);
   const int64_t total = static_cast<int64_t>(outputs[0].size() / esz);
   for (int r = 1; r < job.n; ++r) {
     if (outputs[r] != outputs[0]) {
-      ::herring_test::RecordFailure(__FILE__, __LINE__, what + ": rank " + std::to_string(r) + " differs bitwise from rank 0");
+      ADD_FAILURE() << what + ": rank " + std::to_string(r) + " differs bitwise from rank 0";
       return;
     }
   }
@@ -464,8 +464,8 @@ void CheckJob(const Job& job, bool noisy, const std::string& what) {
     double got = Load(job.dtype, &outputs[0][i * esz]);
     double tolerance = noisy ? 1e-5 * job.n : 0;
     if (!(std::fabs(got - acc) <= tolerance)) {
-      ::herring_test::RecordFailure(__FILE__, __LINE__, what + ": element " + std::to_string(i) + " is " +
-                                                            std::to_string(got) + ", expected " + std::to_string(acc));
+      ADD_FAILURE() << what + ": element " + std::to_string(i) + " is " +
+                                                            std::to_string(got) + ", expected " + std::to_string(acc);
       return;
     }
   }
@@ -479,7 +479,7 @@ std::shared_ptr<const NetworkTopology> AlternatingGroups(int hosts) {
 
 }  // namespace
 
-TEST(HalvingDoublingMatchesReferencesForEverySize) {
+TEST(Eflops, HalvingDoublingMatchesReferencesForEverySize) {
   for (int n = 2; n <= 9; ++n) {
     for (bool topo : {false, true}) {
       Job job;
@@ -491,7 +491,7 @@ TEST(HalvingDoublingMatchesReferencesForEverySize) {
   }
 }
 
-TEST(HalvingDoublingEveryOpAndSeveralDtypes) {
+TEST(Eflops, HalvingDoublingEveryOpAndSeveralDtypes) {
   for (DataType t : {DataType::kFloat32, DataType::kFloat64, DataType::kInt32, DataType::kInt64, DataType::kUInt8,
                      DataType::kFloat16, DataType::kBFloat16}) {
     for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProduct}) {
@@ -506,7 +506,7 @@ TEST(HalvingDoublingEveryOpAndSeveralDtypes) {
   }
 }
 
-TEST(HalvingDoublingScalesAndCrossesPieces) {
+TEST(Eflops, HalvingDoublingScalesAndCrossesPieces) {
   // 3 MiB of float32 per rank: the halves travel in several 1 MiB pieces; n = 6 folds 2 in.
   Job job;
   job.n = 6;
@@ -520,7 +520,7 @@ TEST(HalvingDoublingScalesAndCrossesPieces) {
   CheckJob(job, false, "large, scaled, hd n=4");
 }
 
-TEST(HalvingDoublingFewerElementsThanPositions) {
+TEST(Eflops, HalvingDoublingFewerElementsThanPositions) {
   for (int n : {3, 8}) {
     Job job;
     job.n = n;
@@ -531,7 +531,7 @@ TEST(HalvingDoublingFewerElementsThanPositions) {
   }
 }
 
-TEST(HalvingDoublingTwoRanksPerHostWithTopology) {
+TEST(Eflops, HalvingDoublingTwoRanksPerHostWithTopology) {
   Job job;
   job.n = 8;
   job.hosts = {"simhost0", "simhost0", "simhost1", "simhost1", "simhost2", "simhost2", "simhost3", "simhost3"};

@@ -15,7 +15,7 @@
 #include "ps/psld_balancer.h"
 #include "ps/r2sp_server.h"
 #include "ps/server_layout.h"
-#include "tests/test_framework.h"
+#include <gtest/gtest.h>
 
 using namespace herring;
 
@@ -43,7 +43,7 @@ bool Contains(const std::string& s, const std::string& part) { return s.find(par
 
 }  // namespace
 
-TEST(EngineAgreementMatchingShapes) {
+TEST(EngineLogic, EngineAgreementMatchingShapes) {
   auto set = World(3);
   auto r = AgreeOnRequests({Allreduce("w", 0, {2, 3}), Allreduce("w", 1, {2, 3}), Allreduce("w", 2, {2, 3})},
                            *set, {});
@@ -51,7 +51,7 @@ TEST(EngineAgreementMatchingShapes) {
   EXPECT_EQ(r.shapes[0], (std::vector<int64_t>{2, 3}));
 }
 
-TEST(EngineAgreementShapeMismatchNamesRanksAndShapes) {
+TEST(EngineLogic, EngineAgreementShapeMismatchNamesRanksAndShapes) {
   auto set = World(3);
   auto r = AgreeOnRequests({Allreduce("w", 0, {2, 3}), Allreduce("w", 1, {4}), Allreduce("w", 2, {2, 3})},
                            *set, {});
@@ -61,7 +61,7 @@ TEST(EngineAgreementShapeMismatchNamesRanksAndShapes) {
   EXPECT_TRUE(Contains(r.error, "rank 1 has [4]"));
 }
 
-TEST(EngineAgreementDtypeAndOpMismatch) {
+TEST(EngineLogic, EngineAgreementDtypeAndOpMismatch) {
   auto set = World(2);
   auto a = Allreduce("g", 0, {5}), b = Allreduce("g", 1, {5});
   b.dtype = DataType::kFloat64;
@@ -74,7 +74,7 @@ TEST(EngineAgreementDtypeAndOpMismatch) {
   EXPECT_TRUE(Contains(r.error, "rank 0 has allreduce; rank 1 has allgather"));
 }
 
-TEST(EngineAgreementAllgatherFirstDimMayDiffer) {
+TEST(EngineLogic, EngineAgreementAllgatherFirstDimMayDiffer) {
   auto set = World(2);
   auto a = Allreduce("x", 0, {1, 4}), b = Allreduce("x", 1, {3, 4});
   a.type = b.type = OpType::kAllgather;
@@ -86,7 +86,7 @@ TEST(EngineAgreementAllgatherFirstDimMayDiffer) {
   EXPECT_TRUE(Contains(r.error, "only the first dimension may differ"));
 }
 
-TEST(EngineCoordinatorWaitsForEveryMemberAndReportsStalls) {
+TEST(EngineLogic, EngineCoordinatorWaitsForEveryMemberAndReportsStalls) {
   auto set = World(3);
   ProcessSetTable table;
   table.Add(std::move(set));
@@ -103,7 +103,7 @@ TEST(EngineCoordinatorWaitsForEveryMemberAndReportsStalls) {
   EXPECT_TRUE(ready[0].ok());
 }
 
-TEST(EngineCoordinatorJoinedRanksCountAsSubmitted) {
+TEST(EngineLogic, EngineCoordinatorJoinedRanksCountAsSubmitted) {
   auto set = World(2);
   ProcessSetTable table;
   table.Add(std::move(set));
@@ -125,7 +125,7 @@ TEST(EngineCoordinatorJoinedRanksCountAsSubmitted) {
   EXPECT_EQ(ready[0].root, 0);  // the last rank to join
 }
 
-TEST(EngineResponseCacheHitStaleAndLru) {
+TEST(EngineLogic, EngineResponseCacheHitStaleAndLru) {
   ResponseCache cache(2);
   auto set = World(2);
   auto agreed = AgreeOnRequests({Allreduce("a", 0, {4}), Allreduce("a", 1, {4})}, *set, {});
@@ -147,7 +147,7 @@ TEST(EngineResponseCacheHitStaleAndLru) {
   EXPECT_EQ(pc, static_cast<uint32_t>(evicted));  // the freed position is reused
 }
 
-TEST(EngineResponseCacheDoesNotCacheErrorsOrJoins) {
+TEST(EngineLogic, EngineResponseCacheDoesNotCacheErrorsOrJoins) {
   Response r;
   r.error = "x";
   EXPECT_TRUE(!ResponseCache::Cacheable(r));
@@ -156,7 +156,7 @@ TEST(EngineResponseCacheDoesNotCacheErrorsOrJoins) {
   EXPECT_TRUE(!ResponseCache::Cacheable(j));
 }
 
-TEST(EnginePartitionMapBalancedAndMoved) {
+TEST(EngineLogic, EnginePartitionMapBalancedAndMoved) {
   auto map = PartitionMap::Balanced(4);
   auto r = map.Ranges(1000, 16);
   EXPECT_EQ(r.size(), size_t(4));
@@ -182,7 +182,7 @@ TEST(EnginePartitionMapBalancedAndMoved) {
   EXPECT_EQ(map.WithShardRemoved(2).num_shards(), 3);
 }
 
-TEST(EngineServerLayoutInterleavesHosts) {
+TEST(EngineLogic, EngineServerLayoutInterleavesHosts) {
   // Two hosts with two members each: shards go host 0, host 1, host 0, host 1.
   const std::vector<int> ranks = {10, 11, 12, 13};  // member index -> transport rank
   auto layout = ServerLayout::Colocated({{0, 1}, {2, 3}}, ranks, 0);
@@ -194,7 +194,7 @@ TEST(EngineServerLayoutInterleavesHosts) {
   EXPECT_EQ(dedicated.map.num_shards(), 2);
 }
 
-TEST(EngineControlMessagesRoundTrip) {
+TEST(EngineLogic, EngineControlMessagesRoundTrip) {
   auto set = World(2);
   auto resp = AgreeOnRequests({Allreduce("a", 0, {4, 2}), Allreduce("a", 1, {4, 2})}, *set, {});
   uint64_t cycle = 0;
@@ -213,7 +213,7 @@ TEST(EngineControlMessagesRoundTrip) {
   EXPECT_EQ(CycleOf(EncodeBits(123, {1, 2})), uint64_t(123));
 }
 
-TEST(EngineWireRejectsTruncatedAndHugeCounts) {
+TEST(EngineLogic, EngineWireRejectsTruncatedAndHugeCounts) {
   std::string msg = EncodeUncached(5, {Allreduce("q", 1, {7})}, {});
   bool threw = false;
   try {
@@ -241,7 +241,7 @@ TEST(EngineWireRejectsTruncatedAndHugeCounts) {
   EXPECT_TRUE(threw);
 }
 
-TEST(EngineFaultInjectorParsesAndArmsOnlyItsRank) {
+TEST(EngineLogic, EngineFaultInjectorParsesAndArmsOnlyItsRank) {
   EXPECT_TRUE(FaultInjector("kill:push:2", 2).armed());
   EXPECT_TRUE(!FaultInjector("kill:push:2", 1).armed());
   EXPECT_TRUE(!FaultInjector("", 0).armed());
@@ -263,7 +263,7 @@ TEST(EngineFaultInjectorParsesAndArmsOnlyItsRank) {
   EXPECT_EQ(int(byte), 0x11);
 }
 
-TEST(EngineStallInspectorReportsMissingRanksAndShutsDown) {
+TEST(EngineLogic, EngineStallInspectorReportsMissingRanksAndShutsDown) {
   auto set = World(3);
   ProcessSetTable table;
   table.Add(std::move(set));
@@ -279,7 +279,7 @@ TEST(EngineStallInspectorReportsMissingRanksAndShutsDown) {
   EXPECT_TRUE(Contains(s.message(), "1: ['late'] 2: ['late']"));
 }
 
-TEST(EnginePsldBalancerMovesLoadToTheFastShardAndSettles) {
+TEST(EngineLogic, EnginePsldBalancerMovesLoadToTheFastShardAndSettles) {
   BalancerOptions o;
   o.decision_interval = 1;
   o.exploration = 0;  // deterministic for the test
@@ -299,7 +299,7 @@ TEST(EnginePsldBalancerMovesLoadToTheFastShardAndSettles) {
   EXPECT_TRUE(map.version() > 0);
 }
 
-TEST(EngineResultCarriesPartitionMapUpdates) {
+TEST(EngineLogic, EngineResultCarriesPartitionMapUpdates) {
   uint64_t cycle = 0;
   std::vector<MapUpdate> maps;
   std::vector<MembershipChange> members;
@@ -315,7 +315,7 @@ TEST(EngineResultCarriesPartitionMapUpdates) {
   EXPECT_EQ(samples[0].mib, 2.0);
 }
 
-TEST(EngineResponseCacheSnapshotRestoresPositionsAndLruOrder) {
+TEST(EngineLogic, EngineResponseCacheSnapshotRestoresPositionsAndLruOrder) {
   ResponseCache cache(3);
   auto set = World(2);
   int64_t evicted;
@@ -340,7 +340,7 @@ TEST(EngineResponseCacheSnapshotRestoresPositionsAndLruOrder) {
   EXPECT_TRUE(copy.Lookup(Allreduce("b", 0, {2}), 0, &p1) == ResponseCache::Match::kMiss);
 }
 
-TEST(EngineResultCarriesMembershipChanges) {
+TEST(EngineLogic, EngineResultCarriesMembershipChanges) {
   uint64_t cycle;
   std::vector<MapUpdate> maps;
   std::vector<MembershipChange> members;
@@ -351,7 +351,7 @@ TEST(EngineResultCarriesMembershipChanges) {
   EXPECT_EQ(members[1].rank, 4);
 }
 
-TEST(R2spSessionRoundTripsAndRejectsRangesOutsideTheParameters) {
+TEST(EngineLogic, R2spSessionRoundTripsAndRejectsRangesOutsideTheParameters) {
   R2spSessionSpec spec;
   spec.id = 7;
   spec.count = 100;
@@ -375,7 +375,7 @@ TEST(R2spSessionRoundTripsAndRejectsRangesOutsideTheParameters) {
   EXPECT_EQ(DecodeR2spEnd(EncodeR2spEnd(9)), 9u);
 }
 
-TEST(R2spTagsNeverMeetCollectiveTags) {
+TEST(EngineLogic, R2spTagsNeverMeetCollectiveTags) {
   std::set<uint64_t> tags;
   for (uint64_t step : {0ull, 1ull, (1ull << 18) - 1}) {
     for (uint32_t session : {1u, 255u}) {
@@ -400,7 +400,7 @@ TEST(R2spTagsNeverMeetCollectiveTags) {
   EXPECT_TRUE(rejected);
 }
 
-TEST(R2spUpdateIsSgdWithMomentumAndWeightDecay) {
+TEST(EngineLogic, R2spUpdateIsSgdWithMomentumAndWeightDecay) {
   R2spSessionSpec spec;
   spec.lr = 0.5;
   spec.momentum = 0.5;
@@ -418,7 +418,7 @@ TEST(R2spUpdateIsSgdWithMomentumAndWeightDecay) {
   EXPECT_TRUE(params[0] == 1.0f - 0.5f * 1.25f);
 }
 
-TEST(R2spChunksCoverTheRangeWithinTheTagLimit) {
+TEST(EngineLogic, R2spChunksCoverTheRangeWithinTheTagLimit) {
   for (int64_t n : {int64_t(0), int64_t(5), int64_t(262144), int64_t(262145), int64_t(1) << 30}) {
     auto chunks = R2spChunks({0, 100, 100 + n});
     EXPECT_TRUE(chunks.size() >= 1 && chunks.size() <= kMaxR2spChunks);
@@ -431,7 +431,7 @@ TEST(R2spChunksCoverTheRangeWithinTheTagLimit) {
   }
 }
 
-TEST(EngineAgreementOnlyAllreduceAndBarrierRunWhileRanksJoined) {
+TEST(EngineLogic, EngineAgreementOnlyAllreduceAndBarrierRunWhileRanksJoined) {
   auto set = World(3);
   RequestMeta gather = Allreduce("g", 0, {2});
   gather.type = OpType::kAllgather;
@@ -461,7 +461,7 @@ AwaitedCollective Awaited(const std::string& name, OpType type = OpType::kAllred
 
 }  // namespace
 
-TEST(EngineDeadlockRanksWaitingOnEachOtherAreNamedAndFailed) {
+TEST(EngineLogic, EngineDeadlockRanksWaitingOnEachOtherAreNamedAndFailed) {
   DeadlockFixture f(2);
   f.coordinator.Submit(Allreduce("a", 0, {1}));
   f.coordinator.Submit(Allreduce("b", 1, {1}));
@@ -480,7 +480,7 @@ TEST(EngineDeadlockRanksWaitingOnEachOtherAreNamedAndFailed) {
   EXPECT_TRUE(f.coordinator.Entries().empty());
 }
 
-TEST(EngineDeadlockNotWhileAFreeRankCouldComplete) {
+TEST(EngineLogic, EngineDeadlockNotWhileAFreeRankCouldComplete) {
   // Ranks 0 and 1 wait on 'a', which rank 2 (busy, not blocked) has not submitted yet: a stall.
   DeadlockFixture f(3);
   f.coordinator.Submit(Allreduce("a", 0, {1}));
@@ -497,7 +497,7 @@ TEST(EngineDeadlockNotWhileAFreeRankCouldComplete) {
   EXPECT_TRUE(Contains(v->message, "rank 2 waits on allreduce 'c' (not submitted by ranks 0, 1)"));
 }
 
-TEST(EngineDeadlockWaitsUntilTheCoordinatorSeesTheRequests) {
+TEST(EngineLogic, EngineDeadlockWaitsUntilTheCoordinatorSeesTheRequests) {
   // Rank 1's report arrived, but its request is still on the way (it was a cached hit).
   DeadlockFixture f(2);
   f.coordinator.Submit(Allreduce("a", 0, {1}));
@@ -508,7 +508,7 @@ TEST(EngineDeadlockWaitsUntilTheCoordinatorSeesTheRequests) {
   EXPECT_TRUE(f.detector.Check(f.coordinator, 2).has_value());
 }
 
-TEST(EngineDeadlockOfAJoinedRankFailsTheJoin) {
+TEST(EngineLogic, EngineDeadlockOfAJoinedRankFailsTheJoin) {
   // Rank 1 joined; ranks 0 and 2 wait on allgathers of different names (Horovod's unnamed ops).
   DeadlockFixture f(3);
   RequestMeta join;
@@ -534,7 +534,7 @@ TEST(EngineDeadlockOfAJoinedRankFailsTheJoin) {
   EXPECT_TRUE(f.coordinator.joined().empty());
 }
 
-TEST(EngineDeadlockReportRoundTripsAndRejectsBadTypes) {
+TEST(EngineLogic, EngineDeadlockReportRoundTripsAndRejectsBadTypes) {
   std::vector<AwaitedCollective> awaited = {Awaited("x"), Awaited("join", OpType::kJoin)};
   auto back = DecodeAwaited(EncodeAwaited(awaited));
   EXPECT_TRUE(back == awaited);

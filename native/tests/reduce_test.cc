@@ -22,7 +22,7 @@
 #include "common/status.h"
 #include "kernels/reduce.h"
 #include "kernels/reduce_internal.h"
-#include "tests/test_framework.h"
+#include <gtest/gtest.h>
 
 using namespace herring;
 using reduce_internal::KernelIsa;
@@ -458,7 +458,7 @@ __attribute__((target("f16c"))) uint32_t HardwareHalfToFloatBits(uint16_t h) {
 
 // ---- ReduceInto -----------------------------------------------------------------------------
 
-TEST(ReduceAllTypesAndOpsMatchReference) {
+TEST(Reduce, ReduceAllTypesAndOpsMatchReference) {
   std::mt19937_64 rng(12345);
   for (KernelIsa isa : AvailableIsas()) {
     for (DataType dtype : kAllTypes) {
@@ -482,7 +482,7 @@ TEST(ReduceAllTypesAndOpsMatchReference) {
   }
 }
 
-TEST(ReduceInstructionSetsGiveIdenticalBits) {
+TEST(Reduce, ReduceInstructionSetsGiveIdenticalBits) {
   const std::vector<KernelIsa> isas = AvailableIsas();
   std::mt19937_64 rng(777);
   for (DataType dtype : kAllTypes) {
@@ -505,7 +505,7 @@ TEST(ReduceInstructionSetsGiveIdenticalBits) {
   }
 }
 
-TEST(ReduceLargeBuffersStreamedToMisalignedDst) {
+TEST(Reduce, ReduceLargeBuffersStreamedToMisalignedDst) {
   // Past the 8 MiB streaming threshold, with a destination that is not vector-aligned (an
   // ordinary-store head, then streaming stores) and with 2 (one pass) and 5 (two passes) sources.
   std::mt19937_64 rng(99);
@@ -532,7 +532,7 @@ TEST(ReduceLargeBuffersStreamedToMisalignedDst) {
   }
 }
 
-TEST(ReducePublicEntryPointUsesBestInstructionSet) {
+TEST(Reduce, ReducePublicEntryPointUsesBestInstructionSet) {
   EXPECT_TRUE(reduce_internal::KernelIsaAvailable(reduce_internal::SelectedKernelIsa()));
 #if REDUCE_TEST_HAVE_F16C_ORACLE
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c")) {
@@ -548,7 +548,7 @@ TEST(ReducePublicEntryPointUsesBestInstructionSet) {
   EXPECT_TRUE(out == std::vector<float>({0.5f, 0.5f, 0.75f}));
 }
 
-TEST(ReduceCombinesStrictlyLeftToRight) {
+TEST(Reduce, ReduceCombinesStrictlyLeftToRight) {
   // In float32, 1e8 + 1 == 1e8: the order of the additions decides the result.
   EXPECT_EQ(ReduceConstants<float>({1e8f, 1.0f, -1e8f}, DataType::kFloat32, ReduceOp::kSum, 0.0f),
             "");
@@ -563,7 +563,7 @@ TEST(ReduceCombinesStrictlyLeftToRight) {
             "");
 }
 
-TEST(ReduceIntegersWrapAround) {
+TEST(Reduce, ReduceIntegersWrapAround) {
   EXPECT_EQ(ReduceConstants<int8_t>({100, 100}, DataType::kInt8, ReduceOp::kSum, int8_t(-56)), "");
   EXPECT_EQ(ReduceConstants<uint8_t>({200, 100}, DataType::kUInt8, ReduceOp::kSum, uint8_t(44)),
             "");
@@ -591,7 +591,7 @@ TEST(ReduceIntegersWrapAround) {
             "");
 }
 
-TEST(ReduceFloatMinMaxPropagateNaN) {
+TEST(Reduce, ReduceFloatMinMaxPropagateNaN) {
   const float nan = std::numeric_limits<float>::quiet_NaN();
   for (ReduceOp op : {ReduceOp::kMin, ReduceOp::kMax}) {
     for (const std::vector<float>& values :
@@ -621,7 +621,7 @@ TEST(ReduceFloatMinMaxPropagateNaN) {
             "");
 }
 
-TEST(ReduceBoolIsLogicalAndOr) {
+TEST(Reduce, ReduceBoolIsLogicalAndOr) {
   // Any non-zero byte is true; results are 0 or 1.
   EXPECT_EQ(ReduceConstants<uint8_t>({1, 2, 255}, DataType::kBool, ReduceOp::kMin, 1), "");
   EXPECT_EQ(ReduceConstants<uint8_t>({1, 0, 1}, DataType::kBool, ReduceOp::kMin, 0), "");
@@ -632,7 +632,7 @@ TEST(ReduceBoolIsLogicalAndOr) {
   EXPECT_EQ(ReduceConstants<uint8_t>({9, 1}, DataType::kBool, ReduceOp::kMax, 1), "");
 }
 
-TEST(ReduceHalvesRoundOnceAtTheEnd) {
+TEST(Reduce, ReduceHalvesRoundOnceAtTheEnd) {
   // float16: 1 + 2^-11 is a tie between 1.0 (even) and 1 + 2^-10. Rounding after each addition
   // would give 1.0 + 2^-11 -> 1.0, twice; rounding once gives exactly 1 + 2^-10.
   const uint16_t one = 0x3C00, two_pow_minus11 = 0x1000;
@@ -676,7 +676,7 @@ TEST(ReduceHalvesRoundOnceAtTheEnd) {
             "");
 }
 
-TEST(ReduceSupportedMatrix) {
+TEST(Reduce, ReduceSupportedMatrix) {
   for (DataType dtype : kAllTypes) {
     EXPECT_TRUE(!ReductionSupported(dtype, ReduceOp::kAverage));
     EXPECT_TRUE(!ReductionSupported(dtype, ReduceOp::kAdasum));
@@ -690,7 +690,7 @@ TEST(ReduceSupportedMatrix) {
   EXPECT_TRUE(!ReductionSupported(DataType::kFloat32, static_cast<ReduceOp>(17)));
 }
 
-TEST(ReduceRejectsBadArguments) {
+TEST(Reduce, ReduceRejectsBadArguments) {
   std::vector<uint8_t> a(8, 1), b(8, 0);
   const void* srcs[] = {a.data(), b.data()};
   std::string message = ErrorMessageOf(
@@ -710,7 +710,7 @@ TEST(ReduceRejectsBadArguments) {
 
 // ---- float16 / bfloat16 conversions ---------------------------------------------------------
 
-TEST(ReduceFloat16ConversionKnownBitPatterns) {
+TEST(Reduce, ReduceFloat16ConversionKnownBitPatterns) {
   EXPECT_EQ(FloatToHalf(1.0f), 0x3C00);
   EXPECT_EQ(FloatToHalf(1.0f + 0x1p-11f), 0x3C00);             // tie -> even (down)
   EXPECT_EQ(FloatToHalf(1.0f + 3 * 0x1p-11f), 0x3C02);         // tie -> even (up)
@@ -746,7 +746,7 @@ TEST(ReduceFloat16ConversionKnownBitPatterns) {
   EXPECT_EQ(Bits(HalfToFloat(0x7C01)), 0x7FC02000u);  // signalling NaN comes back quiet
 }
 
-TEST(ReduceBFloat16ConversionKnownBitPatterns) {
+TEST(Reduce, ReduceBFloat16ConversionKnownBitPatterns) {
   EXPECT_EQ(FloatToBFloat16(1.0f), 0x3F80);
   EXPECT_EQ(FloatToBFloat16(1.0f + 0x1p-8f), 0x3F80);      // tie -> even (down)
   EXPECT_EQ(FloatToBFloat16(1.0f + 3 * 0x1p-8f), 0x3F82);  // tie -> even (up)
@@ -762,7 +762,7 @@ TEST(ReduceBFloat16ConversionKnownBitPatterns) {
   EXPECT_EQ(Bits(BFloat16ToFloat(0x0001)), 0x00010000u);
 }
 
-TEST(ReduceHalfConversionsExhaustive) {
+TEST(Reduce, ReduceHalfConversionsExhaustive) {
   // Every float16: widening matches the textbook formula; narrowing returns the same half.
   for (uint32_t h = 0; h < 0x10000; ++h) {
     const uint32_t exponent = (h >> 10) & 0x1F, mantissa = h & 0x3FF;
@@ -815,7 +815,7 @@ TEST(ReduceHalfConversionsExhaustive) {
   }
 }
 
-TEST(ReduceHalfConversionsMatchF16cHardware) {
+TEST(Reduce, ReduceHalfConversionsMatchF16cHardware) {
 #if REDUCE_TEST_HAVE_F16C_ORACLE
   if (!__builtin_cpu_supports("f16c")) return;  // no oracle on this CPU
   for (uint32_t h = 0; h < 0x10000; ++h) {
@@ -840,7 +840,7 @@ TEST(ReduceHalfConversionsMatchF16cHardware) {
 #endif
 }
 
-TEST(ReduceHalfAllBitPatternsOnEveryInstructionSet) {
+TEST(Reduce, ReduceHalfAllBitPatternsOnEveryInstructionSet) {
   // Every float16/bfloat16 bit pattern as an operand of every op and of scaling (whose products
   // land anywhere, subnormals included), on every target; and once more with the flush modes a
   // framework may set (FTZ/DAZ), where the targets must still agree bit for bit.
@@ -910,7 +910,7 @@ TEST(ReduceHalfAllBitPatternsOnEveryInstructionSet) {
   }
 }
 
-TEST(ReduceNaNResultsAreDeterministic) {
+TEST(Reduce, ReduceNaNResultsAreDeterministic) {
   // Sum/Product: the canonical quiet NaN, whichever NaNs went in (the hardware would pick by
   // operand order). Min/Max: the first NaN operand itself.
   const uint32_t kCanonical = 0x7FC00000;
@@ -940,7 +940,7 @@ TEST(ReduceNaNResultsAreDeterministic) {
 
 // ---- ScaleInto ------------------------------------------------------------------------------
 
-TEST(ReduceScaleAllTypesMatchReference) {
+TEST(Reduce, ReduceScaleAllTypesMatchReference) {
   std::mt19937_64 rng(4242);
   const double factors[] = {0.25, 1.0 / 3.0, -2.5, 1.0, 0.0, 3.0, 1e-30, 1e30};
   for (KernelIsa isa : AvailableIsas()) {
@@ -972,7 +972,7 @@ TEST(ReduceScaleAllTypesMatchReference) {
   }
 }
 
-TEST(ReduceScaleIntegersTruncateTowardZero) {
+TEST(Reduce, ReduceScaleIntegersTruncateTowardZero) {
   EXPECT_EQ(ScaleConstants<int32_t>({7, -7, 5, -5, 1, -1, 0, 9}, DataType::kInt32, 0.5,
                                     {3, -3, 2, -2, 0, 0, 0, 4}),
             "");
@@ -986,7 +986,7 @@ TEST(ReduceScaleIntegersTruncateTowardZero) {
             "");
 }
 
-TEST(ReduceScaleIntegersSaturateOutOfRange) {
+TEST(Reduce, ReduceScaleIntegersSaturateOutOfRange) {
   const double inf = std::numeric_limits<double>::infinity();
   const double nan = std::numeric_limits<double>::quiet_NaN();
   EXPECT_EQ(ScaleConstants<int8_t>({100, -100, 1}, DataType::kInt8, 2.0, {127, -128, 2}), "");
@@ -1003,7 +1003,7 @@ TEST(ReduceScaleIntegersSaturateOutOfRange) {
             "");
 }
 
-TEST(ReduceScaleFloatsAndCopies) {
+TEST(Reduce, ReduceScaleFloatsAndCopies) {
   EXPECT_EQ(ScaleConstants<float>({1.0f, -3.0f, 0.1f}, DataType::kFloat32, 0.25,
                                   {0.25f, -0.75f, 0.025f}),
             "");

@@ -26,7 +26,7 @@
 #include "rendezvous/http_store.h"
 #include "rendezvous/launch_env.h"
 #include "rendezvous/net_interfaces.h"
-#include "tests/test_framework.h"
+#include <gtest/gtest.h>
 
 using namespace herring;
 
@@ -97,7 +97,7 @@ void ExpectRejected(const std::map<std::string, std::string>& env, const std::st
 
 }  // namespace
 
-TEST(RendezvousLaunchHorovodrun) {
+TEST(Rendezvous, RendezvousLaunchHorovodrun) {
   LaunchInfo info = DetectLaunch(HorovodrunEnv());
   EXPECT_TRUE(info.launcher == Launcher::kHorovodrun);
   EXPECT_EQ(std::string(LauncherName(info.launcher)), std::string("horovodrun"));
@@ -117,7 +117,7 @@ TEST(RendezvousLaunchHorovodrun) {
   EXPECT_EQ(DetectLaunch(env).iface, std::string(""));
 }
 
-TEST(RendezvousLaunchHorovodrunWinsOverMpirun) {
+TEST(Rendezvous, RendezvousLaunchHorovodrunWinsOverMpirun) {
   auto env = HorovodrunEnv();
   for (const auto& kv : MpirunEnv()) env.insert(kv);
   LaunchInfo info = DetectLaunch(env);
@@ -125,7 +125,7 @@ TEST(RendezvousLaunchHorovodrunWinsOverMpirun) {
   EXPECT_EQ(info.rank, 3);
 }
 
-TEST(RendezvousLaunchHorovodrunMissingVariables) {
+TEST(Rendezvous, RendezvousLaunchHorovodrunMissingVariables) {
   for (const char* name :
        {"HOROVOD_SIZE", "HOROVOD_LOCAL_RANK", "HOROVOD_LOCAL_SIZE", "HOROVOD_CROSS_RANK",
         "HOROVOD_CROSS_SIZE", "HOROVOD_HOSTNAME", "HOROVOD_GLOO_RENDEZVOUS_ADDR",
@@ -138,7 +138,7 @@ TEST(RendezvousLaunchHorovodrunMissingVariables) {
   }
 }
 
-TEST(RendezvousLaunchHorovodrunBadValues) {
+TEST(Rendezvous, RendezvousLaunchHorovodrunBadValues) {
   struct Case {
     const char* variable;
     const char* value;
@@ -169,7 +169,7 @@ TEST(RendezvousLaunchHorovodrunBadValues) {
   }
 }
 
-TEST(RendezvousLaunchMpirun) {
+TEST(Rendezvous, RendezvousLaunchMpirun) {
   auto env = MpirunEnv();
   env["HOROVOD_HOSTNAME"] = "node7";
   LaunchInfo info = DetectLaunch(env);
@@ -188,7 +188,7 @@ TEST(RendezvousLaunchMpirun) {
   EXPECT_EQ(DetectLaunch(MpirunEnv()).hostname, Hostname());
 }
 
-TEST(RendezvousLaunchMpirunErrors) {
+TEST(Rendezvous, RendezvousLaunchMpirunErrors) {
   for (const char* name :
        {"OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"}) {
     auto env = MpirunEnv();
@@ -209,7 +209,7 @@ TEST(RendezvousLaunchMpirunErrors) {
   ExpectRejected(env, "OMPI_COMM_WORLD_LOCAL_SIZE", "at most OMPI_COMM_WORLD_SIZE=4");
 }
 
-TEST(RendezvousLaunchSingle) {
+TEST(Rendezvous, RendezvousLaunchSingle) {
   LaunchInfo info = DetectLaunch({});
   EXPECT_TRUE(info.launcher == Launcher::kSingle);
   EXPECT_EQ(info.rank, 0);
@@ -227,7 +227,7 @@ TEST(RendezvousLaunchSingle) {
   EXPECT_EQ(info.hostname, std::string("me"));
 }
 
-TEST(RendezvousLaunchFromProcessEnvironment) {
+TEST(Rendezvous, RendezvousLaunchFromProcessEnvironment) {
   // Only meaningful when this test binary itself was not started by a launcher.
   if (std::getenv("HOROVOD_RANK") != nullptr || std::getenv("OMPI_COMM_WORLD_RANK") != nullptr) {
     return;
@@ -418,7 +418,7 @@ Deadline Seconds(double s) { return Deadline::AfterSeconds(s); }
 
 }  // namespace
 
-TEST(RendezvousStoreSetGetRoundTrip) {
+TEST(Rendezvous, RendezvousStoreSetGetRoundTrip) {
   FakeStore server;
   server.Listen();
   HttpStore store("127.0.0.1", server.port(), "herring");
@@ -443,7 +443,7 @@ TEST(RendezvousStoreSetGetRoundTrip) {
   EXPECT_TRUE(s.code() == StatusCode::kTimeout);
 }
 
-TEST(RendezvousStoreLargeValueAndTrickledAnswers) {
+TEST(Rendezvous, RendezvousStoreLargeValueAndTrickledAnswers) {
   std::string big(3 << 20, '\0');
   for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>(i * 131 + (i >> 12));
   {
@@ -460,7 +460,7 @@ TEST(RendezvousStoreLargeValueAndTrickledAnswers) {
   EXPECT_EQ(store.Get("k", Seconds(5)), std::string("trickled value"));
 }
 
-TEST(RendezvousStoreGetWaitsForLateSet) {
+TEST(Rendezvous, RendezvousStoreGetWaitsForLateSet) {
   FakeStore server;
   server.Listen();
   std::thread late_writer([&] {
@@ -480,7 +480,7 @@ TEST(RendezvousStoreGetWaitsForLateSet) {
   EXPECT_TRUE(waited < 1.0);
 }
 
-TEST(RendezvousStoreGetTimeoutNamesKey) {
+TEST(Rendezvous, RendezvousStoreGetTimeoutNamesKey) {
   FakeStore server;
   server.Listen();
   HttpStore store("127.0.0.1", server.port(), "s");
@@ -497,7 +497,7 @@ TEST(RendezvousStoreGetTimeoutNamesKey) {
   EXPECT_TRUE(misses >= 4 && misses <= 20);
 }
 
-TEST(RendezvousStoreUnreachableRetriesUntilDeadline) {
+TEST(Rendezvous, RendezvousStoreUnreachableRetriesUntilDeadline) {
   FakeStore bound_not_listening;  // connections are refused
   HttpStore store("127.0.0.1", bound_not_listening.port(), "s");
   const std::string address = "127.0.0.1:" + std::to_string(bound_not_listening.port());
@@ -515,7 +515,7 @@ TEST(RendezvousStoreUnreachableRetriesUntilDeadline) {
   EXPECT_TRUE(Contains(s.message(), address));
 }
 
-TEST(RendezvousStoreRetriesUntilServerListens) {
+TEST(Rendezvous, RendezvousStoreRetriesUntilServerListens) {
   FakeStore server;  // refuses until Listen()
   std::atomic<bool> stored{false};
   std::thread client([&] {
@@ -532,7 +532,7 @@ TEST(RendezvousStoreRetriesUntilServerListens) {
             std::string("bird"));
 }
 
-TEST(RendezvousStoreSilentServerHonoursDeadline) {
+TEST(Rendezvous, RendezvousStoreSilentServerHonoursDeadline) {
   FakeStore server(FakeStore::Mode::kSilent);
   server.Listen();
   HttpStore store("127.0.0.1", server.port(), "s");
@@ -544,7 +544,7 @@ TEST(RendezvousStoreSilentServerHonoursDeadline) {
   EXPECT_TRUE(waited >= 0.3 && waited < 1.5);
 }
 
-TEST(RendezvousStoreRejectsBadKeysAndScopes) {
+TEST(Rendezvous, RendezvousStoreRejectsBadKeysAndScopes) {
   FakeStore server;
   server.Listen();
   HttpStore store("127.0.0.1", server.port(), "s");
@@ -569,7 +569,7 @@ TEST(RendezvousStoreRejectsBadKeysAndScopes) {
   EXPECT_TRUE(Contains(s.message(), "rank 4"));
 }
 
-TEST(RendezvousStoreForeignServerFailsFast) {
+TEST(Rendezvous, RendezvousStoreForeignServerFailsFast) {
   for (auto mode : {FakeStore::Mode::kBadStatus, FakeStore::Mode::kNotHttp}) {
     FakeStore server(mode);
     server.Listen();
@@ -586,7 +586,7 @@ TEST(RendezvousStoreForeignServerFailsFast) {
   }
 }
 
-TEST(RendezvousStoreAllGatherFourRanks) {
+TEST(Rendezvous, RendezvousStoreAllGatherFourRanks) {
   FakeStore server;
   server.Listen();
   constexpr int kSize = 4;
@@ -622,11 +622,11 @@ TEST(RendezvousStoreAllGatherFourRanks) {
 // ---------------------------------------------------------------------------------------------
 // Interfaces.
 
-TEST(RendezvousInterfaceLoopback) {
+TEST(Rendezvous, RendezvousInterfaceLoopback) {
   EXPECT_EQ(InterfaceAddress("lo"), std::string("127.0.0.1"));
 }
 
-TEST(RendezvousInterfaceUnknownListsInterfaces) {
+TEST(Rendezvous, RendezvousInterfaceUnknownListsInterfaces) {
   Status s = StatusOf([] { InterfaceAddress("no-such-if0"); });
   EXPECT_TRUE(s.code() == StatusCode::kInvalidArgument);
   EXPECT_TRUE(Contains(s.message(), "'no-such-if0' does not exist"));

@@ -21,7 +21,7 @@
 
 #include "common/deadline.h"
 #include "common/status.h"
-#include "tests/test_framework.h"
+#include <gtest/gtest.h>
 #include "transport/shm_arena.h"
 
 namespace herring {
@@ -176,11 +176,10 @@ class Processes {
       waitpid(c.pid, &status, 0);
       const bool killed = WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
       if (!text.empty()) {
-        herring_test::RecordFailure(__FILE__, __LINE__, "child failed:\n" + text);
+        ADD_FAILURE() << "child failed:\n" + text;
       } else if (c.expect_killed ? !killed : !(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
-        herring_test::RecordFailure(__FILE__, __LINE__,
-                                    "child " + std::to_string(c.pid) + " ended with status " +
-                                        std::to_string(status));
+        ADD_FAILURE() << "child " + std::to_string(c.pid) + " ended with status " +
+                                        std::to_string(status);
       }
       c.pid = -1;
     }
@@ -218,7 +217,7 @@ class SharedBlock {
 void ExpectNoShmLeftovers() {
   std::vector<std::string> left = ShmLeftovers();
   for (const std::string& name : left) {
-    herring_test::RecordFailure(__FILE__, __LINE__, "left in /dev/shm: " + name);
+    ADD_FAILURE() << "left in /dev/shm: " + name;
     shm_unlink(("/" + name).c_str());
   }
 }
@@ -248,7 +247,7 @@ uintptr_t Address(const void* p) { return reinterpret_cast<uintptr_t>(p); }
 
 }  // namespace
 
-TEST(ShmArenaAttachSingleProcess) {
+TEST(ShmArena, ShmArenaAttachSingleProcess) {
   const std::string name = ArenaName("single");
   auto arena = ShmArena::Attach(Options(name, 0, 1, 1000));
   EXPECT_TRUE(!ShmExists(name));
@@ -280,7 +279,7 @@ TEST(ShmArenaAttachSingleProcess) {
   ExpectNoShmLeftovers();
 }
 
-TEST(ShmArenaRejectsInvalidOptions) {
+TEST(ShmArena, ShmArenaRejectsInvalidOptions) {
   EXPECT_EQ(AttachError(Options("no-slash", 0, 1, 64)).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(AttachError(Options("/a/b", 0, 1, 64)).code(), StatusCode::kInvalidArgument);
   Status s = AttachError(Options(ArenaName("badindex"), 2, 2, 64));
@@ -293,7 +292,7 @@ TEST(ShmArenaRejectsInvalidOptions) {
   ExpectNoShmLeftovers();
 }
 
-TEST(ShmArenaCountersAre64Bit) {
+TEST(ShmArena, ShmArenaCountersAre64Bit) {
   auto arena = ShmArena::Attach(Options(ArenaName("wide"), 0, 1, 0));
   const uint64_t big = (uint64_t(1) << 32) + 1;
   arena->Publish(0, 1);
@@ -338,11 +337,11 @@ static void AttachWithProcesses(int n, const char* tag) {
   ExpectNoShmLeftovers();
 }
 
-TEST(ShmArenaAttachOneProcess) { AttachWithProcesses(1, "attach1"); }
-TEST(ShmArenaAttachTwoProcesses) { AttachWithProcesses(2, "attach2"); }
-TEST(ShmArenaAttachFourProcesses) { AttachWithProcesses(4, "attach4"); }
+TEST(ShmArena, ShmArenaAttachOneProcess) { AttachWithProcesses(1, "attach1"); }
+TEST(ShmArena, ShmArenaAttachTwoProcesses) { AttachWithProcesses(2, "attach2"); }
+TEST(ShmArena, ShmArenaAttachFourProcesses) { AttachWithProcesses(4, "attach4"); }
 
-TEST(ShmArenaSlotDataVisibleAcrossProcesses) {
+TEST(ShmArena, ShmArenaSlotDataVisibleAcrossProcesses) {
   const std::string name = ArenaName("visible");
   constexpr int kMembers = 3;
   constexpr size_t kBytes = 10000;
@@ -446,7 +445,7 @@ static void RunPipelinedReduce(const char* tag, std::chrono::nanoseconds spin) {
 // unit goes to exactly one member, and a member that finished a round early never takes a unit of
 // the next one. Each member marks its units in its notice area; after the round everyone checks
 // the marks of all.
-TEST(ShmArenaClaimHandsOutEachUnitOnceAcrossRounds) {
+TEST(ShmArena, ShmArenaClaimHandsOutEachUnitOnceAcrossRounds) {
   const std::string name = ArenaName("claim");
   constexpr int kMembers = 4;
   constexpr int kRounds = 300;
@@ -486,16 +485,16 @@ TEST(ShmArenaClaimHandsOutEachUnitOnceAcrossRounds) {
   ExpectNoShmLeftovers();
 }
 
-TEST(ShmArenaPipelinedReduceFourProcesses) {
+TEST(ShmArena, ShmArenaPipelinedReduceFourProcesses) {
   RunPipelinedReduce("pipeline", std::chrono::microseconds(5));
 }
 
 // Same with no spinning: every wait that is not already satisfied goes through the futex.
-TEST(ShmArenaPipelinedReduceFourProcessesNoSpin) {
+TEST(ShmArena, ShmArenaPipelinedReduceFourProcessesNoSpin) {
   RunPipelinedReduce("pipeline_nospin", std::chrono::nanoseconds(0));
 }
 
-TEST(ShmArenaWaitForTimeoutNamesMember) {
+TEST(ShmArena, ShmArenaWaitForTimeoutNamesMember) {
   auto arena = ShmArena::Attach(Options(ArenaName("timeout1"), 0, 1, 64));
   arena->Publish(2, 4);
   int64_t start = NowNs();
@@ -506,7 +505,7 @@ TEST(ShmArenaWaitForTimeoutNamesMember) {
   EXPECT_TRUE(ms >= 50 && ms < 1000);
 }
 
-TEST(ShmArenaWaitAllTimeoutNamesLaggingMembers) {
+TEST(ShmArena, ShmArenaWaitAllTimeoutNamesLaggingMembers) {
   const std::string name = ArenaName("timeout3");
   Processes procs;
   for (int i = 0; i < 3; ++i) {
@@ -534,7 +533,7 @@ TEST(ShmArenaWaitAllTimeoutNamesLaggingMembers) {
   ExpectNoShmLeftovers();
 }
 
-TEST(ShmArenaCheckAbortEndsWait) {
+TEST(ShmArena, ShmArenaCheckAbortEndsWait) {
   std::atomic<bool> abort_requested{false};
   ShmArenaOptions o = Options(ArenaName("checkabort"), 0, 1, 64);
   o.check_abort = [&]() {
@@ -554,7 +553,7 @@ TEST(ShmArenaCheckAbortEndsWait) {
   EXPECT_TRUE(ms >= 25 && ms < 1000);
 }
 
-TEST(ShmArenaPoisonWakesWaitersInOtherProcesses) {
+TEST(ShmArena, ShmArenaPoisonWakesWaitersInOtherProcesses) {
   const std::string name = ArenaName("poison");
   constexpr int kMembers = 4;
   struct Shared {
@@ -612,7 +611,7 @@ TEST(ShmArenaPoisonWakesWaitersInOtherProcesses) {
   ExpectNoShmLeftovers();
 }
 
-TEST(ShmArenaPoisonWithoutReason) {
+TEST(ShmArena, ShmArenaPoisonWithoutReason) {
   auto arena = ShmArena::Attach(Options(ArenaName("poison1"), 0, 1, 64));
   arena->Poison();
   arena->Poison("second reason is ignored");
@@ -622,7 +621,7 @@ TEST(ShmArenaPoisonWithoutReason) {
   EXPECT_TRUE(!Contains(s.message(), "second reason"));
 }
 
-TEST(ShmArenaAttachTimesOutWhenMemberMissing) {
+TEST(ShmArena, ShmArenaAttachTimesOutWhenMemberMissing) {
   const std::string name = ArenaName("missing");
   Processes procs;
   procs.Spawn([&](ChildReport& r) {
@@ -646,7 +645,7 @@ TEST(ShmArenaAttachTimesOutWhenMemberMissing) {
   ExpectNoShmLeftovers();
 }
 
-TEST(ShmArenaAttachTimesOutWithoutCreator) {
+TEST(ShmArena, ShmArenaAttachTimesOutWithoutCreator) {
   const std::string name = ArenaName("nocreator");
   Status s = AttachError(Options(name, 1, 2, 64, 0.1));
   EXPECT_EQ(s.code(), StatusCode::kTimeout);
@@ -654,7 +653,7 @@ TEST(ShmArenaAttachTimesOutWithoutCreator) {
   ExpectNoShmLeftovers();
 }
 
-TEST(ShmArenaMismatchedSlotBytesIsAClearError) {
+TEST(ShmArena, ShmArenaMismatchedSlotBytesIsAClearError) {
   const std::string name = ArenaName("mismatch");
   Processes procs;
   procs.Spawn([&](ChildReport& r) {
@@ -674,7 +673,7 @@ TEST(ShmArenaMismatchedSlotBytesIsAClearError) {
   ExpectNoShmLeftovers();
 }
 
-TEST(ShmArenaDuplicateLocalIndexFailsEveryone) {
+TEST(ShmArena, ShmArenaDuplicateLocalIndexFailsEveryone) {
   const std::string name = ArenaName("duplicate");
   Processes procs;
   for (int index : {0, 1, 1}) {
@@ -688,7 +687,7 @@ TEST(ShmArenaDuplicateLocalIndexFailsEveryone) {
   ExpectNoShmLeftovers();
 }
 
-TEST(ShmArenaStaleNameIsRejected) {
+TEST(ShmArena, ShmArenaStaleNameIsRejected) {
   const std::string name = ArenaName("stale");
   int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
   ASSERT_TRUE(fd >= 0);
@@ -703,7 +702,7 @@ TEST(ShmArenaStaleNameIsRejected) {
 
 // A member is SIGKILLed but not reaped (it is a zombie, so it looks alive): the waiters must
 // leave through check_abort or their deadline.
-TEST(ShmArenaKilledMemberEndsWaitsThroughAbortOrDeadline) {
+TEST(ShmArena, ShmArenaKilledMemberEndsWaitsThroughAbortOrDeadline) {
   const std::string name = ArenaName("killed");
   struct Shared {
     std::atomic<int> abort_requested;
@@ -752,7 +751,7 @@ TEST(ShmArenaKilledMemberEndsWaitsThroughAbortOrDeadline) {
 
 // A member dies and is reaped: a waiter notices by itself within a poll interval, and the
 // error names the dead member by its global rank.
-TEST(ShmArenaDeadMemberIsDetected) {
+TEST(ShmArena, ShmArenaDeadMemberIsDetected) {
   const std::string name = ArenaName("dead");
   int ready[2];
   ASSERT_TRUE(pipe(ready) == 0);
@@ -787,7 +786,7 @@ TEST(ShmArenaDeadMemberIsDetected) {
   ExpectNoShmLeftovers();
 }
 
-TEST(ShmArenaMemberLeavingEndsWaits) {
+TEST(ShmArena, ShmArenaMemberLeavingEndsWaits) {
   const std::string name = ArenaName("leave");
   Processes procs;
   procs.Spawn([&](ChildReport& r) {
@@ -867,7 +866,7 @@ void MeasureWakeLatency(const char* tag, std::chrono::nanoseconds spin, int iter
 
 }  // namespace
 
-TEST(ShmArenaMeasureWakeLatency) {
+TEST(ShmArena, ShmArenaMeasureWakeLatency) {
   SharedBlock<LatencyResult> spinning, sleeping;
   MeasureWakeLatency("lat_spin", std::chrono::microseconds(5), 5000, std::chrono::microseconds(0),
                      &*spinning);
@@ -921,7 +920,7 @@ static double PingPongMicros(const char* tag, std::chrono::nanoseconds spin, int
   return result->done == 1 ? result->p50_us : -1;
 }
 
-TEST(ShmArenaMeasurePingPong) {
+TEST(ShmArena, ShmArenaMeasurePingPong) {
   double spinning = PingPongMicros("pingpong", std::chrono::microseconds(5), 10000);
   double sleeping = PingPongMicros("pingpong_nospin", std::chrono::nanoseconds(0), 10000);
   std::fprintf(stderr,

@@ -27,7 +27,7 @@
 
 #include "common/deadline.h"
 #include "common/status.h"
-#include "tests/test_framework.h"
+#include <gtest/gtest.h>
 #include "transport/completion.h"
 #include "transport/frame.h"
 #include "transport/tcp_mesh.h"
@@ -387,7 +387,7 @@ bool TransferOk(TcpTransport& from, TcpTransport& to, uint64_t tag, size_t bytes
 // ------------------------------------------------------------------------------------------
 // Frame codec
 
-TEST(TransportFrameRoundTrip) {
+TEST(Transport, TransportFrameRoundTrip) {
   FrameHeader h;
   h.kind = FrameKind::kData;
   h.payload_bytes = 4096;
@@ -417,7 +417,7 @@ TEST(TransportFrameRoundTrip) {
   EXPECT_EQ(d.payload_bytes, 100u);
 }
 
-TEST(TransportFrameRejectsInvalidHeaders) {
+TEST(Transport, TransportFrameRejectsInvalidHeaders) {
   auto decode = [](const FrameHeader& h, std::function<void(uint8_t*)> corrupt = {}) {
     uint8_t bytes[kFrameHeaderBytes];
     EncodeFrameHeader(h, bytes);
@@ -475,7 +475,7 @@ TEST(TransportFrameRejectsInvalidHeaders) {
 // ------------------------------------------------------------------------------------------
 // Completions
 
-TEST(TransportCompletionWaitFinishAndTimeout) {
+TEST(Transport, TransportCompletionWaitFinishAndTimeout) {
   auto c = std::make_shared<Completion>();
   auto start = Clock::now();
   Status s = c->Wait(Deadline::After(std::chrono::milliseconds(30)));
@@ -492,7 +492,7 @@ TEST(TransportCompletionWaitFinishAndTimeout) {
   EXPECT_TRUE(c->done());
 }
 
-TEST(TransportWaitAllFirstErrorAndTimeout) {
+TEST(Transport, TransportWaitAllFirstErrorAndTimeout) {
   std::vector<CompletionPtr> list;
   for (int i = 0; i < 3; ++i) list.push_back(std::make_shared<Completion>());
   list[0]->Finish(Status::OK());
@@ -525,7 +525,7 @@ TEST(TransportWaitAllFirstErrorAndTimeout) {
 // ------------------------------------------------------------------------------------------
 // Mesh
 
-TEST(TransportMeshOfOne) {
+TEST(Transport, TransportMeshOfOne) {
   auto mesh = MakeMesh(1);
   ASSERT_TRUE(mesh != nullptr);
   TcpTransport& t = (*mesh)[0];
@@ -541,7 +541,7 @@ TEST(TransportMeshOfOne) {
   mesh->Close();
 }
 
-TEST(TransportMeshOfTwoAndFourAllPairs) {
+TEST(Transport, TransportMeshOfTwoAndFourAllPairs) {
   for (int n : {2, 4}) {
     auto mesh = MakeMesh(n, [](TransportOptions* o) { o->data_streams = 3; });
     ASSERT_TRUE(mesh != nullptr);
@@ -558,7 +558,7 @@ TEST(TransportMeshOfTwoAndFourAllPairs) {
   }
 }
 
-TEST(TransportConnectRetriesUntilPeerListens) {
+TEST(Transport, TransportConnectRetriesUntilPeerListens) {
   // "Rank 0" is a socket that is bound but not listening yet: rank 1's dials are refused until
   // it listens, and the mesh must still come up.
   int fd0 = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -598,7 +598,7 @@ TEST(TransportConnectRetriesUntilPeerListens) {
   close(fd0);
 }
 
-TEST(TransportConnectTimeoutNamesMissingRanks) {
+TEST(Transport, TransportConnectTimeoutNamesMissingRanks) {
   // Rank 0 listens but never runs ConnectMesh (no hello-ack); rank 1's port refuses; rank 3
   // never dials rank 2.
   TcpTransport t0(Options(0, 4));
@@ -630,7 +630,7 @@ TEST(TransportConnectTimeoutNamesMissingRanks) {
   close(refusing);
 }
 
-TEST(TransportWrongJobTokenIsRejected) {
+TEST(Transport, TransportWrongJobTokenIsRejected) {
   TransportOptions o0 = Options(0, 2), o1 = Options(1, 2);
   o1.job_token = kToken + 1;
   TcpTransport t0(o0), t1(o1);
@@ -654,7 +654,7 @@ TEST(TransportWrongJobTokenIsRejected) {
   EXPECT_TRUE(Contains(m1, "closed during the handshake"));
 }
 
-TEST(TransportStrangersDuringMeshBuild) {
+TEST(Transport, TransportStrangersDuringMeshBuild) {
   TcpTransport t0(Options(0, 2, 2)), t1(Options(1, 2, 2));
   Endpoint e0 = t0.listen_endpoint();
   std::vector<Endpoint> endpoints = {e0, t1.listen_endpoint()};
@@ -708,7 +708,7 @@ TEST(TransportStrangersDuringMeshBuild) {
 // ------------------------------------------------------------------------------------------
 // Traffic
 
-TEST(TransportControlOrderedPerPeer) {
+TEST(Transport, TransportControlOrderedPerPeer) {
   auto mesh = MakeMesh(3, [](TransportOptions* o) { o->data_streams = 1; });
   ASSERT_TRUE(mesh != nullptr);
   constexpr int kMessages = 1000;
@@ -741,7 +741,7 @@ TEST(TransportControlOrderedPerPeer) {
   mesh->Close();
 }
 
-TEST(TransportSendRecvSizesAndStreams) {
+TEST(Transport, TransportSendRecvSizesAndStreams) {
   struct Case {
     int streams;
     size_t chunk;
@@ -780,7 +780,7 @@ TEST(TransportSendRecvSizesAndStreams) {
   mesh->Close();
 }
 
-TEST(TransportRecvAfterDataArrived) {
+TEST(Transport, TransportRecvAfterDataArrived) {
   auto mesh = MakeMesh(2, [](TransportOptions* o) { o->chunk_bytes = 256 << 10; });
   ASSERT_TRUE(mesh != nullptr);
   size_t bytes = (3 << 20) + 5;
@@ -799,7 +799,7 @@ TEST(TransportRecvAfterDataArrived) {
   mesh->Close();
 }
 
-TEST(TransportRecvPostedWhileArriving) {
+TEST(Transport, TransportRecvPostedWhileArriving) {
   auto pair = MakeRawPair(2, 30, 1000);
   ASSERT_TRUE(pair->ok);
   TcpTransport& t = *pair->t;
@@ -835,7 +835,7 @@ TEST(TransportRecvPostedWhileArriving) {
   pair->t->Close();
 }
 
-TEST(TransportManyConcurrentTags) {
+TEST(Transport, TransportManyConcurrentTags) {
   constexpr int kRanks = 4, kPerPeer = 40;
   auto mesh = MakeMesh(kRanks, [](TransportOptions* o) {
     o->data_streams = 3;
@@ -894,7 +894,7 @@ TEST(TransportManyConcurrentTags) {
   mesh->Close();
 }
 
-TEST(TransportSelfSendBothOrdersAndMismatch) {
+TEST(Transport, TransportSelfSendBothOrdersAndMismatch) {
   auto mesh = MakeMesh(2);
   ASSERT_TRUE(mesh != nullptr);
   TcpTransport& t = (*mesh)[1];
@@ -910,7 +910,7 @@ TEST(TransportSelfSendBothOrdersAndMismatch) {
   mesh->Close();
 }
 
-TEST(TransportSizeMismatchNamesPeerTagAndSizes) {
+TEST(Transport, TransportSizeMismatchNamesPeerTagAndSizes) {
   auto mesh = MakeMesh(2, [](TransportOptions* o) { o->chunk_bytes = 4096; });
   ASSERT_TRUE(mesh != nullptr);
   std::vector<uint8_t> data = Pattern(100000, 1), got(1000);
@@ -938,7 +938,7 @@ TEST(TransportSizeMismatchNamesPeerTagAndSizes) {
 // ------------------------------------------------------------------------------------------
 // Failures
 
-TEST(TransportPeerClosedConnectionIsLost) {
+TEST(Transport, TransportPeerClosedConnectionIsLost) {
   auto pair = MakeRawPair(1);
   ASSERT_TRUE(pair->ok);
   TcpTransport& t = *pair->t;
@@ -1018,11 +1018,11 @@ void RunChildDeath(const std::string& how) {
 
 }  // namespace
 
-TEST(TransportPeerProcessExitIsLost) { RunChildDeath("exit"); }
+TEST(Transport, TransportPeerProcessExitIsLost) { RunChildDeath("exit"); }
 
-TEST(TransportPeerProcessKilledIsLost) { RunChildDeath("kill"); }
+TEST(Transport, TransportPeerProcessKilledIsLost) { RunChildDeath("kill"); }
 
-TEST(TransportGoodbyeReportsShutdown) {
+TEST(Transport, TransportGoodbyeReportsShutdown) {
   auto mesh = MakeMesh(2);
   ASSERT_TRUE(mesh != nullptr);
   // Data and control sent just before Close still arrive; then the peer reads as shut down.
@@ -1046,7 +1046,7 @@ TEST(TransportGoodbyeReportsShutdown) {
   mesh->Close();
 }
 
-TEST(TransportSilentPeerTimesOut) {
+TEST(Transport, TransportSilentPeerTimesOut) {
   auto pair = MakeRawPair(1, 0.5);
   ASSERT_TRUE(pair->ok);
   TcpTransport& t = *pair->t;
@@ -1066,7 +1066,7 @@ TEST(TransportSilentPeerTimesOut) {
   t.Close();
 }
 
-TEST(TransportPingsKeepIdlePeersAlive) {
+TEST(Transport, TransportPingsKeepIdlePeersAlive) {
   auto mesh = MakeMesh(2, [](TransportOptions* o) { o->peer_timeout_seconds = 0.4; });
   ASSERT_TRUE(mesh != nullptr);
   // Idle for three timeouts: only pings flow, and nobody is declared lost.
@@ -1077,7 +1077,7 @@ TEST(TransportPingsKeepIdlePeersAlive) {
   mesh->Close();
 }
 
-TEST(TransportInvalidFrameFromPeerDropsIt) {
+TEST(Transport, TransportInvalidFrameFromPeerDropsIt) {
   auto pair = MakeRawPair(1);
   ASSERT_TRUE(pair->ok);
   TcpTransport& t = *pair->t;
@@ -1096,7 +1096,7 @@ TEST(TransportInvalidFrameFromPeerDropsIt) {
   t.Close();
 }
 
-TEST(TransportStrangersDuringTransferAreHarmless) {
+TEST(Transport, TransportStrangersDuringTransferAreHarmless) {
   auto mesh = MakeMesh(2, [](TransportOptions* o) { o->data_streams = 2; });
   ASSERT_TRUE(mesh != nullptr);
   size_t bytes = 64 << 20;
@@ -1134,7 +1134,7 @@ TEST(TransportStrangersDuringTransferAreHarmless) {
   mesh->Close();
 }
 
-TEST(TransportAbortFailsPendingAndFutureButControlFlows) {
+TEST(Transport, TransportAbortFailsPendingAndFutureButControlFlows) {
   auto mesh = MakeMesh(2);
   ASSERT_TRUE(mesh != nullptr);
   std::vector<uint8_t> got(100);
@@ -1159,7 +1159,7 @@ TEST(TransportAbortFailsPendingAndFutureButControlFlows) {
   mesh->Close();
 }
 
-TEST(TransportAbortWhileSendBlockedKeepsFraming) {
+TEST(Transport, TransportAbortWhileSendBlockedKeepsFraming) {
   // The raw peer does not read, so a large send stalls in the write queue. Abort must finish it
   // at once, stop touching the caller's buffer, and still leave whole frames on the wire.
   auto pair = MakeRawPair(1, 30, 1 << 20);
@@ -1199,7 +1199,7 @@ TEST(TransportAbortWhileSendBlockedKeepsFraming) {
   t.Close();
 }
 
-TEST(TransportCloseIsIdempotentAndFailsPending) {
+TEST(Transport, TransportCloseIsIdempotentAndFailsPending) {
   TcpTransport never_connected(Options(0, 2));
   never_connected.Close();
   never_connected.Close();
@@ -1216,7 +1216,7 @@ TEST(TransportCloseIsIdempotentAndFailsPending) {
       [&] { return (*mesh)[1].PeerStatus(0).code() == StatusCode::kShutdown; }, 5));
 }
 
-TEST(TransportFdCountReturnsToBaseline) {
+TEST(Transport, TransportFdCountReturnsToBaseline) {
   int before = CountOpenFds();
   {
     auto mesh = MakeMesh(4);
@@ -1277,7 +1277,7 @@ double RawSocketRoundTripP50Micros(int rounds) {
 
 }  // namespace
 
-TEST(TransportBenchLoopback) {
+TEST(Transport, TransportBenchLoopback) {
   const size_t bytes = 256 << 20;
   std::vector<uint8_t> data(bytes), got(bytes);
   for (size_t i = 0; i < bytes; i += 4096) data[i] = static_cast<uint8_t>(i >> 12);
@@ -1335,7 +1335,7 @@ TEST(TransportBenchLoopback) {
   mesh->Close();
 }
 
-TEST(TransportAbortMessageFromPeerFailsPendingTransfersAtOnce) {
+TEST(Transport, TransportAbortMessageFromPeerFailsPendingTransfersAtOnce) {
   // A rank that fails tells the others with a control message of the abort type: their pending
   // receives must fail with its reason right away, not at their deadline.
   auto mesh = MakeMesh(2, [](TransportOptions* o) { o->abort_control_type = 77; });
@@ -1352,7 +1352,7 @@ TEST(TransportAbortMessageFromPeerFailsPendingTransfersAtOnce) {
   mesh->Close();
 }
 
-TEST(TransportResetConnectionsLooksLikeACrashToPeers) {
+TEST(Transport, TransportResetConnectionsLooksLikeACrashToPeers) {
   auto mesh = MakeMesh(2);
   ASSERT_TRUE(mesh != nullptr);
   std::vector<uint8_t> got(10);
@@ -1364,7 +1364,7 @@ TEST(TransportResetConnectionsLooksLikeACrashToPeers) {
   mesh->Close();
 }
 
-TEST(TransportWrongSecretNeverJoinsTheMesh) {
+TEST(Transport, TransportWrongSecretNeverJoinsTheMesh) {
   auto t0 = std::make_unique<TcpTransport>([] {
     TransportOptions o = Options(0, 2);
     o.secret = "the job's secret";
@@ -1395,7 +1395,7 @@ TEST(TransportWrongSecretNeverJoinsTheMesh) {
   EXPECT_TRUE(e1.find("could not prove it holds the job's secret") != std::string::npos);
 }
 
-TEST(TransportReplayedHandshakeIsRejected) {
+TEST(Transport, TransportReplayedHandshakeIsRejected) {
   // A stranger that recorded a legitimate proof replays it: the acceptor's fresh nonce makes the
   // old proof worthless, the connection is dropped, and the real rank 1 still joins.
   auto pair_storage = std::make_unique<RawPair>();
@@ -1432,7 +1432,7 @@ TEST(TransportReplayedHandshakeIsRejected) {
   pair->t->Close();
 }
 
-TEST(TransportJoinerTakesAVacantSlotAfterTheMesh) {
+TEST(Transport, TransportJoinerTakesAVacantSlotAfterTheMesh) {
   // Ranks 0 and 1 build the mesh with one vacant slot; rank 2 dials in afterwards and then talks
   // to both like any peer. A stranger claiming the slot without the secret is turned away.
   auto mesh = MakeMesh(2, [](TransportOptions* o) {

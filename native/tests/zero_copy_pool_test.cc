@@ -6,7 +6,7 @@
 #include <cstring>
 #include <string>
 
-#include "tests/test_framework.h"
+#include <gtest/gtest.h>
 #include "transport/zero_copy_pool.h"
 
 using namespace herring;
@@ -19,7 +19,7 @@ bool Contains(const std::string& text, const std::string& part) { return text.fi
 
 }  // namespace
 
-TEST(ZeroCopyPoolAllocatesWholePagesAndReusesFreedOnes) {
+TEST(ZeroCopyPool, ZeroCopyPoolAllocatesWholePagesAndReusesFreedOnes) {
   ZeroCopyPool& pool = ZeroCopyPool::Instance(kCapacity);
   const size_t base = pool.bytes_in_use();
   uint8_t* first;
@@ -44,7 +44,7 @@ TEST(ZeroCopyPoolAllocatesWholePagesAndReusesFreedOnes) {
   EXPECT_EQ(c.get()[0], 0);
 }
 
-TEST(ZeroCopyPoolFullIsAClearError) {
+TEST(ZeroCopyPool, ZeroCopyPoolFullIsAClearError) {
   ZeroCopyPool& pool = ZeroCopyPool::Instance(kCapacity);
   std::string message;
   try {
@@ -56,7 +56,7 @@ TEST(ZeroCopyPoolFullIsAClearError) {
   EXPECT_TRUE(Contains(message, "HERRING_ZERO_COPY_BYTES"));
 }
 
-TEST(PeerPoolsMapAnotherProcessesPoolBothWays) {
+TEST(ZeroCopyPool, PeerPoolsMapAnotherProcessesPoolBothWays) {
   ZeroCopyPool& pool = ZeroCopyPool::Instance(kCapacity);
   auto shared = pool.Allocate(8192);
   uint64_t offset = 0;
