@@ -19,6 +19,7 @@ command -v g++ >/dev/null 2>&1 || need_apt+=(g++)
 command -v ssh >/dev/null 2>&1 || need_apt+=(openssh-client)
 command -v iperf3 >/dev/null 2>&1 || need_apt+=(iperf3)   # its link bound
 # Libraries the core builds on (crypto, JSON, HTTP) and its unit-test framework.
+command -v pkg-config >/dev/null 2>&1 || need_apt+=(pkg-config)   # finds cpp-httplib's build flags
 for pkg in libssl-dev nlohmann-json3-dev libcpp-httplib-dev libgtest-dev; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
 done

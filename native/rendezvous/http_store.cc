@@ -1,18 +1,11 @@
 #include "rendezvous/http_store.h"
 
 #include <arpa/inet.h>
+#include <httplib.h>
 #include <netdb.h>
-#include <netinet/in.h>
-#include <poll.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <cctype>
-#include <cerrno>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <optional>
 #include <thread>
 #include <utility>
@@ -33,23 +26,6 @@ constexpr milliseconds kMaxBackoff(50);
 // A single request that takes longer than this is abandoned and retried: the server handles each
 // request in a thread with its own 3 s read timeout, so a longer silence means a lost exchange.
 constexpr milliseconds kAttemptCap(5000);
-// Horovod's answers carry a few short headers; anything larger is not the rendezvous store.
-constexpr size_t kMaxHeaderBytes = 64 * 1024;
-
-class Socket {
- public:
-  explicit Socket(int fd) : fd_(fd) {}
-  Socket(const Socket&) = delete;
-  Socket& operator=(const Socket&) = delete;
-  ~Socket() {
-    if (fd_ >= 0) close(fd_);
-  }
-  int fd() const { return fd_; }
-
- private:
-  int fd_;
-};
-
 struct HttpResponse {
   int status = 0;
   std::string body;
@@ -74,8 +50,6 @@ AttemptFailure Fatal(StatusCode code, std::string what) {
   return {false, false, code, std::move(what)};
 }
 
-std::string Errno(const char* call) { return std::string(call) + ": " + std::strerror(errno); }
-
 bool IsValidName(const std::string& name) {
   if (name.empty()) return false;
   return std::all_of(name.begin(), name.end(), [](char c) {
@@ -84,192 +58,51 @@ bool IsValidName(const std::string& name) {
   });
 }
 
-// Waits until `fd` is ready for `events`. False when `until` passes first.
-bool WaitFor(int fd, short events, Clock::time_point until) {
-  for (;;) {
-    auto left = std::chrono::ceil<milliseconds>(until - Clock::now()).count();
-    if (left < 0) left = 0;
-    pollfd p{fd, events, 0};
-    int rc = poll(&p, 1, static_cast<int>(std::min<long long>(left, 1 << 30)));
-    if (rc > 0) return true;
-    if (rc == 0) {
-      if (Clock::now() >= until) return false;
-      continue;  // woke up early: wait for the rest
-    }
-    if (errno != EINTR) return true;  // let the following call report the error
-  }
-}
-
-std::optional<AttemptFailure> Resolve(const std::string& addr, int port, sockaddr_in* out) {
-  std::memset(out, 0, sizeof(*out));
-  out->sin_family = AF_INET;
-  out->sin_port = htons(static_cast<uint16_t>(port));
-  if (inet_pton(AF_INET, addr.c_str(), &out->sin_addr) == 1) return std::nullopt;
+// A name that does not exist will not start existing (fatal); a failing resolver might recover.
+std::optional<AttemptFailure> CheckResolvable(const std::string& addr) {
+  in_addr numeric;
+  if (inet_pton(AF_INET, addr.c_str(), &numeric) == 1) return std::nullopt;
   addrinfo hints{};
   hints.ai_family = AF_INET;
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* found = nullptr;
   int rc = getaddrinfo(addr.c_str(), nullptr, &hints, &found);
-  if (rc != 0) {
-    // A name that does not exist will not start existing; a failing resolver might recover.
-    std::string what = std::string("cannot resolve host: ") + gai_strerror(rc);
-    if (rc == EAI_AGAIN || rc == EAI_SYSTEM) return Retryable(what);
-    return Fatal(StatusCode::kInvalidArgument, what);
-  }
-  out->sin_addr = reinterpret_cast<const sockaddr_in*>(found->ai_addr)->sin_addr;
-  freeaddrinfo(found);
-  return std::nullopt;
-}
-
-std::optional<AttemptFailure> Connect(const Socket& s, const sockaddr_in& to,
-                                      Clock::time_point until) {
-  if (connect(s.fd(), reinterpret_cast<const sockaddr*>(&to), sizeof(to)) == 0) {
+  if (rc == 0) {
+    freeaddrinfo(found);
     return std::nullopt;
   }
-  // An interrupted connect carries on asynchronously, exactly like a non-blocking one.
-  if (errno != EINPROGRESS && errno != EINTR) return Retryable(Errno("connect"));
-  if (!WaitFor(s.fd(), POLLOUT, until)) return TimedOut("connect: timed out");
-  int error = 0;
-  socklen_t len = sizeof(error);
-  if (getsockopt(s.fd(), SOL_SOCKET, SO_ERROR, &error, &len) != 0) {
-    return Retryable(Errno("getsockopt(SO_ERROR)"));
+  std::string what = std::string("cannot resolve host: ") + gai_strerror(rc);
+  if (rc == EAI_AGAIN || rc == EAI_SYSTEM) return Retryable(what);
+  return Fatal(StatusCode::kInvalidArgument, what);
+}
+
+// One request on a fresh connection (cpp-httplib), entirely bounded by `until`.
+std::optional<AttemptFailure> Exchange(const std::string& addr, int port, const char* method,
+                                       const std::string& path, const std::string* body,
+                                       Clock::time_point until, HttpResponse* response) {
+  if (auto failure = CheckResolvable(addr)) return failure;
+  const auto budget = std::max<Clock::duration>(until - Clock::now(), milliseconds(1));
+  httplib::Client client(addr, port);
+  client.set_keep_alive(false);
+  client.set_connection_timeout(budget);
+  client.set_read_timeout(budget);
+  client.set_write_timeout(budget);
+  const auto start = Clock::now();
+  httplib::Result result = body != nullptr
+                               ? client.Put(path.c_str(), *body, "application/octet-stream")
+                               : client.Get(path.c_str());
+  if (!result) {
+    const httplib::Error error = result.error();
+    // httplib reports a timeout as a read or connection error: the clock tells them apart.
+    if (error == httplib::Error::ConnectionTimeout || Clock::now() - start >= budget * 9 / 10) {
+      return TimedOut("no answer in time");
+    }
+    if (error == httplib::Error::Connection) return Retryable("could not connect (is horovodrun's store listening?)");
+    return Retryable("HTTP exchange failed: " + httplib::to_string(error));
   }
-  if (error != 0) return Retryable(std::string("connect: ") + std::strerror(error));
+  response->status = result->status;
+  response->body = result->body;
   return std::nullopt;
-}
-
-std::optional<AttemptFailure> SendAll(const Socket& s, const std::string& data,
-                                      Clock::time_point until) {
-  size_t sent = 0;
-  while (sent < data.size()) {
-    ssize_t n = send(s.fd(), data.data() + sent, data.size() - sent, MSG_NOSIGNAL);
-    if (n > 0) {
-      sent += static_cast<size_t>(n);
-    } else if (n < 0 && errno == EINTR) {
-      continue;
-    } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      if (!WaitFor(s.fd(), POLLOUT, until)) return TimedOut("send: timed out");
-    } else {
-      return Retryable(Errno("send"));
-    }
-  }
-  return std::nullopt;
-}
-
-std::string Lowercase(std::string s) {
-  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
-  return s;
-}
-
-std::string Trim(const std::string& s) {
-  size_t begin = s.find_first_not_of(" \t");
-  if (begin == std::string::npos) return std::string();
-  return s.substr(begin, s.find_last_not_of(" \t") - begin + 1);
-}
-
-// The parsed head of a response: its status, and the body length when the server announced it.
-struct ResponseHead {
-  int status = 0;
-  std::optional<size_t> content_length;
-};
-
-std::optional<AttemptFailure> ParseHead(const std::string& head, ResponseHead* out) {
-  size_t line_end = head.find("\r\n");
-  std::string status_line = head.substr(0, line_end);
-  int status = 0;
-  if (status_line.compare(0, 5, "HTTP/") != 0 ||
-      std::sscanf(status_line.c_str(), "HTTP/%*d.%*d %3d", &status) != 1 || status < 100) {
-    return Fatal(StatusCode::kInternal,
-                 "not an HTTP response: '" + status_line.substr(0, 80) + "'");
-  }
-  out->status = status;
-  size_t pos = line_end;
-  while (pos != std::string::npos && pos + 2 < head.size()) {
-    size_t next = head.find("\r\n", pos + 2);
-    std::string line = head.substr(pos + 2, next == std::string::npos ? std::string::npos
-                                                                      : next - pos - 2);
-    size_t colon = line.find(':');
-    if (colon != std::string::npos && Lowercase(Trim(line.substr(0, colon))) == "content-length") {
-      std::string value = Trim(line.substr(colon + 1));
-      char* end = nullptr;
-      unsigned long long length = std::strtoull(value.c_str(), &end, 10);
-      if (value.empty() || *end != '\0' || !std::isdigit(static_cast<unsigned char>(value[0]))) {
-        return Fatal(StatusCode::kInternal, "bad Content-Length '" + value + "'");
-      }
-      out->content_length = static_cast<size_t>(length);
-    }
-    pos = next;
-  }
-  return std::nullopt;
-}
-
-// Reads one response. The request asked for "Connection: close", so the body ends at
-// Content-Length or, without one, where the server closes the connection.
-std::optional<AttemptFailure> ReceiveResponse(const Socket& s, Clock::time_point until,
-                                              HttpResponse* response) {
-  std::string data;
-  std::optional<ResponseHead> head;
-  size_t body_start = 0;
-  char chunk[16384];
-  for (;;) {
-    if (head && head->content_length && data.size() - body_start >= *head->content_length) break;
-    ssize_t n = recv(s.fd(), chunk, sizeof(chunk), 0);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      if (!WaitFor(s.fd(), POLLIN, until)) return TimedOut("no answer in time");
-      continue;
-    }
-    if (n < 0) return Retryable(Errno("recv"));
-    if (n == 0) {
-      if (!head) return Retryable("connection closed before a complete answer");
-      if (head->content_length && data.size() - body_start < *head->content_length) {
-        return Retryable("connection closed in the middle of the answer");
-      }
-      break;
-    }
-    data.append(chunk, static_cast<size_t>(n));
-    if (!head) {
-      size_t end = data.find("\r\n\r\n");
-      if (end == std::string::npos) {
-        if (data.size() > kMaxHeaderBytes) {
-          return Fatal(StatusCode::kInternal, "oversized HTTP header");
-        }
-        continue;
-      }
-      ResponseHead parsed;
-      if (auto failure = ParseHead(data.substr(0, end), &parsed)) return failure;
-      head = parsed;
-      body_start = end + 4;
-    }
-  }
-  response->status = head->status;
-  size_t body_size = data.size() - body_start;
-  if (head->content_length) body_size = std::min(body_size, *head->content_length);
-  response->body = data.substr(body_start, body_size);
-  return std::nullopt;
-}
-
-// One request on a fresh connection, entirely bounded by `until`.
-std::optional<AttemptFailure> Exchange(const std::string& addr, int port,
-                                       const std::string& request, Clock::time_point until,
-                                       HttpResponse* response) {
-  sockaddr_in to;
-  if (auto failure = Resolve(addr, port, &to)) return failure;
-  Socket s(socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
-  if (s.fd() < 0) return Retryable(Errno("socket"));
-  if (auto failure = Connect(s, to, until)) return failure;
-  if (auto failure = SendAll(s, request, until)) return failure;
-  return ReceiveResponse(s, until, response);
-}
-
-std::string BuildRequest(const char* method, const std::string& host, const std::string& path,
-                         const std::string* body) {
-  std::string request = std::string(method) + " " + path + " HTTP/1.1\r\nHost: " + host +
-                        "\r\nConnection: close\r\n";
-  if (body != nullptr) request += "Content-Length: " + std::to_string(body->size()) + "\r\n";
-  request += "\r\n";
-  if (body != nullptr) request += *body;
-  return request;
 }
 
 std::string FormatSeconds(Clock::duration d) {
@@ -286,8 +119,8 @@ enum class Verdict { kDone, kRetry };
 // At the deadline the error is Timeout when the store's last answer was "not yet" (the key never
 // appeared), PeerLost when the store did not answer (horovodrun gone, or not reachable from here).
 template <typename Judge>
-void RequestUntil(const std::string& addr, int port, const std::string& request,
-                  const std::string& what, Deadline deadline, Judge judge) {
+void RequestUntil(const std::string& addr, int port, const char* method, const std::string& path,
+                  const std::string* body, const std::string& what, Deadline deadline, Judge judge) {
   const std::string store = "horovodrun's rendezvous store at " + addr + ":" + std::to_string(port);
   const auto start = Clock::now();
   auto backoff = kFirstBackoff;
@@ -295,7 +128,7 @@ void RequestUntil(const std::string& addr, int port, const std::string& request,
   bool last_answered = false;  // ... and whether that was an answer from the store
   for (;;) {
     HttpResponse response;
-    auto failure = Exchange(addr, port, request, deadline.Capped(kAttemptCap), &response);
+    auto failure = Exchange(addr, port, method, path, body, deadline.Capped(kAttemptCap), &response);
     if (!failure) {
       if (judge(response, store, &last) == Verdict::kDone) return;
       last_answered = true;
@@ -353,9 +186,8 @@ HttpStore::HttpStore(std::string addr, int port, std::string scope)
 void HttpStore::Set(const std::string& key, const std::string& value, Deadline deadline) {
   ValidateKey(key, addr_, port_);
   const std::string path = "/" + scope_ + "/" + key;
-  const std::string host = addr_ + ":" + std::to_string(port_);
   const std::string what = "store key '" + key + "' (PUT " + path + ")";
-  RequestUntil(addr_, port_, BuildRequest("PUT", host, path, &value), what, deadline,
+  RequestUntil(addr_, port_, "PUT", path, &value, what, deadline,
                [&](const HttpResponse& response, const std::string& store, std::string* last) {
                  if (response.status == 200) return Verdict::kDone;
                  if (!IsRetryableStatus(response.status)) UnexpectedStatus(store, what, response);
@@ -367,10 +199,9 @@ void HttpStore::Set(const std::string& key, const std::string& value, Deadline d
 std::string HttpStore::Get(const std::string& key, Deadline deadline) {
   ValidateKey(key, addr_, port_);
   const std::string path = "/" + scope_ + "/" + key;
-  const std::string host = addr_ + ":" + std::to_string(port_);
   const std::string what = "read key '" + key + "' (GET " + path + ")";
   std::string value;
-  RequestUntil(addr_, port_, BuildRequest("GET", host, path, nullptr), what, deadline,
+  RequestUntil(addr_, port_, "GET", path, nullptr, what, deadline,
                [&](const HttpResponse& response, const std::string& store, std::string* last) {
                  if (response.status == 200) {
                    value = response.body;

@@ -1,7 +1,8 @@
 // Client of horovodrun's rendezvous store: an HTTP key-value server inside the launcher.
 // PUT /<scope>/<key> stores the body; GET /<scope>/<key> answers 200 with the body, or 404 until
 // someone stored it (the server never blocks, so Get polls with backoff until its deadline).
-// Keys must not contain '/'.
+// Keys must not contain '/'. The HTTP itself is cpp-httplib's; this class adds the store's
+// protocol, retries with backoff and deadlines, and errors that name the store and the key.
 #pragma once
 
 #include <string>

@@ -507,7 +507,7 @@ TEST(Rendezvous, RendezvousStoreUnreachableRetriesUntilDeadline) {
   EXPECT_TRUE(s.code() == StatusCode::kPeerLost);
   EXPECT_TRUE(Contains(s.message(), address));
   EXPECT_TRUE(Contains(s.message(), "'k'"));
-  EXPECT_TRUE(Contains(s.message(), "Connection refused"));
+  EXPECT_TRUE(Contains(s.message(), "could not connect"));
   EXPECT_TRUE(waited >= 0.2 && waited < 1.0);
 
   s = StatusOf([&] { store.Get("k", Seconds(0.1)); });
@@ -540,7 +540,7 @@ TEST(Rendezvous, RendezvousStoreSilentServerHonoursDeadline) {
   Status s = StatusOf([&] { store.Get("k", Seconds(0.3)); });
   double waited = SecondsSince(start);
   EXPECT_TRUE(s.code() == StatusCode::kPeerLost);
-  EXPECT_TRUE(Contains(s.message(), "no answer in time"));
+  EXPECT_TRUE(Contains(s.message(), "no answer in time")) << s.message();
   EXPECT_TRUE(waited >= 0.3 && waited < 1.5);
 }
 
@@ -569,21 +569,30 @@ TEST(Rendezvous, RendezvousStoreRejectsBadKeysAndScopes) {
   EXPECT_TRUE(Contains(s.message(), "rank 4"));
 }
 
-TEST(Rendezvous, RendezvousStoreForeignServerFailsFast) {
-  for (auto mode : {FakeStore::Mode::kBadStatus, FakeStore::Mode::kNotHttp}) {
-    FakeStore server(mode);
+TEST(Rendezvous, RendezvousStoreForeignServerFailsFastOrAtItsDeadline) {
+  // An HTTP server that refuses the request: no point retrying until the deadline.
+  {
+    FakeStore server(FakeStore::Mode::kBadStatus);
     server.Listen();
     HttpStore store("127.0.0.1", server.port(), "s");
     auto start = Clock::now();
     Status s = StatusOf([&] { store.Set("k", "v", Seconds(5)); });
-    EXPECT_TRUE(s.code() == StatusCode::kInternal);
+    EXPECT_TRUE(s.code() == StatusCode::kInternal) << s.message();
     EXPECT_TRUE(Contains(s.message(), "127.0.0.1:" + std::to_string(server.port())));
     EXPECT_TRUE(Contains(s.message(), "'k'"));
-    EXPECT_TRUE(Contains(s.message(), mode == FakeStore::Mode::kBadStatus
-                                          ? "HTTP 400"
-                                          : "not an HTTP response"));
-    EXPECT_TRUE(SecondsSince(start) < 1.0);  // no point retrying until the deadline
+    EXPECT_TRUE(Contains(s.message(), "HTTP 400"));
+    EXPECT_TRUE(SecondsSince(start) < 1.0);
   }
+  // Something that does not speak HTTP: cpp-httplib reports it as a failed read, which cannot be
+  // told from a dropped connection, so it is retried like one and fails at the deadline, naming
+  // the store and the key.
+  FakeStore server(FakeStore::Mode::kNotHttp);
+  server.Listen();
+  HttpStore store("127.0.0.1", server.port(), "s");
+  Status s = StatusOf([&] { store.Set("k", "v", Seconds(0.3)); });
+  EXPECT_TRUE(s.code() == StatusCode::kPeerLost) << s.message();
+  EXPECT_TRUE(Contains(s.message(), "127.0.0.1:" + std::to_string(server.port())));
+  EXPECT_TRUE(Contains(s.message(), "'k'"));
 }
 
 TEST(Rendezvous, RendezvousStoreAllGatherFourRanks) {

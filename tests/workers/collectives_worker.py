@@ -428,10 +428,21 @@ def bad_input_is_rejected_locally():
     raises(lambda: hvd.allreduce(torch.ones(2, dtype=torch.complex64), name="bad.dtype"), "not supported")
     raises(lambda: hvd.allreduce(torch.ones(2), op=hvd.Adasum, name="bad.adasum"), "Adasum")
     raises(lambda: hvd.allreduce(torch.ones(2, dtype=torch.bool), op=hvd.Sum, name="bad.bool"), "not supported")
-    h = hvd.allreduce_async(torch.ones(2), name="dup")
-    raises(lambda: hvd.allreduce_async(torch.ones(2), name="dup"), "already in flight")
-    hvd.synchronize(h)
-    hvd.allreduce(torch.ones(2), name="dup")  # the name is free again
+    # A duplicate is checked while the first is certainly in flight (a lone request starts its
+    # cycle at once, so it could otherwise complete first): the other ranks submit the name only
+    # after a barrier that follows the check.
+    handles = []
+    for turn in ("dup.rank0.first", "dup.others.first"):
+        goes_first = (hvd.rank() == 0) == (turn == "dup.rank0.first")
+        if goes_first:
+            handles.append(hvd.allreduce_async(torch.ones(2), name=turn))
+            raises(lambda: hvd.allreduce_async(torch.ones(2), name=turn), "already in flight")
+        hvd.barrier()
+        if not goes_first:
+            handles.append(hvd.allreduce_async(torch.ones(2), name=turn))
+    for h in handles:
+        hvd.synchronize(h)
+    hvd.allreduce(torch.ones(2), name="dup.rank0.first")  # the name is free again
 
 
 # --- disagreement between ranks -----------------------------------------------------------------
