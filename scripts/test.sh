@@ -1,7 +1,15 @@
 #!/usr/bin/env bash
-# The README's test command: sets up (idempotent) and runs the whole test suite.
+# The README's test command: sets up (idempotent) and runs the whole test suite (what CI runs).
+#   bash scripts/test.sh            the full suite
+#   bash scripts/test.sh --fast     the fast tier: native unit tests and one multi-process smoke per
+#                                   framework and launch path (tests/conftest.py lists it)
+# Other arguments go to pytest.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bash "$ROOT/scripts/setup.sh"
 cd "$ROOT"
-exec "$ROOT/.venv/bin/pytest" tests "$@"
+args=()
+for a in "$@"; do
+  if [ "$a" = "--fast" ]; then args+=(-m fast); else args+=("$a"); fi
+done
+exec "$ROOT/.venv/bin/pytest" tests "${args[@]}"

@@ -1,4 +1,28 @@
 import os
 import sys
 
+import pytest
+
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+# The fast tier (`bash scripts/test.sh --fast`, a few minutes): the native unit tests, the switch,
+# and one multi-process smoke per framework and launch path. The full suite (what CI runs) is
+# everything.
+FAST_TIER = {
+    "test_native.py",             # every native case (GoogleTest), no processes
+    "test_switch.py",             # HOROVOD_BACKEND=herring, horovodrun's build check, the knob table
+    "test_cycle_policy.py",       # torch under horovodrun: lone requests and bursts
+    "test_training.py",           # torch training against a single-process reference
+    "test_tensorflow_training.py",  # TensorFlow 2 / Keras 3 training against references
+    "test_mpirun.py",             # the mpirun launch path
+}
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "fast: part of the fast tier (scripts/test.sh --fast)")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if os.path.basename(str(item.fspath)) in FAST_TIER:
+            item.add_marker(pytest.mark.fast)
