@@ -37,7 +37,7 @@ def quartiles(xs):
 
 # -- the cluster ------------------------------------------------------------------------------
 def _rate_bits(text):
-    from hvd_herring.testing.cluster_spec import parse_rate
+    from tools.simcluster.cluster_spec import parse_rate
     return parse_rate(text)
 
 

@@ -24,10 +24,10 @@ from benchmarks import machine
 from benchmarks.cluster_links import LinkSampler
 from benchmarks.cluster_report import write_outputs
 from benchmarks.cluster_scenarios import PRESETS, scenarios
-from hvd_herring.testing.cluster import SimulatedCluster, check_environment
-from hvd_herring.testing.cluster_spec import ClusterSpec
-from hvd_herring.testing.link_bound import measure_link
-from hvd_herring.testing.processes import ClusterError
+from tools.simcluster.cluster import SimulatedCluster, check_environment
+from tools.simcluster.cluster_spec import ClusterSpec
+from tools.simcluster.link_bound import measure_link
+from tools.simcluster.processes import ClusterError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORKER = os.path.join(ROOT, "benchmarks", "workers", "cluster_worker.py")

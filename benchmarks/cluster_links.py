@@ -10,7 +10,7 @@ import bisect
 import threading
 import time
 
-from hvd_herring.testing.processes import ClusterError
+from tools.simcluster.processes import ClusterError
 
 
 def _cpu_times():

@@ -31,7 +31,7 @@ def _gbit(bps):
 
 
 def _rate(text):
-    from hvd_herring.testing.cluster_spec import parse_rate
+    from tools.simcluster.cluster_spec import parse_rate
     return parse_rate(text)
 
 
@@ -95,7 +95,7 @@ class Writer:
 
     def setup(self):
         out = ["## Setup\n",
-               "Each scenario runs in a fresh simulated cluster (`hvd_herring.testing.cluster`, docs/cluster.md): "
+               "Each scenario runs in a fresh simulated cluster (`tools.simcluster.cluster`, docs/cluster.md): "
                "every host is a network namespace with its own host name, sshd and `eth0`, joined to a bridge by "
                "a veth pair shaped with `tbf` in both directions (full duplex); jobs start with the real "
                "`horovodrun --gloo -H ...` over ssh from host 0. Server hosts run dedicated herring server "

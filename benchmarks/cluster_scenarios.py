@@ -40,7 +40,7 @@ class Launch:
 class Scenario:
     id: str
     title: str
-    spec: dict                        # a ClusterSpec as a dict (hvd_herring.testing.cluster_spec)
+    spec: dict                        # a ClusterSpec as a dict (tools.simcluster.cluster_spec)
     launches: List[Launch]
     # iperf3 measurements: (label, src host index, dst host index)
     links: list = field(default_factory=list)

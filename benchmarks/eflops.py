@@ -66,7 +66,7 @@ class LinkModel:
     downlink per group; switch paths are limited by the hosts' own links."""
 
     def __init__(self, spec):
-        from hvd_herring.testing.cluster_spec import parse_rate
+        from tools.simcluster.cluster_spec import parse_rate
         self.spec = spec
         self.host_rate = [spec.host_rate_bits(i) for i in range(len(spec.hosts))]
         self.intra = (spec.intra.link, parse_rate(spec.intra.rate) or parse_rate(spec.rate))
@@ -178,9 +178,9 @@ def run_stack(cluster, stack, extra, sizes, timing, workdir, timeout):
 
 
 def measure(nps, sizes, direct_rate, shared_rate, timing, stacks, timeout):
-    from hvd_herring.testing.cluster import SimulatedCluster
-    from hvd_herring.testing.cluster_spec import ClusterSpec
-    from hvd_herring.testing.link_bound import measure_link
+    from tools.simcluster.cluster import SimulatedCluster
+    from tools.simcluster.cluster_spec import ClusterSpec
+    from tools.simcluster.link_bound import measure_link
     results = {"scenario": {"direct_rate": direct_rate, "shared_rate": shared_rate, "sizes": sizes,
                             "timing": timing, "stacks": [s for s, _, _ in STACKS if s in stacks],
                             "descriptions": {s: d for s, _, d in STACKS}},
@@ -241,7 +241,7 @@ def median_of(entry, stack, size):
 
 
 def predictions(entry, size):
-    from hvd_herring.testing.cluster_spec import ClusterSpec
+    from tools.simcluster.cluster_spec import ClusterSpec
     spec = ClusterSpec.from_dict(entry["cluster"])
     mapping = (entry["stacks"].get("hd-topo") or {}).get("mapping")
     order = mapping["order"] if mapping else None

@@ -4,6 +4,8 @@ import sys
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+# The repository root: the development tools (tools/simcluster) are not part of the installed package.
+sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # The fast tier (`bash scripts/test.sh --fast`, a few minutes): the native unit tests, the switch,
 # and one multi-process smoke per framework and launch path. The full suite (what CI runs) is

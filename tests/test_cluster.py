@@ -1,4 +1,4 @@
-"""The simulated cluster (hvd_herring.testing.cluster): hosts as network namespaces joined by
+"""The simulated cluster (tools.simcluster.cluster): hosts as network namespaces joined by
 shaped links, an sshd per host, jobs launched with the real horovodrun over ssh. Runs the
 collectives worker with HOROVOD_BACKEND=herring on 2 hosts x 2 ranks (every check as its own
 test) and on 4 hosts x 2 ranks, checks that ranks really ran on their own hosts and that the
@@ -23,7 +23,7 @@ import launch
 from test_collectives import CHECK_NAMES
 
 
-from hvd_herring.testing import cluster, cluster_spec, link_bound, processes  # noqa: E402
+from tools.simcluster import cluster, cluster_spec, link_bound, processes  # noqa: E402
 
 SimulatedCluster = cluster.SimulatedCluster
 
@@ -214,7 +214,7 @@ while True:
 """
 HARNESS_THEN_SLEEP = """
 import time
-from hvd_herring.testing.cluster import SimulatedCluster
+from tools.simcluster.cluster import SimulatedCluster
 c = SimulatedCluster(hosts=2).__enter__()
 print(c.workdir, *sorted(c.netns_inodes), flush=True)
 c.popen(1, ['sleep', '600'])
@@ -243,7 +243,7 @@ def test_killed_harness_takes_its_hosts_along_and_cleanup_removes_the_rest():
         time.sleep(0.05)
     assert not processes.processes_holding_netns(inodes), "hosts outlived their killed harness"
     assert os.path.isdir(workdir)                    # only the temporary directory remains
-    out = subprocess.run([sys.executable, "-m", "hvd_herring.testing.cluster", "--cleanup"], cwd=launch.ROOT,
+    out = subprocess.run([sys.executable, "-m", "tools.simcluster.cluster", "--cleanup"], cwd=launch.ROOT,
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and workdir in out.stdout, out.stdout + out.stderr
     assert_nothing_left(before, inodes, workdir)
@@ -253,7 +253,7 @@ def test_killed_harness_takes_its_hosts_along_and_cleanup_removes_the_rest():
 def test_cli_runs_a_command_in_host0_and_returns_its_status():
     before = machine_state()
     out = subprocess.run(
-        [sys.executable, "-m", "hvd_herring.testing.cluster", "--hosts", "3", "--slots", "2", "--servers", "1",
+        [sys.executable, "-m", "tools.simcluster.cluster", "--hosts", "3", "--slots", "2", "--servers", "1",
          "--rate", "500mbit", "--",
          "sh", "-c", 'echo "$(hostname) $HVDSIM_HOSTS $HVDSIM_NP"; ssh simhost2 hostname; ssh simhost3 hostname; exit 7'],
         cwd=launch.ROOT, capture_output=True, text=True, timeout=120)

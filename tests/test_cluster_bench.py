@@ -17,7 +17,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from benchmarks import cluster_analysis  # noqa: E402
-from hvd_herring.testing import cluster  # noqa: E402
+from tools.simcluster import cluster  # noqa: E402
 
 try:
     cluster.check_environment()

@@ -164,9 +164,9 @@ TRAFFIC_WORKER = os.path.join("tests", "workers", "eflops_traffic_worker.py")
 
 @pytest.fixture(scope="module")
 def bigraph_cluster():
-    from hvd_herring.testing.cluster import SimulatedCluster, check_environment
-    from hvd_herring.testing.cluster_spec import ClusterSpec
-    from hvd_herring.testing.processes import ClusterError
+    from tools.simcluster.cluster import SimulatedCluster, check_environment
+    from tools.simcluster.cluster_spec import ClusterSpec
+    from tools.simcluster.processes import ClusterError
     try:
         check_environment()
     except ClusterError as e:

@@ -12,7 +12,7 @@ A "shared" intra-group link is an ifb device (f<k>) that every IPv4 frame betwee
 group k is redirected through on its way into the switch, so all of them queue in one tbf.
 """
 
-from hvd_herring.testing.cluster_spec import parse_rate
+from tools.simcluster.cluster_spec import parse_rate
 
 # tbf: the bucket must hold a GSO super-packet (veth hands up to 64 KiB at once) and enough
 # tokens for about 2 ms at the link rate (tbf refills on timer ticks; smaller buckets lose rate

@@ -1,7 +1,7 @@
 """Testing aids that need no engine: the simulated cluster (network namespaces joined by shaped
 links, one sshd per host, jobs launched with the real horovodrun over ssh).
 
-    from hvd_herring.testing.cluster import SimulatedCluster
+    from tools.simcluster.cluster import SimulatedCluster
     with SimulatedCluster(hosts=4, rate="1gbit") as c:
         run = c.horovodrun(["python", "train.py"], env={"HOROVOD_BACKEND": "herring"})
 

@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass
 from typing import Optional
 
-from hvd_herring.testing.processes import ClusterError, kill_group
+from tools.simcluster.processes import ClusterError, kill_group
 
 IPERF_PORT = 5201
 

@@ -9,7 +9,7 @@ import os
 import pwd
 import shlex
 
-from hvd_herring.testing.processes import ClusterError, run
+from tools.simcluster.processes import ClusterError, run
 
 SSHD = "/usr/sbin/sshd"
 SSH_CLIENT_CONFIG = "/etc/ssh/ssh_config"

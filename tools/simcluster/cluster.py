@@ -16,7 +16,7 @@ that host and frees its namespaces and links. The cluster's processes die with t
 (PR_SET_PDEATHSIG), and teardown runs on exit, on exceptions and on Ctrl-C. Nothing is written
 outside the temporary directory.
 
-CLI:  python -m hvd_herring.testing.cluster --hosts 4 --rate 1gbit -- horovodrun ... (see --help)
+CLI:  python -m tools.simcluster.cluster --hosts 4 --rate 1gbit -- horovodrun ... (see --help)
 """
 
 import argparse
@@ -30,11 +30,11 @@ import time
 from dataclasses import dataclass
 from typing import List
 
-from hvd_herring.testing import processes as P
-from hvd_herring.testing.cluster_spec import ClusterSpec, SpecError
-from hvd_herring.testing.fabric import FabricPlan
-from hvd_herring.testing.host_identity import SSHD, ClusterIdentity, check_ssh_client_config_exists
-from hvd_herring.testing.processes import ClusterError
+from tools.simcluster import processes as P
+from tools.simcluster.cluster_spec import ClusterSpec, SpecError
+from tools.simcluster.fabric import FabricPlan
+from tools.simcluster.host_identity import SSHD, ClusterIdentity, check_ssh_client_config_exists
+from tools.simcluster.processes import ClusterError
 
 BIN = os.path.dirname(sys.executable)
 TOOLS = ("ip", "tc", "unshare", "nsenter", "ssh", "ssh-keygen", "mount")
@@ -377,12 +377,12 @@ class SimulatedCluster:
 # -- command line -----------------------------------------------------------------------------
 def _parse_args(argv):
     p = argparse.ArgumentParser(
-        prog="python -m hvd_herring.testing.cluster",
+        prog="python -m tools.simcluster.cluster",
         description="Run a command inside host 0 of a fresh simulated cluster (network namespaces, "
                     "shaped links, an sshd per host), then tear it down. Hosts are named simhost0, "
                     "simhost1, ...; the environment has HVDSIM_HOSTS (horovodrun's -H value), "
                     "HVDSIM_NP and HVDSIM_SSH_KEY (for horovodrun -i).",
-        epilog="example: python -m hvd_herring.testing.cluster --hosts 2 --slots 2 -- "
+        epilog="example: python -m tools.simcluster.cluster --hosts 2 --slots 2 -- "
                "sh -c 'horovodrun --gloo -np $HVDSIM_NP -H $HVDSIM_HOSTS -i $HVDSIM_SSH_KEY "
                "--network-interfaces eth0 python train.py'")
     p.add_argument("--hosts", type=int, default=2, help="worker hosts (default 2)")
@@ -429,7 +429,7 @@ def main(argv=None):
     try:
         with SimulatedCluster(spec=spec, verbose=True) as c:
             if args.measure_link:
-                from hvd_herring.testing.link_bound import measure_link
+                from tools.simcluster.link_bound import measure_link
                 m = measure_link(c, 1 if len(spec.hosts) > 1 else 0, 0)
                 print(m.describe())
             if args.command:
