@@ -12,7 +12,6 @@
 #include <vector>
 
 #include "engine/control_messages.h"
-#include "engine/deadlock_detector.h"
 #include "engine/message.h"
 #include "engine/wire.h"
 #include "transport/frame.h"

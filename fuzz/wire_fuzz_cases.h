@@ -20,7 +20,7 @@ enum WireDecoder : uint8_t {
   kResponse = 8,       // DecodeResponse through a WireReader, alone
   kR2spSession = 9,    // DecodeR2spSession (kR2spSessionMessage: a server's ranges of an R2SP session)
   kR2spEnd = 10,       // DecodeR2spEnd (kR2spEndMessage)
-  kAwaited = 11,       // engine/deadlock_detector.h DecodeAwaited (kBlockedReport)
+  kAwaited = 11,       // DecodeAwaited (kBlockedReport: what a rank is blocked on)
   kNumWireDecoders = 12,
 };
 

@@ -81,3 +81,15 @@ def scratch_dir(prefix):
     d = tempfile.mkdtemp(prefix=prefix)
     _scratch.append(d)
     return d
+
+
+def rank_results(results_dir, np):
+    """{rank: what that rank wrote to <results_dir>/<rank>.json}, for the ranks that wrote one."""
+    import json
+    per_rank = {}
+    for r in range(np):
+        path = os.path.join(results_dir, f"{r}.json")
+        if os.path.exists(path):
+            with open(path) as f:
+                per_rank[r] = json.load(f)
+    return per_rank

@@ -2,7 +2,6 @@
 ranks launched by horovodrun (and mpirun), compared with references computed from every rank's
 inputs. One launch runs every check; each check is reported as its own test."""
 
-import json
 import os
 import shutil
 
@@ -52,12 +51,7 @@ def run_worker(launcher, np, extra):
         # by the parameter servers over TCP, on one machine.
         args = [os.path.join("tests", "workers", "as_simulated_host.py"), "2", WORKER]
     run = fn(np, args, timeout=600, **env)
-    per_rank = {}
-    for r in range(np):
-        path = os.path.join(results_dir, f"{r}.json")
-        if os.path.exists(path):
-            with open(path) as f:
-                per_rank[r] = json.load(f)
+    per_rank = launch.rank_results(results_dir, np)
     shutil.rmtree(results_dir, ignore_errors=True)
     return run, per_rank
 

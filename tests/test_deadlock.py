@@ -4,7 +4,6 @@ collective it waits on, and the job goes on. Horovod hangs there. A rank that is
 stall) is not a deadlock: its collective completes."""
 
 import importlib.util
-import json
 import os
 
 import pytest
@@ -19,12 +18,7 @@ def _run(framework, np):
     results = launch.scratch_dir("herring-deadlock-")
     run = launch.horovodrun(np, [WORKER, framework], timeout=180, HERRING_TEST_RESULTS=results,
                             HERRING_DEADLOCK_TIME_SECONDS=DEADLOCK_SECONDS)
-    per_rank = {}
-    for r in range(np):
-        path = os.path.join(results, f"{r}.json")
-        if os.path.exists(path):
-            with open(path) as f:
-                per_rank[r] = json.load(f)
+    per_rank = launch.rank_results(results, np)
     assert sorted(per_rank) == list(range(np)), f"ranks reported {sorted(per_rank)}\n{run.output[-6000:]}"
     assert run.returncode == 0, run.output[-6000:]
     return per_rank

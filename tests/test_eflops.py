@@ -74,12 +74,7 @@ def run_worker(np, algorithm, per_host, extra=None):
             env["HERRING_TOPOLOGY"] = write_json(results, "topology.json", two_group_topology(-(-np // per_host)))
     env.update(extra or {})
     run = launch.horovodrun(np, args, timeout=600, **env)
-    per_rank = {}
-    for r in range(np):
-        path = os.path.join(results, f"{r}.json")
-        if os.path.exists(path):
-            with open(path) as f:
-                per_rank[r] = json.load(f)
+    per_rank = launch.rank_results(results, np)
     shutil.rmtree(results, ignore_errors=True)
     return run, per_rank
 

@@ -25,12 +25,7 @@ def run_fault(spec, np=4, hosts=2, **env):
         args = [os.path.join(WORKERS, "as_simulated_host.py"), str(np // hosts)] + args
     run = launch.horovodrun(np, args, timeout=180, HERRING_TEST_RESULTS=results, HERRING_FAULT=spec,
                             HERRING_TIMEOUT_SECONDS=env.pop("HERRING_TIMEOUT_SECONDS", 5), **env)
-    outcomes = {}
-    for r in range(np):
-        path = os.path.join(results, f"{r}.json")
-        if os.path.exists(path):
-            with open(path) as f:
-                outcomes[r] = json.load(f)
+    outcomes = launch.rank_results(results, np)
     return run, outcomes
 
 

@@ -70,16 +70,6 @@ def assert_no_sanitizer_report(s, output):
     assert not hits, "sanitizer output:\n" + "\n".join(hits[:40]) + "\n" + output[-6000:]
 
 
-def results_of(results_dir, ranks):
-    out = {}
-    for r in range(ranks):
-        path = os.path.join(results_dir, f"{r}.json")
-        if os.path.exists(path):
-            with open(path) as f:
-                out[r] = json.load(f)
-    return out
-
-
 def test_a_memory_error_is_reported(sanitized):
     """The harness itself: an out-of-bounds write in a process set up like the ranks (libasan
     preloaded, the same options) must leave a report where assert_no_sanitizer_report looks."""
@@ -119,7 +109,7 @@ def test_every_collective_under_sanitizers(sanitized, hosts):
                             **sanitized.env)
     print(f"\n{np} ranks on {hosts} host(s) under the sanitizers: {run.seconds:.0f} s")
     assert_no_sanitizer_report(sanitized, run.output)
-    per_rank = results_of(results, np)
+    per_rank = launch.rank_results(results, np)
     assert sorted(per_rank) == list(range(np)), f"ranks reported {sorted(per_rank)}\n{run.output[-5000:]}"
     assert run.returncode == 0, run.output[-5000:]
     for r, data in per_rank.items():
@@ -137,7 +127,7 @@ def test_connection_reset_mid_push_under_sanitizers(sanitized):
                             HERRING_TIMEOUT_SECONDS=5, **sanitized.env)
     assert_no_sanitizer_report(sanitized, run.output)
     assert run.returncode != 0, run.output[-3000:]
-    outcomes = results_of(results, np)
+    outcomes = launch.rank_results(results, np)
     for r in range(np):
         if r == victim:
             continue
@@ -168,7 +158,7 @@ def test_r2sp_training_mode_under_sanitizers(sanitized, mode):
                             **extra, **sanitized.env)
     assert_no_sanitizer_report(sanitized, run.output)
     assert run.returncode == 0, run.output[-5000:]
-    outcomes = results_of(results, 3)
+    outcomes = launch.rank_results(results, 3)
     for r in range(3):
         if mode == "train":
             assert outcomes[r]["bitwise"], outcomes[r]

@@ -52,12 +52,7 @@ def test_soak_memory_and_descriptors_stay_flat():
                             HERRING_TEST_RESULTS=results, SOAK_STEPS=steps,
                             SOAK_TENSORS=os.environ.get("SOAK_TENSORS", "200"),
                             SOAK_SAMPLE_EVERY=os.environ.get("SOAK_SAMPLE_EVERY", "500"))
-    per_rank = {}
-    for r in range(NP):
-        path = os.path.join(results, f"{r}.json")
-        if os.path.exists(path):
-            with open(path) as f:
-                per_rank[r] = json.load(f)
+    per_rank = launch.rank_results(results, NP)
     assert sorted(per_rank) == list(range(NP)), run.output[-4000:]
     summary = summarize(per_rank)
     report = {"np": NP, "steps": steps, "tensors": per_rank[0]["tensors"],

@@ -5,7 +5,6 @@ reported as its own test. Also what a single process sees: the lazy import that 
 horovodrun's launch check cheap, the error before init, the error under XLA."""
 
 import importlib.util
-import json
 import os
 
 import pytest
@@ -36,12 +35,7 @@ def launched():
                                 HOROVOD_DYNAMIC_PROCESS_SETS="1", HOROVOD_STALL_CHECK_TIME_SECONDS="20")
     except AssertionError as e:  # the job hung and was killed: report the checks that did run
         run = launch.Run(returncode=None, output=str(e), seconds=400)
-    per_rank = {}
-    for r in range(NP):
-        path = os.path.join(results_dir, f"{r}.json")
-        if os.path.exists(path):
-            with open(path) as f:
-                per_rank[r] = json.load(f)
+    per_rank = launch.rank_results(results_dir, NP)
     return run, per_rank
 
 

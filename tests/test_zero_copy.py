@@ -2,7 +2,6 @@
 place, checked inside real ranks launched by horovodrun; the allocator's errors; and faults in the
 middle of a zero-copy allreduce."""
 
-import json
 import os
 import shutil
 import subprocess
@@ -35,12 +34,7 @@ def launched(request):
     if request.param.endswith("fused"):
         env["HOROVOD_CYCLE_TIME"] = "20"  # more tensors share a fused buffer
     run = launch.horovodrun(np, args, timeout=400, **env)
-    per_rank = {}
-    for r in range(np):
-        path = os.path.join(results, f"{r}.json")
-        if os.path.exists(path):
-            with open(path) as f:
-                per_rank[r] = json.load(f)
+    per_rank = launch.rank_results(results, np)
     shutil.rmtree(results, ignore_errors=True)
     return request.param, np, run, per_rank
 

@@ -225,4 +225,32 @@ uint64_t CycleOf(const std::string& payload) {
   return c;
 }
 
+std::string EncodeAwaited(const std::vector<AwaitedCollective>& awaited) {
+  WireWriter w;
+  w.U32(static_cast<uint32_t>(awaited.size()));
+  for (const auto& a : awaited) {
+    w.I32(a.process_set);
+    w.Str(a.name);
+    w.U8(static_cast<uint8_t>(a.type));
+  }
+  return w.Take();
+}
+
+std::vector<AwaitedCollective> DecodeAwaited(const std::string& payload) {
+  constexpr uint32_t kMaxAwaited = 1u << 16;  // far more than a rank can have pending
+  WireReader r(payload, "blocked report");
+  const uint32_t n = r.U32();
+  if (n > kMaxAwaited) throw Error(Status::Internal("blocked report: " + std::to_string(n) + " collectives"));
+  std::vector<AwaitedCollective> out(n);
+  for (auto& a : out) {
+    a.process_set = r.I32();
+    a.name = r.Str();
+    const uint8_t type = r.U8();
+    if (type >= kNumOpTypes) throw Error(Status::Internal("blocked report: bad op type"));
+    a.type = static_cast<OpType>(type);
+  }
+  r.ExpectEnd();
+  return out;
+}
+
 }  // namespace herring

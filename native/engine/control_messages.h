@@ -126,6 +126,19 @@ R2spSessionSpec DecodeR2spSession(const std::string& payload);  // validates ran
 std::string EncodeR2spEnd(uint32_t session);
 uint32_t DecodeR2spEnd(const std::string& payload);
 
+// kBlockedReport (engine/deadlock_detector.h): the collectives a rank is blocked on; empty when
+// it no longer is.
+struct AwaitedCollective {
+  int32_t process_set = 0;
+  std::string name;
+  OpType type = OpType::kAllreduce;
+  bool operator==(const AwaitedCollective& o) const {
+    return process_set == o.process_set && name == o.name && type == o.type;
+  }
+};
+std::string EncodeAwaited(const std::vector<AwaitedCollective>& awaited);
+std::vector<AwaitedCollective> DecodeAwaited(const std::string& payload);  // validates
+
 // Peeks at the cycle number any of the messages above starts with (0 if too short).
 uint64_t CycleOf(const std::string& payload);
 

@@ -4,12 +4,9 @@
 #include <set>
 #include <sstream>
 
-#include "engine/wire.h"
 
 namespace herring {
 namespace {
-
-constexpr uint32_t kMaxAwaited = 1u << 16;
 
 std::string Ranks(const std::vector<int>& ranks) {
   std::ostringstream s;
@@ -19,33 +16,6 @@ std::string Ranks(const std::vector<int>& ranks) {
 }
 
 }  // namespace
-
-std::string EncodeAwaited(const std::vector<AwaitedCollective>& awaited) {
-  WireWriter w;
-  w.U32(static_cast<uint32_t>(awaited.size()));
-  for (const auto& a : awaited) {
-    w.I32(a.process_set);
-    w.Str(a.name);
-    w.U8(static_cast<uint8_t>(a.type));
-  }
-  return w.Take();
-}
-
-std::vector<AwaitedCollective> DecodeAwaited(const std::string& payload) {
-  WireReader r(payload, "blocked report");
-  const uint32_t n = r.U32();
-  if (n > kMaxAwaited) throw Error(Status::Internal("blocked report: " + std::to_string(n) + " collectives"));
-  std::vector<AwaitedCollective> out(n);
-  for (auto& a : out) {
-    a.process_set = r.I32();
-    a.name = r.Str();
-    const uint8_t type = r.U8();
-    if (type >= kNumOpTypes) throw Error(Status::Internal("blocked report: bad op type"));
-    a.type = static_cast<OpType>(type);
-  }
-  r.ExpectEnd();
-  return out;
-}
 
 void DeadlockDetector::Report(int rank, std::vector<AwaitedCollective> awaited) {
   if (awaited.empty()) {

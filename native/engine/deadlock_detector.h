@@ -18,23 +18,11 @@
 #include <utility>
 #include <vector>
 
+#include "engine/control_messages.h"
 #include "engine/coordinator.h"
 #include "engine/message.h"
 
 namespace herring {
-
-// One collective a rank is blocked on.
-struct AwaitedCollective {
-  int32_t process_set = 0;
-  std::string name;
-  OpType type = OpType::kAllreduce;
-  bool operator==(const AwaitedCollective& o) const {
-    return process_set == o.process_set && name == o.name && type == o.type;
-  }
-};
-
-std::string EncodeAwaited(const std::vector<AwaitedCollective>& awaited);
-std::vector<AwaitedCollective> DecodeAwaited(const std::string& payload);  // validates
 
 class DeadlockDetector {
  public:

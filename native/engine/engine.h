@@ -138,6 +138,11 @@ class Engine {
   // After every worker's last step (the caller synchronises them): the servers stop.
   void R2spEnd(uint32_t session);
 
+  // Point-to-point transfers outside the negotiation cycles (p2p.cc; torch.distributed send/recv):
+  // only the two ranks take part. Matched in order per (peer, tag); `tag` < 2^20.
+  CompletionPtr P2pSend(int peer, uint32_t tag, const void* data, size_t bytes);
+  CompletionPtr P2pRecv(int peer, uint32_t tag, void* data, size_t bytes);
+
   std::map<std::string, uint64_t> CountersSnapshot() const { return counters_.Snapshot(); }
   // The first failure of the job (OK while healthy).
   Status failure() const;
@@ -247,6 +252,8 @@ class Engine {
   uint32_t r2sp_sessions_ = 0;                         // sessions begun (ids 1, 2, ...)
   std::map<uint32_t, R2spClient> r2sp_clients_;        // workers
   std::map<uint32_t, std::unique_ptr<R2spServer>> r2sp_servers_;  // processes hosting shards
+  std::mutex p2p_mu_;
+  std::map<std::tuple<int, uint32_t, bool>, uint64_t> p2p_sequence_;  // (peer, tag, send): messages so far
 
   // Shared between adapters and the loop.
   mutable std::mutex queue_mu_;
