@@ -8,6 +8,7 @@ from horovod.common.process_sets import global_process_set
 from horovod.tensorflow.compression import Compression
 
 from hvd_herring.tensorflow import mpi_ops
+from hvd_herring.dtype_groups import split_by_dtype
 from hvd_herring.tensorflow.mpi_ops import Adasum, Average, Sum, handle_average_backwards_compatibility
 
 
@@ -75,11 +76,8 @@ def grouped_allreduce(tensors, average=None, device_dense='', device_sparse='', 
             compressed, ctxs = {}, {}
             for i in dense:
                 compressed[i], ctxs[i] = compression.compress(mpi_ops._as_tensor(tensors[i]))
-            by_dtype = {}
-            for i in dense:
-                by_dtype.setdefault(compressed[i].dtype, []).append(i)
-            for dtype, members in sorted(by_dtype.items(), key=lambda kv: kv[0].name):
-                part_name = name if name is None or len(by_dtype) == 1 else f"{name}.{dtype.name}"
+            for part_name, positions in split_by_dtype([compressed[i].dtype.name for i in dense], name):
+                members = [dense[p] for p in positions]
                 reduced = mpi_ops._grouped_allreduce([compressed[i] for i in members], name=part_name, op=op,
                                                      prescale_factor=prescale_factor,
                                                      postscale_factor=postscale_factor, process_set=process_set,

@@ -13,6 +13,7 @@ from horovod.common.process_sets import _setup as _setup_process_sets
 from horovod.common.util import get_average_backwards_compatibility_fun
 from horovod.torch.compression import Compression
 
+from hvd_herring.dtype_groups import split_by_dtype
 from hvd_herring.torch import zero_copy as _zero_copy
 from hvd_herring.basics import basics as _basics, export_basics as _export_basics, DTYPES as _DTYPES
 
@@ -81,20 +82,16 @@ def _common_dtype(tensors):
     return codes.pop()
 
 
-# Groups whose tensors differ in dtype run as one grouped collective per dtype (as in Horovod,
-# where a fusion buffer holds one dtype): handle -> [(sub handle, positions in the group)].
+# Groups whose tensors differ in dtype run as one grouped collective per dtype (hvd_herring.dtype_groups,
+# the rule TensorFlow follows too): handle -> [(sub handle, positions in the group)].
 _mixed_groups = {}
 _next_mixed_handle = -1
 
 
 def _enqueue_by_dtype(op_type, name, tensors, outputs, process_set, op, prescale, postscale, finish, result):
     global _next_mixed_handle
-    by_dtype = {}
-    for i, t in enumerate(tensors):
-        by_dtype.setdefault(t.dtype, []).append(i)
     parts = []
-    for dtype, positions in by_dtype.items():
-        sub_name = None if name is None else f"{name}.{str(dtype).replace('torch.', '')}"
+    for sub_name, positions in split_by_dtype([_TORCH_DTYPES.get(t.dtype, str(t.dtype)) for t in tensors], name):
         sub_outputs = [outputs[i] for i in positions] if outputs is not None else None
         sub_result = [result[i] for i in positions] if result is not None else None
         parts.append((_enqueue(op_type, sub_name, [tensors[i] for i in positions], sub_outputs, process_set, op,
