@@ -399,6 +399,12 @@ class Report:
             self.add("## EFLOPS: topology-aware allreduce\n")
             self.add(eflops.section(res, doc_dir, os.path.join(doc_dir, "img", "eflops_allreduce.png"),
                                     res.get("command", "python -m benchmarks.eflops")))
+        elastic_json = os.path.join(doc_dir, "elastic_bench.json")  # benchmarks/elastic_bench.py
+        if os.path.exists(elastic_json):
+            from benchmarks import elastic_bench
+            with open(elastic_json) as f:
+                self.add("## Elastic workers: reacting to a new host and to a worker's death\n")
+                self.add(elastic_bench.section(json.load(f)))
         cluster_md = os.path.join(doc_dir, "benchmarks_cluster.md")
         if os.path.exists(cluster_md) and not self.cluster:
             self.add("## R2SP, PSLD and the cluster goals in the simulated cluster\n")

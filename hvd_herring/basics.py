@@ -10,7 +10,7 @@ from horovod.common import process_sets as _hvd_process_sets
 from horovod.common.exceptions import HorovodInternalError
 from horovod.common.process_sets import ProcessSet, global_process_set
 
-from hvd_herring import _native, bootstrap
+from hvd_herring import _native, bootstrap, elastic_rendezvous
 
 OP_TYPES = _native.OP_TYPES
 DTYPES = _native.DTYPES
@@ -34,8 +34,9 @@ class HerringBasics:
         self.Product = ops["Product"]
 
     # --- lifecycle -------------------------------------------------------------------------
-    def init(self, comm=None, process_sets=None):
-        """Horovod's hvd.init(comm=None, process_sets=None)."""
+    def init(self, comm=None, process_sets=None, exchange=None):
+        """Horovod's hvd.init(comm=None, process_sets=None). `exchange` (mine -> every rank's
+        record) replaces the launcher's endpoint exchange: torch.distributed passes its Store's."""
         with self._lock:
             if self._engine is not None and self._engine.running:
                 return
@@ -55,8 +56,10 @@ class HerringBasics:
                 for ps in static_sets:
                     if ps.ranks is None:
                         raise NotImplementedError("process sets defined by MPI communicators are not supported")
-            self._engine = _native.Engine([list(ps.ranks) for ps in static_sets], self._epoch,
-                                          bootstrap.exchange_function())
+            # Elastic jobs: this round's rank from horovodrun's driver, endpoints in a round scope.
+            if exchange is None:
+                exchange = elastic_rendezvous.prepare_init(self._epoch > 0) or bootstrap.exchange_function()
+            self._engine = _native.Engine([list(ps.ranks) for ps in static_sets], self._epoch, exchange)
             self._epoch += 1
             if self._engine.is_dedicated_server:
                 self._serve_and_exit()

@@ -83,6 +83,10 @@ const std::vector<KnobSpec>& AllKnobs() {
        "Deadline of every blocking step; a peer silent for this long is declared lost.", false},
       {"HERRING_START_TIMEOUT_SECONDS", "60", "seconds",
        "Deadline for rendezvous and connecting to every peer at init.", false},
+      {"HERRING_ELASTIC_RESET_TIMEOUT_SECONDS", "660", "seconds",
+       "Elastic workers (horovodrun --host-discovery-script): how long a resetting worker waits "
+       "for the elastic driver to give it its place in the next round (the driver's own "
+       "--elastic-timeout defaults to 600 s).", false},
       {"HERRING_IFACE", "", "string",
        "Network interface to listen on and advertise (default: HOROVOD_GLOO_IFACE from "
        "horovodrun, else loopback for single-host jobs).", false},
