@@ -5,7 +5,6 @@
 #include <sstream>
 
 namespace herring {
-namespace {
 
 std::string RankList(const std::vector<int>& ranks) {
   std::ostringstream s;
@@ -13,6 +12,8 @@ std::string RankList(const std::vector<int>& ranks) {
   for (size_t i = 0; i < ranks.size(); ++i) s << (i ? ", " : "") << ranks[i];
   return s.str();
 }
+
+namespace {
 
 // "ranks 0, 2 have [2, 3]; rank 1 has [4]": who has which value, for an error message.
 template <typename T>

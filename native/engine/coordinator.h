@@ -70,6 +70,9 @@ class Coordinator {
   std::vector<Response> ready_;    // responses decided outside the table (errors, join)
 };
 
+// "rank 3" or "ranks 0, 2": how error messages name ranks.
+std::string RankList(const std::vector<int>& ranks);
+
 // Checks the requests of one collective (one per submitting member, ordered by rank) and fills
 // the response, or its error. Exposed for unit tests.
 Response AgreeOnRequests(const std::vector<RequestMeta>& requests, const ProcessSet& set,

@@ -4,18 +4,7 @@
 #include <set>
 #include <sstream>
 
-
 namespace herring {
-namespace {
-
-std::string Ranks(const std::vector<int>& ranks) {
-  std::ostringstream s;
-  s << (ranks.size() == 1 ? "rank " : "ranks ");
-  for (size_t i = 0; i < ranks.size(); ++i) s << (i ? ", " : "") << ranks[i];
-  return s.str();
-}
-
-}  // namespace
 
 void DeadlockDetector::Report(int rank, std::vector<AwaitedCollective> awaited) {
   if (awaited.empty()) {
@@ -83,7 +72,7 @@ std::optional<DeadlockDetector::Verdict> DeadlockDetector::Check(const Coordinat
 
   Verdict v;
   std::ostringstream m;
-  m << "Deadlock: " << Ranks(std::vector<int>(stuck.begin(), stuck.end()))
+  m << "Deadlock: " << RankList(std::vector<int>(stuck.begin(), stuck.end()))
     << " are blocked on collectives that none of them can complete (each waits on one that another has "
        "not submitted: the ranks called collectives in different orders or skipped one):";
   for (int r : stuck) {
@@ -93,7 +82,7 @@ std::optional<DeadlockDetector::Verdict> DeadlockDetector::Check(const Coordinat
       m << (i ? " and " : " rank " + std::to_string(r) + " waits on ") << OpTypeName(a.type) << " '" << a.name
         << "'";
       const auto& missing = missing_by_rank[r][i];
-      if (!missing.empty()) m << " (not submitted by " << Ranks(missing) << ")";
+      if (!missing.empty()) m << " (not submitted by " << RankList(missing) << ")";
       if (a.type == OpType::kJoin) {
         v.includes_join = true;
       } else if (std::find(v.collectives.begin(), v.collectives.end(), std::make_pair(a.process_set, a.name)) ==
