@@ -51,12 +51,7 @@ def stacks():
 def launch(bin_dir, stack_env, scenario, np_, hosts, min_np, max_np):
     """One elastic job; returns the workers' events (sorted by time)."""
     results = tempfile.mkdtemp(prefix=f"herring-elastic-bench-{scenario}-")
-    hosts_file = os.path.join(results, "hosts")
-    common.write_hosts(hosts_file, hosts)
-    discover = os.path.join(results, "discover.sh")
-    with open(discover, "w") as f:
-        f.write(f"#!/bin/sh\ncat {hosts_file}\n")
-    os.chmod(discover, 0o755)
+    hosts_file, discover = common.write_discovery(results, hosts)
     env = dict(os.environ, PYTHONPATH=WORKERS, PYTHONUNBUFFERED="1", HERRING_TEST_RESULTS=results,
                HERRING_TEST_SCENARIO=scenario, HERRING_TEST_HOSTS_FILE=hosts_file,
                PATH=bin_dir + os.pathsep + os.environ.get("PATH", ""))

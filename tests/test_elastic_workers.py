@@ -72,12 +72,7 @@ class Outcome:
 
 def elastic_launch(framework, scenario, np_, hosts, min_np, max_np, extra=()):
     results = launch.scratch_dir(f"herring-elastic-{scenario}-")
-    hosts_file = os.path.join(results, "hosts")
-    common.write_hosts(hosts_file, hosts)
-    discover = os.path.join(results, "discover.sh")
-    with open(discover, "w") as f:
-        f.write(f"#!/bin/sh\ncat {hosts_file}\n")
-    os.chmod(discover, 0o755)
+    hosts_file, discover = common.write_discovery(results, hosts)
     # --network-interface: without it the driver waits for two hosts to compare interfaces.
     cmd = [os.path.join(launch.BIN, "horovodrun"), "-np", str(np_), "--min-np", str(min_np),
            "--max-np", str(max_np), "--host-discovery-script", discover, "--network-interface", "lo",

@@ -72,19 +72,25 @@ def DistributedGradientTape(gradtape, device_dense='', device_sparse='', compres
                scale_local_gradients)
 
 
+
+def local_layer_list(local_layers, layer_class):
+    """`local_layers` of the Partial* wrappers as a list: None, one layer, or layers (Horovod's
+    check and message)."""
+    if local_layers is None:
+        return []
+    if isinstance(local_layers, layer_class):
+        return [local_layers]
+    if not all(isinstance(layer, layer_class) for layer in local_layers):
+        raise ValueError("All local layers must be of tf.keras.layers.Layer type.")
+    return list(local_layers)
+
 def PartialDistributedGradientTape(gradtape, device_dense='', device_sparse='', compression=Compression.none,
                                    sparse_as_dense=False, op=Average, gradient_predivide_factor=1.0,
                                    num_groups=0, groups=None, process_set=global_process_set, local_layers=None,
                                    scale_local_gradients=True):
     """DistributedGradientTape that keeps the gradients of `local_layers` (Keras layers of the
     Keras tf.keras is) local."""
-    layer_class = tf.keras.layers.Layer
-    if local_layers is None:
-        local_layers = []
-    elif isinstance(local_layers, layer_class):
-        local_layers = [local_layers]
-    elif not all(isinstance(layer, layer_class) for layer in local_layers):
-        raise ValueError("All local layers must be of tf.keras.layers.Layer type.")
+    local_layers = local_layer_list(local_layers, tf.keras.layers.Layer)
     tape = DistributedGradientTape(gradtape, device_dense, device_sparse, compression, sparse_as_dense, op,
                                    gradient_predivide_factor, num_groups, groups, process_set,
                                    scale_local_gradients)

@@ -166,6 +166,18 @@ def write_hosts(path, hosts):
     os.replace(tmp, path)
 
 
+def write_discovery(directory, hosts):
+    """The hosts file and a --host-discovery-script that prints it, in `directory`; returns
+    (hosts file, script)."""
+    hosts_file = os.path.join(directory, "hosts")
+    write_hosts(hosts_file, hosts)
+    script = os.path.join(directory, "discover.sh")
+    with open(script, "w") as f:
+        f.write(f"#!/bin/sh\ncat {hosts_file}\n")
+    os.chmod(script, 0o755)
+    return hosts_file, script
+
+
 def read_events(results):
     events = []
     for name in os.listdir(results):

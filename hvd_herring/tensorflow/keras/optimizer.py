@@ -15,6 +15,7 @@ from horovod.common.process_sets import global_process_set
 from horovod.tensorflow.compression import Compression
 
 from hvd_herring.tensorflow.gradient_reduction import GradientAllreducer, variable_key
+from hvd_herring.tensorflow.gradient_tape import local_layer_list
 from hvd_herring.tensorflow.keras_flavour import flavour
 from hvd_herring.tensorflow.mpi_ops import Average, Sum
 
@@ -138,13 +139,7 @@ def PartialDistributedOptimizer(optimizer, name=None, device_dense='', device_sp
                                 process_set=global_process_set, local_layers=None, scale_local_gradients=True):
     """DistributedOptimizer whose gradients of `local_layers` (Keras layers) are not reduced:
     each rank applies its own (divided by the set's size when scale_local_gradients)."""
-    layer_class = flavour().keras.layers.Layer
-    if local_layers is None:
-        local_layers = []
-    elif isinstance(local_layers, layer_class):
-        local_layers = [local_layers]
-    elif not all(isinstance(layer, layer_class) for layer in local_layers):
-        raise ValueError("All local layers must be of tf.keras.layers.Layer type.")
+    local_layers = local_layer_list(local_layers, flavour().keras.layers.Layer)
     distributed = DistributedOptimizer(optimizer, name=name, device_dense=device_dense, device_sparse=device_sparse,
                                        compression=compression, sparse_as_dense=sparse_as_dense,
                                        gradient_predivide_factor=gradient_predivide_factor, op=op, groups=groups,
