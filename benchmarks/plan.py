@@ -8,7 +8,7 @@ import copy
 from dataclasses import dataclass, field
 
 KiB, MiB = 1 << 10, 1 << 20
-ALL_STACKS = ["herring", "herring-ring", "herring-zero-copy", "torch-gloo", "horovod-gloo", "mpi"]
+ALL_STACKS = ["herring", "herring-ring", "herring-zero-copy", "torch-gloo", "ddp-herring", "horovod-gloo", "mpi"]
 # Stacks the 1000-tiny-tensors workload runs on: the ring variant negotiates exactly as herring does.
 TINY_STACKS = ["herring", "torch-gloo", "horovod-gloo", "mpi"]
 
@@ -24,13 +24,14 @@ def _full():
         workloads=[
             {"id": "allreduce", "kind": "allreduce", "sizes": [4 * KiB * 4 ** k for k in range(9)],  # 4 KiB .. 256 MiB
              "timing": _timing(2, 5, 50, 1.5), "timeout": 900},
-            {"id": "gradset-resnet50", "kind": "gradset", "model": "resnet50",
+            {"id": "gradset-resnet50", "kind": "gradset", "model": "resnet50", "variants": ["bucket-view"],
              "timing": _timing(2, 5, 20, 3.0), "baseline_timing": _timing(1, 3, 10, 1.0), "timeout": 300},
-            {"id": "gradset-bert-base", "kind": "gradset", "model": "bert-base",
+            {"id": "gradset-bert-base", "kind": "gradset", "model": "bert-base", "variants": ["bucket-view"],
              "timing": _timing(2, 5, 10, 4.0), "baseline_timing": _timing(1, 3, 5, 1.0), "timeout": 600},
             {"id": "tiny", "kind": "tiny", "count": 1000, "elements": 1, "stacks": TINY_STACKS,
              "variants": ["cache-off"], "timing": _timing(3, 10, 50, 2.0), "timeout": 300},
             {"id": "train", "kind": "train", "widths": [1024, 4096, 4096, 4096, 1024], "batch": 8,
+             "variants": ["bucket-view"],
              "timing": _timing(2, 5, 30, 4.0), "baseline_timing": _timing(1, 3, 10, 1.0), "timeout": 400},
         ])
 

@@ -11,7 +11,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from benchmarks.results import BOUND_MIN_BYTES, fmt_bytes  # noqa: E402
 
 COLORS = {"herring": "#d62728", "herring-ring": "#ff9896", "herring-zero-copy": "#8c1515", "torch-gloo": "#1f77b4",
-          "horovod-gloo": "#2ca02c", "mpi": "#9467bd"}
+          "ddp-herring": "#ff7f0e", "horovod-gloo": "#2ca02c", "mpi": "#9467bd"}
 
 
 def _save(fig, path):

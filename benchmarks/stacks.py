@@ -6,6 +6,7 @@ is reported as failed (with its error) and the run goes on.
     herring-ring  the same with HERRING_ALLREDUCE=ring
     herring-zero-copy  herring with the buffers in zero-copy memory (hvd.zero_copy_empty)
     torch-gloo    torch.distributed, gloo backend, DistributedDataParallel for models (torchrun)
+    ddp-herring   the same torch.distributed code on backend "herring" (hvd_herring.torch.distributed)
     horovod-gloo  stock Horovod 0.28.1 built with PyTorch and gloo, from its cached environment
     mpi           Open MPI's MPI_Allreduce through mpi4py (mpirun)"""
 
@@ -45,6 +46,9 @@ class Stack:
 
 
 CACHE_OFF = {"cache-off": {"HOROVOD_CACHE_CAPACITY": "0"}}
+# DDP with gradient_as_bucket_view=True: the gradients live in the buckets, which saves DDP's copy
+# of every gradient into its bucket and back (the same for every backend).
+BUCKET_VIEW = {"bucket-view": {"HERRING_BENCH_DDP_BUCKET_VIEW": "1"}}
 
 STACKS = {s.name: s for s in [
     Stack("herring", "horovod", "horovodrun", {"HOROVOD_BACKEND": "herring", "HERRING_ALLREDUCE": "herring"},
@@ -59,8 +63,11 @@ STACKS = {s.name: s for s in [
           "hvd.zero_copy_gradients): on one host the ranks sum each unit straight out of every rank's "
           "buffer into every rank's buffer (no staging)"),
     Stack("torch-gloo", "torch", "torchrun", {},
-          {}, "torch.distributed with the gloo backend (torchrun); models wrapped in torch's own "
+          BUCKET_VIEW, "torch.distributed with the gloo backend (torchrun); models wrapped in torch's own "
           "DistributedDataParallel with its defaults (25 MiB buckets, first bucket 1 MiB)"),
+    Stack("ddp-herring", "torch", "torchrun", {"HERRING_BENCH_TORCH_BACKEND": "herring"},
+          BUCKET_VIEW, "the torch-gloo stack's code (torch.distributed, DistributedDataParallel with its defaults) "
+          "with init_process_group(\"herring\"): every collective on the herring engine (torchrun)"),
     Stack("horovod-gloo", "horovod", "horovodrun-peer", {},
           CACHE_OFF, "stock Horovod 0.28.1 built with PyTorch and gloo (CPU operations gloo), in its own "
           "cached environment; launched by its own horovodrun --gloo"),

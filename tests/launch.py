@@ -93,3 +93,19 @@ def rank_results(results_dir, np):
             with open(path) as f:
                 per_rank[r] = json.load(f)
     return per_rank
+
+
+def free_port():
+    """A TCP port free right now on this machine (for torchrun's --master-port)."""
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def torchrun(np, script_args, timeout=240, **env):
+    """torchrun --nproc-per-node N --master-port <free> <script_args...> (one host; rank, size and
+    the Store come from torch's env:// variables)."""
+    cmd = [os.path.join(BIN, "torchrun"), "--nproc-per-node", str(np), "--master-port", str(free_port())]
+    cmd += list(script_args)
+    return _run(cmd, herring_env(**env), timeout)

@@ -81,9 +81,13 @@ class TorchComm:
         import torch
         import torch.distributed as dist
         self.torch, self.dist = torch, dist
-        dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=TIMEOUT_SECONDS))
+        # The ddp-herring stack: the same torch.distributed code on backend "herring".
+        backend = os.environ.get("HERRING_BENCH_TORCH_BACKEND", "gloo")
+        if backend == "herring":
+            import hvd_herring.torch.distributed  # noqa: F401  (registers the backend)
+        dist.init_process_group(backend, timeout=datetime.timedelta(seconds=TIMEOUT_SECONDS))
         self.rank, self.size = dist.get_rank(), dist.get_world_size()
-        self.backend = "torch-gloo"
+        self.backend = "torch-" + backend
 
     def barrier(self):
         self.dist.barrier()
@@ -109,7 +113,8 @@ class TorchComm:
         # buckets (bucket_cap_mb=25, the first 1 MiB) in reverse parameter order, each bucket
         # allreduced asynchronously as soon as it is full; backward returns when all are done.
         from torch.nn.parallel import DistributedDataParallel
-        ddp = DistributedDataParallel(model)
+        bucket_view = os.environ.get("HERRING_BENCH_DDP_BUCKET_VIEW") == "1"   # the bucket-view variant
+        ddp = DistributedDataParallel(model, gradient_as_bucket_view=bucket_view)
         return Distributed(ddp, optimizer.step)
 
     def counters(self):

@@ -15,6 +15,10 @@
 namespace py = pybind11;
 using namespace herring;
 
+namespace herring {
+void BindP2p(py::module_& m);  // p2p_bindings.cc
+}
+
 namespace {
 
 // One tensor as Python hands it over: (input address, output address, shape, splits).
@@ -274,4 +278,5 @@ PYBIND11_MODULE(_native, m) {
       .def("r2sp_end", &Engine::R2spEnd, py::arg("session"), py::call_guard<py::gil_scoped_release>())
       .def("counters", &Engine::CountersSnapshot)
       .def("failure", [](const Engine& e) { return e.failure().message(); });
+  BindP2p(m);
 }

@@ -145,6 +145,35 @@ LaunchInfo FromMpirun(const std::map<std::string, std::string>& env) {
   return info;
 }
 
+// torchrun (or a hand-made env:// launch): the endpoints travel through torch's Store, which the
+// Python side hands to the engine as its exchange function. LOCAL_RANK / LOCAL_WORLD_SIZE are
+// torchrun's; a hand-made launch may leave them out, and then the engine learns the host layout
+// from the hostnames alone (a job whose ranks all run here when MASTER_ADDR is this machine).
+LaunchInfo FromTorchrun(const std::map<std::string, std::string>& env) {
+  LaunchEnvReader r(env, "torchrun");
+  LaunchInfo info;
+  info.launcher = Launcher::kTorchrun;
+  info.size = r.Int("WORLD_SIZE", 1, INT_MAX);
+  info.rank = r.Int("RANK", 0, INT_MAX);
+  r.RequireIndexBelow("RANK", info.rank, "WORLD_SIZE", info.size);
+  if (!r.Optional("LOCAL_WORLD_SIZE").empty()) {
+    info.local_size = r.Int("LOCAL_WORLD_SIZE", 1, INT_MAX);
+    r.RequireAtMost("LOCAL_WORLD_SIZE", info.local_size, "WORLD_SIZE", info.size);
+    info.local_rank = r.Int("LOCAL_RANK", 0, INT_MAX);
+    r.RequireIndexBelow("LOCAL_RANK", info.local_rank, "LOCAL_WORLD_SIZE", info.local_size);
+  } else {
+    const std::string master = r.Optional("MASTER_ADDR");
+    const bool here = master.empty() || master == "localhost" || master.rfind("127.", 0) == 0;
+    info.local_size = here ? info.size : 1;
+    info.local_rank = here ? info.rank : 0;
+  }
+  info.cross_rank = -1;
+  info.cross_size = -1;
+  info.hostname = HostnameOf(r);
+  info.iface = r.Optional("HOROVOD_GLOO_IFACE");
+  return info;
+}
+
 LaunchInfo Single(const std::map<std::string, std::string>& env) {
   LaunchEnvReader r(env, "the user");
   LaunchInfo info;
@@ -160,6 +189,7 @@ const char* LauncherName(Launcher l) {
     case Launcher::kSingle: return "single process";
     case Launcher::kHorovodrun: return "horovodrun";
     case Launcher::kMpirun: return "mpirun";
+    case Launcher::kTorchrun: return "torchrun";
   }
   return "unknown launcher";
 }
@@ -167,6 +197,9 @@ const char* LauncherName(Launcher l) {
 LaunchInfo DetectLaunch(const std::map<std::string, std::string>& env) {
   if (env.count("HOROVOD_RANK")) return FromHorovodrun(env);
   if (env.count("OMPI_COMM_WORLD_RANK")) return FromMpirun(env);
+  // torch.distributed's env:// variables; after the two launchers above, whose own variables win
+  // (a script may set RANK itself under horovodrun).
+  if (env.count("RANK") && env.count("WORLD_SIZE")) return FromTorchrun(env);
   return Single(env);
 }
 

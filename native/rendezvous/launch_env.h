@@ -1,6 +1,7 @@
 // Who am I in the job: rank, size and host layout as the launcher describes them. horovodrun
 // (gloo mode) sets HOROVOD_RANK & co. and runs an HTTP rendezvous store; mpirun (Open MPI) sets
-// OMPI_COMM_WORLD_*; with neither, the process is a job of one.
+// OMPI_COMM_WORLD_*; torchrun (and any torch.distributed env:// launch) sets RANK, WORLD_SIZE,
+// LOCAL_RANK, LOCAL_WORLD_SIZE and MASTER_ADDR/PORT; with none, the process is a job of one.
 #pragma once
 
 #include <map>
@@ -8,7 +9,7 @@
 
 namespace herring {
 
-enum class Launcher { kSingle, kHorovodrun, kMpirun };
+enum class Launcher { kSingle, kHorovodrun, kMpirun, kTorchrun };
 const char* LauncherName(Launcher l);
 
 struct LaunchInfo {
@@ -17,8 +18,8 @@ struct LaunchInfo {
   int size = 1;
   int local_rank = 0;
   int local_size = 1;
-  // Index of this host among the hosts, and their number. horovodrun gives them; under mpirun they
-  // are -1 here and the engine derives them from the hostnames the ranks exchange.
+  // Index of this host among the hosts, and their number. horovodrun gives them; under mpirun and
+  // torchrun they are -1 here and the engine derives them from the hostnames the ranks exchange.
   int cross_rank = 0;
   int cross_size = 1;
   std::string hostname;  // HOROVOD_HOSTNAME, else gethostname()

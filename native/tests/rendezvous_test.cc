@@ -209,6 +209,35 @@ TEST(Rendezvous, RendezvousLaunchMpirunErrors) {
   ExpectRejected(env, "OMPI_COMM_WORLD_LOCAL_SIZE", "at most OMPI_COMM_WORLD_SIZE=4");
 }
 
+TEST(Rendezvous, RendezvousLaunchTorchrun) {
+  std::map<std::string, std::string> env = {{"RANK", "3"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "1"},
+                                            {"LOCAL_WORLD_SIZE", "2"}, {"MASTER_ADDR", "node0"},
+                                            {"MASTER_PORT", "29500"}, {"HOROVOD_HOSTNAME", "node1"}};
+  LaunchInfo info = DetectLaunch(env);
+  EXPECT_TRUE(info.launcher == Launcher::kTorchrun);
+  EXPECT_EQ(std::string(LauncherName(info.launcher)), std::string("torchrun"));
+  EXPECT_EQ(info.rank, 3);
+  EXPECT_EQ(info.size, 4);
+  EXPECT_EQ(info.local_rank, 1);
+  EXPECT_EQ(info.local_size, 2);
+  EXPECT_EQ(info.cross_rank, -1);  // derived by the engine from the exchanged hostnames
+  EXPECT_EQ(info.hostname, std::string("node1"));
+  // A hand-made env:// launch without the local variables: all here when MASTER_ADDR is loopback.
+  info = DetectLaunch({{"RANK", "1"}, {"WORLD_SIZE", "3"}, {"MASTER_ADDR", "127.0.0.1"}});
+  EXPECT_EQ(info.local_rank, 1);
+  EXPECT_EQ(info.local_size, 3);
+  // horovodrun's and mpirun's own variables win over RANK set by a script.
+  auto mixed = MpirunEnv();
+  mixed["RANK"] = "0";
+  mixed["WORLD_SIZE"] = "1";
+  EXPECT_TRUE(DetectLaunch(mixed).launcher == Launcher::kMpirun);
+  env["RANK"] = "4";
+  ExpectRejected(env, "RANK", "less than WORLD_SIZE=4");
+  env["RANK"] = "0";
+  env["LOCAL_RANK"] = "2";
+  ExpectRejected(env, "LOCAL_RANK", "less than LOCAL_WORLD_SIZE=2");
+}
+
 TEST(Rendezvous, RendezvousLaunchSingle) {
   LaunchInfo info = DetectLaunch({});
   EXPECT_TRUE(info.launcher == Launcher::kSingle);

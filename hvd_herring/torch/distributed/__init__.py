@@ -1,0 +1,52 @@
+"""torch.distributed on the herring engine: importing this module registers the backend "herring".
+
+    import hvd_herring.torch.distributed            # registers "herring"
+    torch.distributed.init_process_group("herring") # torchrun, horovodrun or mpirun
+
+Every collective of every group runs on this process's one engine (the one Horovod's API uses
+too); groups from new_group are process sets. CPU tensors only."""
+
+import torch.distributed as dist
+
+from hvd_herring.basics import basics
+from hvd_herring.torch.distributed import rendezvous
+from hvd_herring.torch.distributed.hooks import average_hook
+from hvd_herring.torch.distributed.process_group import HerringProcessGroup
+
+BACKEND = "herring"
+
+
+def _create_process_group(options, backend_options=None):
+    """torch's creator callback (extended API): called on the members of each new group."""
+    rank, size = options.group_rank, options.group_size
+    timeout = options.timeout.total_seconds()
+    if not basics.is_initialized():
+        # The default group under torchrun: the engine exchanges its endpoints through torch's Store.
+        rendezvous.prepare_engine_environment()
+        basics.init(exchange=rendezvous.store_exchange(options.store, rank, size, timeout))
+    ranks = list(options.global_ranks_in_group) or list(range(size))
+    if len(ranks) == basics.size():
+        set_id = 0
+        if basics.rank() != ranks[rank] or basics.size() != size:
+            raise RuntimeError(
+                f"herring: torch.distributed says rank {rank} of {size}, but the engine (launched by "
+                f"{basics.engine().launcher}) is rank {basics.rank()} of {basics.size()}")
+    else:
+        set_id = rendezvous.subgroup_sets.get(tuple(sorted(ranks)))
+        if set_id is None:
+            raise RuntimeError(f"herring: group of ranks {ranks} has no process set; create subgroups with "
+                               "torch.distributed.new_group (or new_subgroups) on every rank")
+    return HerringProcessGroup(rank, size, set_id, sorted(ranks), timeout, str(options.group_id))
+
+
+def register():
+    """Registers the backend and the launcher/subgroup hooks (idempotent; done at import)."""
+    if BACKEND.upper() not in dist.Backend._plugins:
+        dist.Backend.register_backend(BACKEND, _create_process_group, extended_api=True, devices=["cpu"])
+    rendezvous.install_env_rendezvous()
+    rendezvous.install_new_group_hook()
+
+
+register()
+
+__all__ = ["BACKEND", "HerringProcessGroup", "average_hook", "register"]

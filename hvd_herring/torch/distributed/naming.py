@@ -1,0 +1,80 @@
+"""Names of the engine's collectives, the same on every rank whatever the threads' timing.
+
+The engine pairs the ranks' collectives by name. The application's threads (the main thread,
+and the autograd thread during backward while the main thread waits in it) issue collectives in
+program order, named by one counter per process set. Callbacks of futures (DDP comm hooks:
+PowerSGD issues collectives inside them) run wherever the future's result is set, or inline when
+a callback is chained to a future already set: which thread that is, and when, differs between
+ranks. So a callback's collectives are named after the chain it belongs to instead (the root
+collective's name, the position of each `then` along it, a counter inside the callback), through
+HerringFuture, whose `then` opens that naming scope around the callback."""
+
+import threading
+
+from torch.futures import Future
+
+_local = threading.local()      # .scope: the naming scope of the callback running on this thread
+_counters = {}                  # process set -> collectives issued by the application's threads
+_counters_lock = threading.Lock()
+
+
+class _Scope:
+    def __init__(self, prefix):
+        self.prefix, self.count = prefix, 0
+
+    def next_name(self):
+        n, self.count = self.count, self.count + 1
+        return f"{self.prefix}/{n}"
+
+
+def collective_name(process_set):
+    """The name of the next collective issued on this thread; remembered for last_name()."""
+    scope = getattr(_local, "scope", None)
+    if scope is not None:
+        name = scope.next_name()
+    else:
+        with _counters_lock:
+            n = _counters.get(process_set, 0)
+            _counters[process_set] = n + 1
+        name = f"torch.{n}"
+    _local.last = name
+    return name
+
+
+def last_name():
+    """The name collective_name() last gave on this thread (the chain a Work's future roots)."""
+    return getattr(_local, "last", "torch")
+
+
+class HerringFuture(Future):
+    """torch's Future, whose callbacks name their collectives after the chain (see above), and
+    whose `then` returns a HerringFuture, so that the chain's later callbacks do too."""
+
+    def __init__(self, chain):
+        super().__init__()
+        self._chain = chain
+        self._thens = 0
+        self._thens_lock = threading.Lock()
+
+    def then(self, callback):
+        with self._thens_lock:
+            position, self._thens = self._thens, self._thens + 1
+        child = HerringFuture(f"{self._chain}.{position}")
+
+        def run(_):
+            outer = getattr(_local, "scope", None)
+            _local.scope = _Scope(child._chain)
+            try:
+                value = callback(self)
+            except Exception as e:  # noqa: BLE001  (the child carries the callback's error, as torch's then does)
+                child.set_exception(e)
+                return
+            finally:
+                _local.scope = outer
+            child.set_result(value)
+
+        super().add_done_callback(run)
+        return child
+
+    def add_done_callback(self, callback):
+        self.then(callback)

@@ -1,0 +1,73 @@
+"""torch.distributed with backend "herring" (hvd_herring.torch.distributed), run inside real ranks
+launched by torchrun, horovodrun and mpirun: every collective and dtype, DDP (plain, fp16
+compression, PowerSGD, torch.compile), FSDP2, subgroups, one engine beside Horovod's API, and the
+errors (mismatch, timeout, peer death), against single-process references. One launch runs every
+check; each check is reported as its own test."""
+
+import os
+import shutil
+
+import pytest
+
+import launch
+
+WORKER = os.path.join("tests", "workers", "torch_distributed_worker.py")
+CHECK_NAMES = [
+    "all_reduce_every_dtype_and_op", "all_reduce_async_work_and_future", "broadcast_from_every_root_and_dtype",
+    "all_gather_and_all_gather_into_tensor", "reduce_scatter_and_reduce_scatter_tensor",
+    "all_to_all_and_all_to_all_single", "reduce_gather_scatter", "barrier_send_recv_and_coalesced",
+    "subgroups_are_process_sets", "one_engine_with_horovods_api", "ddp_training_identical_to_reference",
+    "ddp_with_average_hook_and_bucket_view", "ddp_with_fp16_compress_hook", "ddp_with_powersgd", "ddp_with_torch_compile",
+    "fsdp2_training_equal_to_reference", "mismatched_collectives_are_named",
+    "timeouts_raise_and_the_collective_can_still_complete",
+]
+LAUNCHERS = {"torchrun": launch.torchrun, "horovodrun": launch.horovodrun, "mpirun": launch.mpirun}
+# name -> (launcher, ranks)
+CONFIGS = {
+    "torchrun-np2": ("torchrun", 2),
+    "torchrun-np3": ("torchrun", 3),
+    "horovodrun-np2": ("horovodrun", 2),
+    "horovodrun-np3": ("horovodrun", 3),
+    "mpirun-np2": ("mpirun", 2),
+}
+EXPECTED_LAUNCHER = {"torchrun": "torchrun", "horovodrun": "horovodrun", "mpirun": "mpirun"}
+
+
+def run_worker(launcher, np, **env):
+    results_dir = launch.scratch_dir("herring-torch-dist-")
+    run = LAUNCHERS[launcher](np, [WORKER], timeout=600, HERRING_TEST_RESULTS=results_dir, **env)
+    per_rank = launch.rank_results(results_dir, np)
+    shutil.rmtree(results_dir, ignore_errors=True)
+    return run, per_rank
+
+
+@pytest.fixture(scope="module", params=list(CONFIGS))
+def launched(request):
+    launcher, np = CONFIGS[request.param]
+    run, per_rank = run_worker(launcher, np)
+    return request.param, launcher, np, run, per_rank
+
+
+def test_every_rank_reported(launched):
+    name, launcher, np, run, per_rank = launched
+    assert sorted(per_rank) == list(range(np)), f"{name}: ranks reported {sorted(per_rank)}\n{run.output[-4000:]}"
+    assert run.returncode == 0, f"{name}: exit status {run.returncode}\n{run.output[-6000:]}"
+    for r, data in per_rank.items():
+        assert data["launcher"] == EXPECTED_LAUNCHER[launcher], (r, data["launcher"])  # rank/size from one place
+
+
+@pytest.mark.parametrize("check", CHECK_NAMES)
+def test_check(launched, check):
+    name, launcher, np, run, per_rank = launched
+    for r, data in sorted(per_rank.items()):
+        assert check in data["results"], f"{name}: rank {r} did not run {check}"
+        assert data["results"][check] == "ok", f"{name}: rank {r}: {data['results'][check]}"
+
+
+@pytest.mark.parametrize("launcher,np", [("torchrun", 3), ("horovodrun", 2)])
+def test_peer_death_raises_on_every_rank_naming_the_rank(launcher, np):
+    run, per_rank = run_worker(launcher, np, HERRING_TORCH_SCENARIO="peer_death")
+    survivors = [r for r in range(np) if r != 1]
+    assert sorted(per_rank) == survivors, f"ranks reported {sorted(per_rank)}\n{run.output[-4000:]}"
+    for r in survivors:
+        assert per_rank[r]["results"]["peer_death"] == "ok", f"rank {r}: {per_rank[r]['results']['peer_death']}"

@@ -1,0 +1,502 @@
+"""Runs inside every rank (launched by torchrun, horovodrun or mpirun): torch.distributed with
+backend "herring", every collective and dtype, DDP (plain, fp16_compress_hook, PowerSGD,
+torch.compile), FSDP2 and errors, against single-process references.
+
+Every rank can compute every rank's input, so each builds the reference itself. All ranks run the
+same collectives in the same order and compare afterwards. Results go to
+$HERRING_TEST_RESULTS/<rank>.json, one entry per check. HERRING_TORCH_SCENARIO=peer_death runs only
+the peer-death scenario (rank 1 dies; the others must raise naming it)."""
+
+import copy
+import json
+import os
+import sys
+import time
+import traceback
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+import hvd_herring.torch.distributed  # noqa: F401  (registers "herring")
+
+CHECKS = []
+DTYPES = [torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16, torch.bfloat16,
+          torch.float32, torch.float64]
+FLOATS = [torch.float16, torch.bfloat16, torch.float32, torch.float64]
+OPS = {dist.ReduceOp.SUM: "sum", dist.ReduceOp.AVG: "avg", dist.ReduceOp.PRODUCT: "product",
+       dist.ReduceOp.MIN: "min", dist.ReduceOp.MAX: "max"}
+TIMEOUT_SECONDS = 20
+N = R = 0
+
+
+def check(fn):
+    CHECKS.append(fn)
+    return fn
+
+
+def make(rank, shape, dtype, seed, kind="any"):
+    g = torch.Generator().manual_seed(seed * 1000 + rank)
+    if dtype == torch.bool:
+        return torch.randint(0, 2, shape, generator=g).bool()
+    if kind == "product":
+        if dtype.is_floating_point:
+            return (0.9 + 0.2 * torch.rand(shape, generator=g, dtype=torch.float64)).to(dtype)
+        return torch.randint(1, 3, shape, generator=g).to(dtype)
+    if dtype.is_floating_point:
+        return torch.randn(shape, generator=g, dtype=torch.float64).to(dtype)
+    low = 0 if dtype == torch.uint8 else -10
+    return torch.randint(low, 10, shape, generator=g).to(dtype)
+
+
+def reference(inputs, op):
+    dtype = inputs[0].dtype
+    wide = [t.double() if dtype.is_floating_point else t.long() for t in inputs]
+    acc = wide[0].clone()
+    for t in wide[1:]:
+        if op in ("sum", "avg"):
+            acc = acc + t
+        elif op == "min":
+            acc = torch.minimum(acc, t)
+        elif op == "max":
+            acc = torch.maximum(acc, t)
+        elif op == "product":
+            acc = acc * t
+    if op == "avg":
+        acc = acc / len(inputs) if dtype.is_floating_point else torch.trunc(acc.double() / len(inputs))
+    return acc.to(dtype)
+
+
+def assert_close(actual, expected, what, tol=None):
+    assert actual.dtype == expected.dtype, f"{what}: dtype {actual.dtype} != {expected.dtype}"
+    assert actual.shape == expected.shape, f"{what}: shape {tuple(actual.shape)} != {tuple(expected.shape)}"
+    if tol is not None or actual.dtype.is_floating_point:
+        t = tol or {torch.float16: 1e-2, torch.bfloat16: 2e-2, torch.float32: 1e-5}.get(actual.dtype, 1e-12)
+        ok = torch.allclose(actual.double(), expected.double(), rtol=t, atol=t)
+    else:
+        ok = torch.equal(actual, expected)
+    if not ok:
+        diff = (actual.double() - expected.double()).abs().max().item()
+        raise AssertionError(f"{what}: max abs difference {diff}\nactual {actual.flatten()[:6]}\n"
+                             f"expected {expected.flatten()[:6]}")
+
+
+# --- collectives ----------------------------------------------------------------------------------
+
+@check
+def all_reduce_every_dtype_and_op():
+    for dtype in DTYPES:
+        for op, name in OPS.items():
+            if name == "avg" and not dtype.is_floating_point:
+                continue  # c10d's AVG is for floating point
+            kind = "product" if name == "product" else "any"
+            inputs = [make(r, (5, 3), dtype, 1, kind) for r in range(N)]
+            t = inputs[R].clone()
+            dist.all_reduce(t, op=op)
+            assert_close(t, reference(inputs, name), f"all_reduce {dtype} {name}")
+    for op, name in ((dist.ReduceOp.MIN, "min"), (dist.ReduceOp.MAX, "max")):
+        inputs = [make(r, (7,), torch.bool, 2) for r in range(N)]
+        t = inputs[R].clone()
+        dist.all_reduce(t, op=op)
+        want = inputs[0].clone()
+        for x in inputs[1:]:
+            want = (want & x) if name == "min" else (want | x)
+        assert torch.equal(t, want), f"bool {name}: {t} != {want}"
+    # PREMUL_SUM (what FSDP uses with a factor): sum of factor * input.
+    inputs = [make(r, (4,), torch.float32, 3) for r in range(N)]
+    t = inputs[R].clone()
+    dist.all_reduce(t, op=dist._make_nccl_premul_sum(0.25))
+    assert_close(t, reference(inputs, "sum") * 0.25, "premul_sum")
+    # A non-contiguous tensor, reduced in place.
+    base = make(R, (4, 6), torch.float64, 4)
+    view = base.t()
+    dist.all_reduce(view)
+    assert_close(base, reference([make(r, (4, 6), torch.float64, 4) for r in range(N)], "sum"), "non-contiguous")
+
+
+@check
+def all_reduce_async_work_and_future():
+    inputs = [make(r, (64,), torch.float32, 5) for r in range(N)]
+    t = inputs[R].clone()
+    work = dist.all_reduce(t, async_op=True)
+    fut = work.get_future()
+    value = fut.wait()
+    assert work.is_completed() and work.exception() is None
+    assert value[0] is t or torch.equal(value[0], t)
+    assert_close(t, reference(inputs, "sum"), "async all_reduce")
+    chained = dist.all_reduce(torch.ones(3), async_op=True).get_future().then(lambda f: f.value()[0] * 2)
+    assert torch.equal(chained.wait(), torch.full((3,), 2.0 * N))
+    assert work.wait(timeout=timedelta(seconds=5))
+
+
+@check
+def broadcast_from_every_root_and_dtype():
+    for dtype in DTYPES + [torch.bool]:
+        for root in range(N):
+            t = make(R, (3, 2), dtype, 6 + root)
+            dist.broadcast(t, src=root)
+            assert_close(t, make(root, (3, 2), dtype, 6 + root), f"broadcast {dtype} from {root}")
+
+
+@check
+def all_gather_and_all_gather_into_tensor():
+    for dtype in DTYPES + [torch.bool]:
+        inputs = [make(r, (2, 3), dtype, 7) for r in range(N)]
+        outs = [torch.empty(2, 3, dtype=dtype) for _ in range(N)]
+        dist.all_gather(outs, inputs[R])
+        for r in range(N):
+            assert_close(outs[r], inputs[r], f"all_gather {dtype} from {r}")
+        out = torch.empty(2 * N, 3, dtype=dtype)
+        dist.all_gather_into_tensor(out, inputs[R])
+        assert_close(out, torch.cat(inputs), f"all_gather_into_tensor {dtype}")
+
+
+@check
+def reduce_scatter_and_reduce_scatter_tensor():
+    for dtype in DTYPES:
+        for op, name in ((dist.ReduceOp.SUM, "sum"), (dist.ReduceOp.MAX, "max")):
+            inputs = [make(r, (N * 4,), dtype, 8) for r in range(N)]
+            out = torch.empty(4, dtype=dtype)
+            dist.reduce_scatter_tensor(out, inputs[R], op=op)
+            assert_close(out, reference(inputs, name)[R * 4:(R + 1) * 4], f"reduce_scatter_tensor {dtype} {name}")
+            out = torch.empty(4, dtype=dtype)
+            dist.reduce_scatter(out, list(inputs[R].chunk(N)), op=op)
+            assert_close(out, reference(inputs, name)[R * 4:(R + 1) * 4], f"reduce_scatter {dtype} {name}")
+    inputs = [make(r, (N * 6,), torch.float32, 9) for r in range(N)]
+    out = torch.empty(6)
+    dist.reduce_scatter_tensor(out, inputs[R], op=dist.ReduceOp.AVG)
+    assert_close(out, reference(inputs, "avg")[R * 6:(R + 1) * 6], "reduce_scatter_tensor avg")
+
+
+@check
+def all_to_all_and_all_to_all_single():
+    for dtype in (torch.int32, torch.float32, torch.bfloat16, torch.float64):
+        ins = [[make(src, (dst + 1, 2), dtype, 10 + dst) for dst in range(N)] for src in range(N)]
+        outs = [torch.empty(R + 1, 2, dtype=dtype) for _ in range(N)]
+        dist.all_to_all(outs, ins[R])
+        for src in range(N):
+            assert_close(outs[src], ins[src][R], f"all_to_all {dtype} from {src}")
+        # all_to_all_single with uneven splits: rank s sends s + d + 1 rows to rank d.
+        rows = lambda s, d: s + d + 1  # noqa: E731
+        full = [make(s, (sum(rows(s, d) for d in range(N)), 3), dtype, 11) for s in range(N)]
+        out = torch.empty(sum(rows(s, R) for s in range(N)), 3, dtype=dtype)
+        dist.all_to_all_single(out, full[R], [rows(s, R) for s in range(N)], [rows(R, d) for d in range(N)])
+        want = torch.cat([full[s][sum(rows(s, d) for d in range(R)):][:rows(s, R)] for s in range(N)])
+        assert_close(out, want, f"all_to_all_single {dtype}")
+        even = [make(s, (2 * N,), dtype, 12) for s in range(N)]
+        out = torch.empty(2 * N, dtype=dtype)
+        dist.all_to_all_single(out, even[R])
+        assert_close(out, torch.cat([even[s][2 * R:2 * R + 2] for s in range(N)]), f"all_to_all_single even {dtype}")
+
+
+@check
+def reduce_gather_scatter():
+    for root in range(N):
+        inputs = [make(r, (5,), torch.float64, 13 + root) for r in range(N)]
+        t = inputs[R].clone()
+        dist.reduce(t, dst=root, op=dist.ReduceOp.SUM)
+        assert_close(t, reference(inputs, "sum") if R == root else inputs[R], f"reduce to {root}")
+        g = [torch.empty(5, dtype=torch.float64) for _ in range(N)] if R == root else None
+        dist.gather(inputs[R], g, dst=root)
+        if R == root:
+            for r in range(N):
+                assert_close(g[r], inputs[r], f"gather from {r} at {root}")
+        pieces = [make(root, (3,), torch.int64, 14 + d) for d in range(N)]
+        out = torch.empty(3, dtype=torch.int64)
+        dist.scatter(out, pieces if R == root else None, src=root)
+        assert_close(out, pieces[R], f"scatter from {root}")
+
+
+@check
+def barrier_send_recv_and_coalesced():
+    dist.barrier()
+    # A ring of sends and receives, then a non-blocking pair, several tags in flight at once.
+    right, left = (R + 1) % N, (R - 1) % N
+    got = torch.empty(6)
+    if R % 2 == 0:
+        dist.send(make(R, (6,), torch.float32, 15), right)
+        dist.recv(got, left)
+    else:
+        dist.recv(got, left)
+        dist.send(make(R, (6,), torch.float32, 15), right)
+    assert_close(got, make(left, (6,), torch.float32, 15), "ring send/recv")
+    reqs, bufs = [], [torch.empty(4, dtype=torch.int64) for _ in range(3)]
+    for tag in range(3):
+        reqs.append(dist.isend(torch.full((4,), R * 10 + tag, dtype=torch.int64), right, tag=tag))
+    for tag in reversed(range(3)):
+        reqs.append(dist.irecv(bufs[tag], left, tag=tag))
+    for w in reqs:
+        w.wait()
+    for tag in range(3):
+        assert torch.equal(bufs[tag], torch.full((4,), left * 10 + tag, dtype=torch.int64)), (tag, bufs[tag])
+    ops = [dist.P2POp(dist.isend, torch.full((2,), float(R)), right), dist.P2POp(dist.irecv, got[:2], left)]
+    for w in dist.batch_isend_irecv(ops):
+        w.wait()
+    assert torch.equal(got[:2], torch.full((2,), float(left)))
+    # Coalesced: one grouped request.
+    tensors = [make(R, (3,), torch.float32, 16), make(R, (2,), torch.float32, 17), make(R, (4,), torch.float32, 18)]
+    refs = [reference([make(r, t.shape, t.dtype, s) for r in range(N)], "sum") for t, s in zip(tensors, (16, 17, 18))]
+    dist.all_reduce_coalesced(tensors)
+    for t, want in zip(tensors, refs):
+        assert_close(t, want, "all_reduce_coalesced")
+
+
+@check
+def subgroups_are_process_sets():
+    pair = dist.new_group([0, N - 1])
+    evens = dist.new_group([r for r in range(N) if r % 2 == 0])
+    if R in (0, N - 1):
+        t = torch.full((3,), float(R + 1))
+        dist.all_reduce(t, group=pair)
+        assert torch.equal(t, torch.full((3,), float(1 + N))), t
+        x = torch.full((2,), float(R))
+        dist.broadcast(x, src=N - 1, group=pair)  # src is a global rank
+        assert torch.equal(x, torch.full((2,), float(N - 1)))
+        outs = [torch.empty(1) for _ in range(2)]
+        dist.all_gather(outs, torch.full((1,), float(R)), group=pair)
+        assert [o.item() for o in outs] == [0.0, float(N - 1)], outs
+    if R % 2 == 0:
+        t = torch.ones(2)
+        dist.all_reduce(t, group=evens)
+        assert torch.equal(t, torch.full((2,), float(len(range(0, N, 2)))))
+    dist.barrier()
+
+
+@check
+def one_engine_with_horovods_api():
+    import hvd_herring.torch as hvd
+    from hvd_herring.basics import basics
+    engine = basics.engine()
+    hvd.init()  # already running: the same engine
+    assert basics.engine() is engine
+    out = hvd.allreduce(torch.ones(3) * R, op=hvd.Sum, name="hvd.beside.torch")
+    assert torch.equal(out, torch.full((3,), float(sum(range(N)))))
+    before = basics.counters()["cycles"]
+    dist.all_reduce(torch.ones(2))
+    assert basics.counters()["cycles"] > before
+
+
+# --- training -------------------------------------------------------------------------------------
+
+def model_and_data(seed=0):
+    torch.manual_seed(seed)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+    g = torch.Generator().manual_seed(seed + 1)
+    data = [(torch.randn(N * 4, 8, generator=g), torch.randn(N * 4, 4, generator=g)) for _ in range(5)]
+    return model, data
+
+
+def reference_training(model, data):
+    """One process, the whole batch: what data-parallel training over N ranks must produce."""
+    model = copy.deepcopy(model)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for x, y in data:
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+    return [p.detach().clone() for p in model.parameters()]
+
+
+def distributed_training(wrapped, params, data):
+    opt = torch.optim.SGD(params, lr=0.1)
+    for x, y in data:
+        opt.zero_grad()
+        xs, ys = x.chunk(N)[R], y.chunk(N)[R]
+        torch.nn.functional.mse_loss(wrapped(xs), ys).backward()
+        opt.step()
+
+
+COMPILED_GRAPHS = []
+
+
+def counting_inductor(graph, example_inputs):
+    """Inductor, counting the graphs it compiles (DDPOptimizer hands it one per bucket)."""
+    from torch._inductor.compile_fx import compile_fx
+    COMPILED_GRAPHS.append(len(graph.graph.nodes))
+    return compile_fx(graph, example_inputs)
+
+
+def ddp_check(hook=None, state=None, tol=1e-5, compile_model=False, bucket_view=False):
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    model, data = model_and_data()
+    want = reference_training(model, data)
+    # Several small buckets, except under torch.compile, whose DDPOptimizer wants the first bucket
+    # no larger than the others (it splits the graph at bucket boundaries itself).
+    inner = copy.deepcopy(model)
+    if compile_model == "inside":
+        inner = torch.compile(inner, backend=counting_inductor)
+    ddp = DDP(inner, bucket_cap_mb=25 if compile_model else 0.001, gradient_as_bucket_view=bucket_view)
+    if hook is not None:
+        ddp.register_comm_hook(state, hook)
+    wrapped = torch.compile(ddp, backend=counting_inductor) if compile_model == "outside" else ddp
+    distributed_training(wrapped, ddp.parameters(), data)
+    module = getattr(ddp.module, "_orig_mod", ddp.module)
+    for i, (p, w) in enumerate(zip(module.parameters(), want)):
+        assert_close(p.detach(), w, f"parameter {i}", tol=tol)
+    # Every rank holds the same parameters.
+    for i, p in enumerate(module.parameters()):
+        gathered = [torch.empty_like(p) for _ in range(N)]
+        dist.all_gather(gathered, p.detach())
+        for r in range(N):
+            assert torch.equal(gathered[r], gathered[0]), f"parameter {i} differs between rank 0 and {r}"
+
+
+@check
+def ddp_training_identical_to_reference():
+    ddp_check()
+
+
+@check
+def ddp_with_average_hook_and_bucket_view():
+    from hvd_herring.torch.distributed import average_hook
+    ddp_check(average_hook, None, bucket_view=True)
+
+
+@check
+def ddp_with_fp16_compress_hook():
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    ddp_check(default_hooks.fp16_compress_hook, None, tol=2e-3)
+
+
+@check
+def ddp_with_powersgd():
+    from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
+    # Rank 16 >= every layer's smaller side: the low-rank approximation is exact, so PowerSGD must
+    # reproduce the reference (up to float32 rounding of the orthogonalisation).
+    state = powerSGD_hook.PowerSGDState(process_group=None, matrix_approximation_rank=16, start_powerSGD_iter=2,
+                                        use_error_feedback=True, warm_start=True)
+    ddp_check(powerSGD_hook.powerSGD_hook, state, tol=1e-3)
+
+
+@check
+def ddp_with_torch_compile():
+    # torch.compile(DDP(model)): torch 2.13 runs DDP's forward eagerly (it compiles no graph there,
+    # with gloo too); DDP(torch.compile(model)) compiles the model with inductor (g++ here).
+    ddp_check(compile_model="outside", tol=1e-5)
+    ddp_check(compile_model="inside", tol=1e-5)
+    assert COMPILED_GRAPHS, "inductor compiled no graph"
+
+
+@check
+def fsdp2_training_equal_to_reference():
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    model, data = model_and_data(seed=3)
+    want = reference_training(model, data)
+    mesh = init_device_mesh("cpu", (N,))
+    sharded = copy.deepcopy(model)
+    for layer in sharded:
+        if isinstance(layer, torch.nn.Linear):
+            fully_shard(layer, mesh=mesh)
+    fully_shard(sharded, mesh=mesh)
+    distributed_training(sharded, sharded.parameters(), data)
+    for i, (p, w) in enumerate(zip(sharded.parameters(), want)):
+        assert_close(p.full_tensor().detach(), w, f"FSDP2 parameter {i}", tol=1e-5)
+
+
+# --- errors -------------------------------------------------------------------------------------
+
+@check
+def mismatched_collectives_are_named():
+    odd = 1 % N
+    try:
+        dist.all_reduce(torch.ones(4 if R == odd else 3))
+    except dist.DistBackendError as e:
+        message = str(e)
+    else:
+        raise AssertionError("a mismatched all_reduce did not raise")
+    assert "allreduce" in message and f"rank {odd}" in message, message
+    t = torch.ones(2)
+    dist.all_reduce(t)  # the next collective works
+    assert torch.equal(t, torch.full((2,), float(N)))
+
+
+@check
+def timeouts_raise_and_the_collective_can_still_complete():
+    # Rank 0 waits alone (its peers are late): Work.wait(timeout) and the group's timeout raise.
+    if R == 0:
+        t = torch.ones(3)
+        work = dist.all_reduce(t, async_op=True)
+        start = time.monotonic()
+        try:
+            work.wait(timeout=timedelta(seconds=1))
+        except dist.DistBackendError as e:
+            assert "timed out after 1 s" in str(e), str(e)
+        else:
+            raise AssertionError("wait(timeout=1 s) did not time out")
+        assert time.monotonic() - start < 5
+        pg = dist.group.WORLD
+        pg._timeout = 1.5  # the group's timeout (init_process_group(timeout=...)): here 1.5 s
+        late = dist.all_reduce(torch.ones(2), async_op=True)
+        try:
+            late.wait()
+        except dist.DistBackendError as e:
+            assert "timed out after 1.5 s" in str(e), str(e)
+        else:
+            raise AssertionError("the group's timeout did not apply")
+        pg._timeout = TIMEOUT_SECONDS
+        dist.barrier()  # the late ranks arrive
+        work.wait()
+        late.wait()
+        assert torch.equal(t, torch.full((3,), float(N)))
+    else:
+        time.sleep(3)
+        dist.all_reduce(torch.ones(3))
+        dist.all_reduce(torch.ones(2))
+        dist.barrier()
+
+
+def peer_death():
+    """Rank 1 leaves abruptly in the middle of the job; every other rank's next collective must
+    raise an error naming rank 1."""
+    dist.all_reduce(torch.ones(2))
+    if R == 1:
+        os._exit(0)  # no shutdown, no goodbye: a crash as the others see it
+    start = time.monotonic()
+    try:
+        for _ in range(100):
+            dist.all_reduce(torch.ones(1000))
+            time.sleep(0.05)
+    except dist.DistBackendError as e:
+        message = str(e)
+    else:
+        raise AssertionError("collectives kept working after rank 1 died")
+    assert "rank 1" in message, message
+    assert time.monotonic() - start < TIMEOUT_SECONDS, f"took {time.monotonic() - start:.1f} s"
+
+
+def main():
+    global N, R
+    dist.init_process_group("herring", timeout=timedelta(seconds=TIMEOUT_SECONDS))
+    N, R = dist.get_world_size(), dist.get_rank()
+    from hvd_herring.basics import basics
+    assert basics.rank() == R and basics.size() == N, (basics.rank(), R, basics.size(), N)
+    scenario = os.environ.get("HERRING_TORCH_SCENARIO", "checks")
+    checks = [peer_death] if scenario == "peer_death" else CHECKS
+    only = os.environ.get("HERRING_TEST_ONLY")
+    results = {}
+    for fn in checks:
+        if only and fn.__name__ not in only.split(","):
+            continue
+        try:
+            fn()
+            results[fn.__name__] = "ok"
+        except Exception:
+            results[fn.__name__] = traceback.format_exc()
+    out_dir = os.environ.get("HERRING_TEST_RESULTS")
+    if out_dir:
+        with open(os.path.join(out_dir, f"{R}.json"), "w") as f:
+            json.dump({"results": results, "size": N, "launcher": basics.engine().launcher}, f)
+    failed = [k for k, v in results.items() if v != "ok"]
+    for k in failed:
+        print(f"rank {R}: {k} FAILED\n{results[k]}", file=sys.stderr)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if scenario == "peer_death":
+        os._exit(1 if failed else 0)  # the job is broken: no orderly shutdown to negotiate
+    dist.destroy_process_group()
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
