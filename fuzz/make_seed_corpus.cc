@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "engine/control_messages.h"
-#include "engine/message.h"
-#include "engine/wire.h"
+#include "runtime/control_messages.h"
+#include "runtime/message.h"
+#include "runtime/wire.h"
 #include "transport/frame.h"
 #include "wire_fuzz_cases.h"
 

@@ -10,13 +10,13 @@ namespace herring_fuzz {
 
 enum WireDecoder : uint8_t {
   kFrameHeader = 0,    // transport/frame.h DecodeFrameHeader (the first 40 bytes)
-  kBits = 1,           // engine/control_messages.h DecodeBits
+  kBits = 1,           // runtime/control_messages.h DecodeBits
   kCycle = 2,          // DecodeCycle (kBegin) and CycleOf (every control message)
   kContribution = 3,   // DecodeContribution (kContribute: bit vector + shard samples)
   kResult = 4,         // DecodeResult (kResult: AND of the bits + partition map updates + membership changes)
   kUncached = 5,       // DecodeUncached (kUncached: RequestMeta list + stale positions)
   kResponses = 6,      // DecodeResponses (kResponses: Response list + evictions)
-  kRequest = 7,        // engine/message.h DecodeRequest through a WireReader, alone
+  kRequest = 7,        // runtime/message.h DecodeRequest through a WireReader, alone
   kResponse = 8,       // DecodeResponse through a WireReader, alone
   kR2spSession = 9,    // DecodeR2spSession (kR2spSessionMessage: a server's ranges of an R2SP session)
   kR2spEnd = 10,       // DecodeR2spEnd (kR2spEndMessage)

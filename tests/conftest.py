@@ -12,6 +12,7 @@ sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # everything.
 FAST_TIER = {
     "test_native.py",             # every native case (GoogleTest), no processes
+    "test_layers.py",             # the native folders include only the layers below them
     "test_switch.py",             # HOROVOD_BACKEND=herring, horovodrun's build check, the knob table
     "test_cycle_policy.py",       # torch under horovodrun: lone requests and bursts
     "test_training.py",           # torch training against a single-process reference

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "common/dtype.h"
-#include "engine/aligned_buffer.h"
+#include "runtime/aligned_buffer.h"
 
 namespace herring {
 

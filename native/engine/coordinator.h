@@ -11,8 +11,8 @@
 #include <utility>
 #include <vector>
 
-#include "engine/message.h"
-#include "engine/process_sets.h"
+#include "runtime/message.h"
+#include "runtime/process_sets.h"
 
 namespace herring {
 

@@ -18,9 +18,9 @@
 #include <utility>
 #include <vector>
 
-#include "engine/control_messages.h"
+#include "runtime/control_messages.h"
 #include "engine/coordinator.h"
-#include "engine/message.h"
+#include "runtime/message.h"
 
 namespace herring {
 

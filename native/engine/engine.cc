@@ -7,7 +7,7 @@
 
 #include "common/crypto.h"
 #include "common/logging.h"
-#include "ops/herring_allreduce.h"
+#include "ps/shard_server.h"
 #include "kernels/reduce.h"
 #include "rendezvous/http_store.h"
 #include "rendezvous/net_interfaces.h"

@@ -17,7 +17,7 @@
 
 #include "common/logging.h"
 #include "engine/engine.h"
-#include "engine/wire.h"
+#include "runtime/wire.h"
 #include "rendezvous/net_interfaces.h"
 
 extern char** environ;

@@ -3,7 +3,7 @@
 // negotiated, so a send never waits for the other ranks; a lost peer fails the transfer through
 // the transport (PeerLost naming the rank), and the caller waits with its own deadline.
 #include "engine/engine.h"
-#include "ops/collective.h"
+#include "runtime/collective.h"
 
 namespace herring {
 namespace {

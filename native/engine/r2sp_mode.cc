@@ -6,7 +6,7 @@
 
 #include "common/logging.h"
 #include "engine/engine.h"
-#include "ops/collective.h"
+#include "runtime/collective.h"
 
 namespace herring {
 namespace {

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "engine/wire.h"
+#include "runtime/wire.h"
 
 namespace herring {
 

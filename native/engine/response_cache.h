@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "engine/message.h"
+#include "runtime/message.h"
 
 namespace herring {
 

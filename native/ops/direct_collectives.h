@@ -5,10 +5,10 @@
 
 #include <vector>
 
-#include "engine/aligned_buffer.h"
-#include "engine/handle_table.h"
-#include "engine/message.h"
-#include "ops/collective.h"
+#include "runtime/aligned_buffer.h"
+#include "runtime/handle_table.h"
+#include "runtime/message.h"
+#include "runtime/collective.h"
 
 namespace herring {
 

@@ -4,7 +4,7 @@
 
 #include "common/logging.h"
 #include "kernels/reduce.h"
-#include "ps/partition_map.h"
+#include "runtime/partition_map.h"
 
 namespace herring {
 

@@ -21,8 +21,8 @@
 #include <memory>
 #include <vector>
 
-#include "engine/aligned_buffer.h"
-#include "ops/collective.h"
+#include "runtime/aligned_buffer.h"
+#include "runtime/collective.h"
 #include "ops/topology_map.h"
 
 namespace herring {

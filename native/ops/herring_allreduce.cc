@@ -5,7 +5,6 @@
 #include <thread>
 
 #include "kernels/reduce.h"
-#include "ps/partition_map.h"
 
 namespace herring {
 namespace {
@@ -15,37 +14,10 @@ constexpr int kInputReady = 0;
 constexpr int kSliceDone = 1;
 constexpr int kConsumed = 2;
 
-// Boundaries between slices and server ranges fall on 64-byte multiples so the reduction
-// kernels work on aligned, whole vectors.
-int64_t AlignElements(DataType dtype) { return std::max<int64_t>(1, 64 / ElementSize(dtype)); }
-
-// Tag of a push (direction 0) or of the reduced range coming back (direction 1).
-uint64_t ShardTag(const ExecContext& ctx, int64_t chunk, int shard, int direction) {
-  uint64_t sub = ((static_cast<uint64_t>(chunk) & 0x3ff) << 10) | (static_cast<uint64_t>(shard) << 1) |
-                 static_cast<uint64_t>(direction);
-  return ctx.Tag(sub);
-}
-
 }  // namespace
 
-size_t SlotBytes(const Config& config, bool spans_hosts) {
-  if (!spans_hosts) return config.shm_slot_bytes;
-  const size_t floor = config.dedicated_servers > 0 ? kDedicatedServerSlotBytes : kCrossHostSlotBytes;
-  return std::max<size_t>(config.shm_slot_bytes, floor);
-}
-
-int64_t HerringAllreduce::ChunkElements(const ExecContext& ctx, const AllreduceBatch& batch) {
-  // A chunk is one of kPipelineDepth sub-slots: small enough that a chunk's copy-in, reduction and
-  // copy-out find it in the shared L3 cache, deep enough that ranks rarely wait for each other.
-  // Computed from the knob, not the arena, so dedicated servers (which have none) agree.
-  const int64_t align = AlignElements(batch.dtype);
-  int64_t elems = static_cast<int64_t>(SlotBytes(ctx.config, ctx.set.hosts.size() > 1) / kPipelineDepth /
-                                       ElementSize(batch.dtype));
-  return std::max<int64_t>(align, elems - elems % align);
-}
-
 bool HerringAllreduce::Enabled(const ExecContext& ctx, const AllreduceBatch& batch) const {
-  return ctx.n() > 1 && ctx.set.servers.shard_rank.size() < 512;  // sub-tag space, see ShardTag
+  return ctx.n() > 1 && ctx.set.servers.shard_rank.size() < kMaxShards;
 }
 
 void HerringAllreduce::Execute(ExecContext& ctx, AllreduceBatch& batch) {
@@ -64,10 +36,10 @@ void HerringAllreduce::Execute(ExecContext& ctx, AllreduceBatch& batch) {
     uint8_t* bufs[depth];
     for (int i = 0; i < depth; ++i) bufs[i] = private_slot_[i].Get(chunk_elems * esz);
     PullWork inflight[depth];
-    ServeWork serving[depth];
+    ShardServer::Work serving[depth];
     int64_t served = 0;  // chunks whose shard sums this rank (a colocated server) has sent back
     auto serve_through = [&](int64_t last) {
-      for (; served <= last; ++served) FinishServe(ctx, batch, &serving[served % depth]);
+      for (; served <= last; ++served) server_.Finish(ctx, batch, &serving[served % depth]);
     };
     auto start = [&](int64_t c) {
       const int64_t begin = c * chunk_elems, end = std::min(total, begin + chunk_elems);
@@ -78,7 +50,7 @@ void HerringAllreduce::Execute(ExecContext& ctx, AllreduceBatch& batch) {
       }
       TimelinePhase phase(ctx.timeline, ctx.lane, "PUSH_PULL_SERVERS");
       inflight[c % depth] = PushAndPostPull(ctx, batch, c, end - begin, bufs[c % depth]);
-      serving[c % depth] = PostServe(ctx, batch, c, end - begin, &server_memory_[c % depth]);
+      serving[c % depth] = server_.Post(ctx, batch, c, end - begin, static_cast<int>(c % depth));
       // Answer the previous chunk, not this one: its pieces had a chunk's time to arrive, whereas
       // waiting for this chunk's would stall the pipeline behind the slowest host's newest push
       // and keep only about one chunk queued on the links whatever the depth.
@@ -154,8 +126,8 @@ void HerringAllreduce::PipelineThroughSharedMemory(ExecContext& ctx, AllreduceBa
       // Push now, collect the sums at copy-out: the network works while the next chunk is reduced.
       TimelinePhase phase(ctx.timeline, ctx.lane, "PUSH_SERVE");
       pulls[c % kPipelineDepth] = PushAndPostPull(ctx, batch, c, r.size(), result);
-      ServeWork work = PostServe(ctx, batch, c, r.size(), &server_memory_[0]);
-      FinishServe(ctx, batch, &work);
+      ShardServer::Work work = server_.Post(ctx, batch, c, r.size(), 0);
+      server_.Finish(ctx, batch, &work);
       WaitTransfers(work.outgoing, ctx, "server shard answering '" + batch.label + "'");
     } else {
       arena.Publish(kSliceDone, seq(c));
@@ -205,15 +177,6 @@ void HerringAllreduce::PipelineThroughSharedMemory(ExecContext& ctx, AllreduceBa
     if (c >= 1) copy_out(c - 1);
   }
   copy_out(chunks - 1);
-}
-
-std::vector<std::vector<ElementRange>> HerringAllreduce::HostSlices(const ExecContext& ctx, int64_t n,
-                                                                    int64_t align) {
-  std::vector<std::vector<ElementRange>> slices(ctx.set.hosts.size());
-  for (size_t g = 0; g < ctx.set.hosts.size(); ++g) {
-    slices[g] = SplitEvenly(n, static_cast<int>(ctx.set.hosts[g].size()), align);
-  }
-  return slices;
 }
 
 HerringAllreduce::PullWork HerringAllreduce::PushAndPostPull(ExecContext& ctx, const AllreduceBatch& batch,
@@ -267,100 +230,6 @@ void HerringAllreduce::AwaitPull(ExecContext& ctx, const AllreduceBatch& batch, 
       ctx.observe_shard(work.pull_shard[i], seconds, work.pull_mib[i]);
     }
   }
-}
-
-HerringAllreduce::ServeWork HerringAllreduce::PostServe(ExecContext& ctx, const AllreduceBatch& batch,
-                                                        int64_t chunk_index, int64_t n, ScratchBuffer* memory) {
-  ServeWork work;
-  work.chunk = chunk_index;
-  work.n = n;
-  const size_t esz = ElementSize(batch.dtype);
-  const int64_t align = AlignElements(batch.dtype);
-  const ServerLayout& servers = ctx.set.servers;
-  const auto ranges = servers.map.Ranges(n, align);
-  const auto host_slices = HostSlices(ctx, n, align);
-  const int num_hosts = static_cast<int>(ctx.set.hosts.size());
-  size_t need = 0;
-  for (int s = 0; s < servers.map.num_shards(); ++s) {
-    if (servers.shard_rank[s] == ctx.my_rank) need += (num_hosts + 1) * ranges[s].size() * esz;
-  }
-  uint8_t* mem = need ? memory->Get(need) : nullptr;
-  for (int s = 0; s < servers.map.num_shards(); ++s) {
-    const ElementRange r = ranges[s];
-    if (servers.shard_rank[s] != ctx.my_rank || r.empty()) continue;
-    Served sv{s, mem, mem + num_hosts * r.size() * esz};
-    mem += (num_hosts + 1) * r.size() * esz;
-    for (int g = 0; g < num_hosts; ++g) {
-      for (size_t i = 0; i < ctx.set.hosts[g].size(); ++i) {
-        ElementRange piece = Intersect(host_slices[g][i], r);
-        if (piece.empty()) continue;
-        uint8_t* at = sv.staging + (g * r.size() + (piece.begin - r.begin)) * esz;
-        work.incoming.push_back(ctx.net.Recv(ctx.member_rank(ctx.set.hosts[g][i]),
-                                             ShardTag(ctx, chunk_index, s, 0), at, piece.size() * esz));
-      }
-    }
-    work.served.push_back(sv);
-  }
-  return work;
-}
-
-void HerringAllreduce::FinishServe(ExecContext& ctx, const AllreduceBatch& batch, ServeWork* work) {
-  if (work->served.empty()) return;
-  const size_t esz = ElementSize(batch.dtype);
-  const int64_t align = AlignElements(batch.dtype);
-  const auto ranges = ctx.set.servers.map.Ranges(work->n, align);
-  const auto host_slices = HostSlices(ctx, work->n, align);
-  const int num_hosts = static_cast<int>(ctx.set.hosts.size());
-  WaitTransfers(work->incoming, ctx, "server shard receiving pushes of '" + batch.label + "'");
-  if (ctx.faults) ctx.faults->At("serve", &ctx.net);
-  for (const Served& sv : work->served) {
-    const ElementRange r = ranges[sv.shard];
-    // Host order, whatever order the pushes arrived in: the same bits on every run.
-    std::vector<const void*> srcs(num_hosts);
-    for (int g = 0; g < num_hosts; ++g) srcs[g] = sv.staging + g * r.size() * esz;
-    ReduceInto(sv.sum, srcs.data(), num_hosts, r.size(), batch.dtype, batch.op);
-    if (ctx.my_rank == ctx.config.slowdown_rank) {
-      // HERRING_SLOWDOWN: a server made slow on purpose, as a loaded CPU would be (PSLD's stragglers).
-      std::this_thread::sleep_for(std::chrono::duration<double, std::micro>(
-          ctx.config.slowdown_us_per_mib * r.size() * esz / 1048576.0));
-    }
-    for (int g = 0; g < num_hosts; ++g) {
-      for (size_t i = 0; i < ctx.set.hosts[g].size(); ++i) {
-        ElementRange piece = Intersect(host_slices[g][i], r);
-        if (piece.empty()) continue;
-        work->outgoing.push_back(ctx.net.Send(ctx.member_rank(ctx.set.hosts[g][i]),
-                                              ShardTag(ctx, work->chunk, sv.shard, 1),
-                                              sv.sum + (piece.begin - r.begin) * esz, piece.size() * esz));
-      }
-    }
-    ctx.counters.server_ranges++;
-  }
-}
-
-void HerringAllreduce::ServeAsDedicatedServer(ExecContext& ctx, const AllreduceBatch& batch) {
-  const int64_t total = batch.total_count();
-  if (total == 0 || ctx.set.hosts.size() < 2) return;
-  const int64_t chunk_elems = ChunkElements(ctx, batch);
-  const int64_t chunks = (total + chunk_elems - 1) / chunk_elems;
-  // kNetworkDepth chunks in flight: receives for chunks up to c + depth - 1 are posted before
-  // chunk c is summed, so the pushes of later chunks land in place while this one is reduced and
-  // sent back.
-  constexpr int depth = kNetworkDepth;
-  ServeWork work[depth];
-  auto n_of = [&](int64_t c) { return std::min(total, (c + 1) * chunk_elems) - c * chunk_elems; };
-  for (int64_t c = 0; c < std::min<int64_t>(depth - 1, chunks); ++c) {
-    work[c] = PostServe(ctx, batch, c, n_of(c), &server_memory_[c]);
-  }
-  for (int64_t c = 0; c < chunks; ++c) {
-    const int64_t next = c + depth - 1;
-    if (next < chunks) {
-      ServeWork& slot = work[next % depth];  // chunk c - 1's: its answers must be gone first
-      WaitTransfers(slot.outgoing, ctx, "server shard answering '" + batch.label + "'");
-      slot = PostServe(ctx, batch, next, n_of(next), &server_memory_[next % depth]);
-    }
-    FinishServe(ctx, batch, &work[c % depth]);
-  }
-  for (auto& w : work) WaitTransfers(w.outgoing, ctx, "server shard answering '" + batch.label + "'");
 }
 
 }  // namespace herring

@@ -6,7 +6,7 @@
 #include <memory>
 #include <vector>
 
-#include "ops/collective.h"
+#include "runtime/collective.h"
 #include "ops/direct_collectives.h"
 #include "ops/herring_allreduce.h"
 

@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "kernels/reduce.h"
-#include "ps/partition_map.h"
+#include "runtime/partition_map.h"
 
 namespace herring {
 

@@ -5,8 +5,8 @@
 // identical bits.
 #pragma once
 
-#include "engine/aligned_buffer.h"
-#include "ops/collective.h"
+#include "runtime/aligned_buffer.h"
+#include "runtime/collective.h"
 
 namespace herring {
 

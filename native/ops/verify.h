@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <string>
 
-#include "ops/collective.h"
+#include "runtime/collective.h"
 
 namespace herring {
 

@@ -18,8 +18,8 @@
 
 #include <vector>
 
-#include "engine/aligned_buffer.h"
-#include "ops/collective.h"
+#include "runtime/aligned_buffer.h"
+#include "runtime/collective.h"
 #include "transport/zero_copy_pool.h"
 
 namespace herring {

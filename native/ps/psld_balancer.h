@@ -16,7 +16,7 @@
 #include <random>
 #include <vector>
 
-#include "ps/partition_map.h"
+#include "runtime/partition_map.h"
 
 namespace herring {
 

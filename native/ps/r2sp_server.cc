@@ -4,7 +4,7 @@
 #include <sstream>
 
 #include "common/logging.h"
-#include "ops/collective.h"
+#include "runtime/collective.h"
 
 namespace herring {
 

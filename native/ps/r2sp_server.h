@@ -9,7 +9,7 @@
 // result, is the same from run to run. Rank 0 sends the initial parameters as step 0.
 //
 // One R2spServer per process that hosts shards of a session, on a thread of its own: the
-// transport's tagged transfers (ops/collective.h, MakeR2spTag) carry the pushes and pulls outside
+// transport's tagged transfers (runtime/collective.h, MakeR2spTag) carry the pushes and pulls outside
 // the negotiation cycles, so the workers' turns stay evenly gapped instead of synchronised.
 #pragma once
 
@@ -19,8 +19,8 @@
 #include <thread>
 #include <vector>
 
-#include "engine/control_messages.h"
-#include "ps/partition_map.h"
+#include "runtime/control_messages.h"
+#include "runtime/partition_map.h"
 #include "transport/tcp_transport.h"
 
 namespace herring {

@@ -3,18 +3,18 @@
 #include <algorithm>
 #include <set>
 
-#include "engine/control_messages.h"
+#include "runtime/control_messages.h"
 #include "engine/coordinator.h"
 #include "engine/deadlock_detector.h"
-#include "engine/fault_injector.h"
+#include "runtime/fault_injector.h"
 #include "engine/stall_inspector.h"
 #include "engine/response_cache.h"
-#include "engine/wire.h"
-#include "ps/partition_map.h"
-#include "ops/collective.h"
+#include "runtime/wire.h"
+#include "runtime/partition_map.h"
+#include "runtime/collective.h"
 #include "ps/psld_balancer.h"
 #include "ps/r2sp_server.h"
-#include "ps/server_layout.h"
+#include "runtime/server_layout.h"
 #include <gtest/gtest.h>
 
 using namespace herring;

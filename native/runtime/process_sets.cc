@@ -1,4 +1,4 @@
-#include "engine/process_sets.h"
+#include "runtime/process_sets.h"
 
 #include <algorithm>
 

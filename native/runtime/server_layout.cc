@@ -1,4 +1,4 @@
-#include "ps/server_layout.h"
+#include "runtime/server_layout.h"
 
 #include <algorithm>
 

@@ -1,4 +1,4 @@
-#include "engine/topology.h"
+#include "runtime/topology.h"
 
 #include <algorithm>
 

@@ -12,7 +12,7 @@
 
 #include "common/deadline.h"
 #include "common/status.h"
-#include "engine/aligned_buffer.h"
+#include "runtime/aligned_buffer.h"
 
 namespace herring {
 

@@ -8,7 +8,7 @@
 
 #include <vector>
 
-#include "ps/partition_map.h"
+#include "runtime/partition_map.h"
 
 namespace herring {
 

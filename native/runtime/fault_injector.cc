@@ -1,4 +1,4 @@
-#include "engine/fault_injector.h"
+#include "runtime/fault_injector.h"
 
 #include <signal.h>
 #include <unistd.h>

@@ -1,4 +1,4 @@
-#include "ps/partition_map.h"
+#include "runtime/partition_map.h"
 
 #include <algorithm>
 #include <numeric>

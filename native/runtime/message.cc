@@ -1,8 +1,8 @@
-#include "engine/message.h"
+#include "runtime/message.h"
 
 #include <sstream>
 
-#include "engine/wire.h"
+#include "runtime/wire.h"
 
 namespace herring {
 

@@ -1,4 +1,4 @@
-#include "engine/timeline.h"
+#include "runtime/timeline.h"
 
 #include <chrono>
 #include <memory>

@@ -1,4 +1,4 @@
-#include "ops/collective.h"
+#include "runtime/collective.h"
 
 #include "kernels/reduce.h"
 

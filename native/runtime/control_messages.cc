@@ -1,8 +1,8 @@
-#include "engine/control_messages.h"
+#include "runtime/control_messages.h"
 
 #include <cstring>
 
-#include "engine/wire.h"
+#include "runtime/wire.h"
 
 namespace herring {
 

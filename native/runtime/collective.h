@@ -12,11 +12,11 @@
 #include "common/dtype.h"
 #include "common/knobs.h"
 #include "common/reduce_op.h"
-#include "engine/counters.h"
-#include "engine/process_sets.h"
-#include "engine/fault_injector.h"
-#include "engine/timeline.h"
-#include "engine/topology.h"
+#include "runtime/counters.h"
+#include "runtime/process_sets.h"
+#include "runtime/fault_injector.h"
+#include "runtime/timeline.h"
+#include "runtime/topology.h"
 #include "transport/tcp_transport.h"
 
 namespace herring {

@@ -1,4 +1,4 @@
-#include "engine/handle_table.h"
+#include "runtime/handle_table.h"
 
 namespace herring {
 

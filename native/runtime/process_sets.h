@@ -8,8 +8,8 @@
 #include <memory>
 #include <vector>
 
-#include "engine/topology.h"
-#include "ps/server_layout.h"
+#include "runtime/topology.h"
+#include "runtime/server_layout.h"
 #include "transport/shm_arena.h"
 
 namespace herring {

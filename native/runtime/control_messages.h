@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/message.h"
+#include "runtime/message.h"
 
 namespace herring {
 
@@ -118,7 +118,7 @@ struct R2spSessionSpec {
   std::vector<int32_t> workers;   // the turn order
   std::vector<R2spShardRange> shards;  // hosted by the receiving process
 };
-// The largest session id and shard index the R2SP tags have room for (ops/collective.h).
+// The largest session id and shard index the R2SP tags have room for (runtime/collective.h).
 constexpr uint32_t kMaxR2spSessionId = 255;
 constexpr int32_t kMaxR2spShards = 2048;
 std::string EncodeR2spSession(const R2spSessionSpec& spec);
