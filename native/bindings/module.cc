@@ -151,8 +151,10 @@ PYBIND11_MODULE(_native, m) {
             elements *= d;
           }
           const DataType t = static_cast<DataType>(dtype);
-          ZeroCopyPool& pool = ZeroCopyPool::Instance(Config::FromProcessEnvironment().zero_copy_bytes);
-          return ExportDLPack(pool.Allocate(elements * ElementSize(t)), shape, t);
+          // The knob is read once, when the first tensor creates the pool.
+          ZeroCopyPool* pool = ZeroCopyPool::IfCreated();
+          if (pool == nullptr) pool = &ZeroCopyPool::Instance(Config::FromProcessEnvironment().zero_copy_bytes);
+          return ExportDLPack(pool->Allocate(elements * ElementSize(t)), shape, t);
         },
         py::arg("shape"), py::arg("dtype"),
         "A zeroed tensor (DLPack capsule) in this process's zero-copy memory.");

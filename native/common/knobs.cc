@@ -3,9 +3,9 @@
 #include <cstdlib>
 #include <sstream>
 
+#include "common/environment.h"
 #include "common/status.h"
 
-extern char** environ;
 
 namespace herring {
 
@@ -228,13 +228,7 @@ Config Config::FromEnvironment(const std::map<std::string, std::string>& env) {
 }
 
 Config Config::FromProcessEnvironment() {
-  std::map<std::string, std::string> env;
-  for (char** e = environ; e && *e; ++e) {
-    std::string kv(*e);
-    auto eq = kv.find('=');
-    if (eq != std::string::npos) env[kv.substr(0, eq)] = kv.substr(eq + 1);
-  }
-  return FromEnvironment(env);
+  return FromEnvironment(ProcessEnvironment());
 }
 
 std::string Config::MustMatchFingerprint() const {

@@ -6,26 +6,15 @@
 #include <sstream>
 
 #include "common/crypto.h"
+#include "common/environment.h"
 #include "common/logging.h"
 #include "ps/shard_server.h"
 #include "kernels/reduce.h"
 #include "rendezvous/http_store.h"
 #include "rendezvous/net_interfaces.h"
 
-extern char** environ;
-
 namespace herring {
 namespace {
-
-std::map<std::string, std::string> ProcessEnvironment() {
-  std::map<std::string, std::string> env;
-  for (char** e = environ; e && *e; ++e) {
-    std::string kv(*e);
-    auto eq = kv.find('=');
-    if (eq != std::string::npos) env[kv.substr(0, eq)] = kv.substr(eq + 1);
-  }
-  return env;
-}
 
 // One rank's rendezvous record: what the others need to reach it and to check it is compatible.
 struct Record {
@@ -93,8 +82,8 @@ void SetCurrentEngine(std::shared_ptr<Engine> engine) {
 }
 
 Engine::Engine(EngineOptions options)
-    : config_(Config::FromEnvironment(options.env.empty() ? ProcessEnvironment() : options.env)),
-      launch_(DetectLaunch(options.env.empty() ? ProcessEnvironment() : options.env)),
+    : config_(Config::FromEnvironment(GivenOrProcessEnvironment(options.env))),
+      launch_(DetectLaunch(GivenOrProcessEnvironment(options.env))),
       epoch_(options.epoch),
       cache_(static_cast<uint32_t>(config_.cache_capacity)),
       stall_(config_),

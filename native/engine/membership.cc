@@ -15,12 +15,12 @@
 #include <algorithm>
 #include <sstream>
 
+#include "common/environment.h"
 #include "common/logging.h"
 #include "engine/engine.h"
 #include "runtime/wire.h"
 #include "rendezvous/net_interfaces.h"
 
-extern char** environ;
 
 namespace herring {
 namespace {
@@ -201,14 +201,7 @@ void Engine::RestoreSnapshot(const std::string& payload, Deadline deadline) {
 }
 
 void Engine::JoinRunningJob(const EngineOptions& options, Deadline deadline) {
-  std::map<std::string, std::string> env = options.env;
-  if (env.empty()) {
-    for (char** e = environ; e && *e; ++e) {
-      std::string kv(*e);
-      auto eq = kv.find('=');
-      if (eq != std::string::npos) env[kv.substr(0, eq)] = kv.substr(eq + 1);
-    }
-  }
+  const Environment env = GivenOrProcessEnvironment(options.env);
   auto need = [&](const char* key) {
     auto it = env.find(key);
     if (it == env.end() || it->second.empty()) {
@@ -261,7 +254,7 @@ void Engine::JoinRunningJob(const EngineOptions& options, Deadline deadline) {
   launch_.size = me + 1;
   std::string host = !config_.hostname.empty() ? config_.hostname : launch_.hostname;
   hostnames_[me] = host;
-  std::string iface = !config_.iface.empty() ? config_.iface : (env.count("HOROVOD_GLOO_IFACE") ? env["HOROVOD_GLOO_IFACE"] : "");
+  std::string iface = !config_.iface.empty() ? config_.iface : (env.count("HOROVOD_GLOO_IFACE") ? env.at("HOROVOD_GLOO_IFACE") : "");
   std::string ip = iface.empty() ? "127.0.0.1" : InterfaceAddress(iface);
 
   TransportOptions topts;

@@ -8,9 +8,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "common/environment.h"
 #include "common/status.h"
-
-extern char** environ;
 
 namespace herring {
 
@@ -204,12 +203,7 @@ LaunchInfo DetectLaunch(const std::map<std::string, std::string>& env) {
 }
 
 LaunchInfo DetectLaunchFromProcessEnvironment() {
-  std::map<std::string, std::string> env;
-  for (char** e = environ; e && *e; ++e) {
-    const char* eq = std::strchr(*e, '=');
-    if (eq != nullptr) env.emplace(std::string(*e, eq - *e), std::string(eq + 1));
-  }
-  return DetectLaunch(env);
+  return DetectLaunch(ProcessEnvironment());
 }
 
 }  // namespace herring
