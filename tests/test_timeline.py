@@ -1,5 +1,5 @@
 """HOROVOD_TIMELINE: a 2-rank job writes one Chrome trace per rank, valid JSON, with the queue,
-negotiation and execution phases of every tensor."""
+negotiation and execution phases of every tensor, small and large."""
 
 import json
 import os
@@ -13,6 +13,7 @@ for step in range(3):
     hs = [hvd.allreduce_async(torch.ones(1000) * i, name=f"grad.{i}") for i in range(4)]
     for h in hs:
         hvd.synchronize(h)
+hvd.allreduce(torch.ones(100000), name="big")  # 400 KB: above HERRING_SMALL_MESSAGE_BYTES, staged
 hvd.allgather(torch.ones(2), name="gathered")
 hvd.shutdown()
 """
@@ -38,7 +39,8 @@ def test_timeline_of_a_two_rank_job():
         phases = {e["name"] for e in spans if e["tid"] == lanes["grad.0"]}
         assert {"QUEUE", "NEGOTIATE", "ALLREDUCE"} <= phases, phases
         all_phases = {e["name"] for e in spans}
-        assert {"GATHER_INTO_SHM", "SHM_REDUCE_SCATTER", "COPY_OUT", "allgather"} <= all_phases, all_phases
+        # The fused 16 KB of grads takes the one-step path, the 400 KB tensor the staged pipeline.
+        assert {"ONE_STEP_SHM_REDUCE", "GATHER_INTO_SHM", "SHM_REDUCE_SCATTER", "COPY_OUT", "allgather"} <= all_phases, all_phases
         assert any(n.startswith("CYCLE") for n in all_phases), all_phases
         assert all(e["dur"] >= 0 and e["ts"] > 0 for e in spans)
     merged = os.path.join(d, "merged.json")

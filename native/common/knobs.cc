@@ -24,6 +24,14 @@ const std::vector<KnobSpec>& AllKnobs() {
       {"HOROVOD_CACHE_CAPACITY", "1024", "int",
        "Entries of the response cache; in steady state one bit-vector AND per cycle replaces the "
        "coordinator. 0 disables the cache.", true},
+      {"HERRING_CONTROL_PLANE", "auto", "enum",
+       "How ranks agree each cycle. `auto`: when every rank is on one host (and neither PSLD nor "
+       "dedicated servers are on), the bit vectors meet in shared memory and each rank ANDs them "
+       "itself; otherwise, and with `tcp`, they go to rank 0 over TCP and rank 0 answers.", true},
+      {"HERRING_SMALL_MESSAGE_BYTES", "65536", "bytes",
+       "Fused allreduces up to this size within one host take the one-step path: every rank "
+       "writes its input to shared memory and reduces all inputs itself, in rank order (one "
+       "hand-off instead of a reduce-scatter and an all-gather). 0 turns it off.", true},
       {"HOROVOD_DYNAMIC_PROCESS_SETS", "0", "bool",
        "Allow hvd.add_process_set / remove_process_set after init.", true},
       {"HOROVOD_TIMELINE", "", "path",
@@ -194,6 +202,10 @@ Config Config::FromEnvironment(const std::map<std::string, std::string>& env) {
   std::string balancer = r.Raw("HERRING_BALANCER");
   if (balancer != "none" && balancer != "psld") KnobReader::Bad("HERRING_BALANCER", balancer, "none or psld");
   c.psld_balancer = balancer == "psld";
+  std::string control = r.Raw("HERRING_CONTROL_PLANE");
+  if (control != "auto" && control != "tcp") KnobReader::Bad("HERRING_CONTROL_PLANE", control, "auto or tcp");
+  c.shm_control_plane = control == "auto";
+  c.small_message_bytes = r.Int("HERRING_SMALL_MESSAGE_BYTES", 0);
   c.balance_interval = static_cast<int>(r.Int("HERRING_BALANCE_INTERVAL", 1));
   std::string slow = r.Raw("HERRING_SLOWDOWN");
   if (!slow.empty()) {

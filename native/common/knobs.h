@@ -35,6 +35,8 @@ struct Config {
   int dedicated_servers;     // processes (the last launched) that only serve shards
   int elastic_slots;         // dedicated servers that may join later
   bool psld_balancer;        // HERRING_BALANCER=psld
+  bool shm_control_plane;    // HERRING_CONTROL_PLANE=auto: shared memory where the world is on one host
+  int64_t small_message_bytes;  // HERRING_SMALL_MESSAGE_BYTES
   PushSchedule schedule = PushSchedule::kAllAtOnce;  // HERRING_SCHEDULE
   int balance_interval;
   int slowdown_rank = -1;    // HERRING_SLOWDOWN (tests, benchmarks)

@@ -58,6 +58,8 @@ bool Engine::WaitForTrigger() {
   const auto cycle_time = std::chrono::duration_cast<Clock::duration>(
       std::chrono::duration<double, std::milli>(config_.cycle_time_ms));
   while (true) {
+    // Read before looking for work: a wake-up after this read cuts the wait below short.
+    const uint32_t bell = shm_bits_ ? shm_bits_->Doorbell() : 0;
     // After an agreed shutdown, peers closing their connections is expected, not a failure.
     if (stop_after_cycle_) return false;
     DrainControl();
@@ -70,10 +72,12 @@ bool Engine::WaitForTrigger() {
                                   return m.type == kBeginMessage && CycleOf(m.payload) <= cycle_;
                                 }),
                  inbox_.end());
-    const uint32_t invitation = rank() == 0 ? kContributeMessage : kBeginMessage;
+    // Over TCP rank 0 learns of a cycle from a contribution; in shared memory everyone is invited.
+    const uint32_t invitation = rank() == 0 && !shm_bits_ ? kContributeMessage : kBeginMessage;
     for (const auto& m : inbox_) {
       if (m.type == invitation && CycleOf(m.payload) == cycle_ + 1) return true;
     }
+    const bool invited = shm_bits_ && shm_bits_->SomeonePosted(cycle_ + 1);
     bool new_work = reannounce_ || shutdown_requested_.load() || !pending_membership_.empty();
     if (!new_work) {
       std::lock_guard<std::mutex> lock(queue_mu_);
@@ -98,12 +102,43 @@ bool Engine::WaitForTrigger() {
       const Clock::time_point last_enqueue{Clock::duration(last_enqueue_ticks_.load(std::memory_order_relaxed))};
       due = std::min(last_enqueue + kBurstPause, batch_since_ + cycle_time);
     }
-    if (new_work && Clock::now() >= due) return true;
+    if (invited) {
+      // Another rank started a cycle. Joining it with nothing of our own makes an empty cycle,
+      // and that rank a second one once our request comes; our threads are usually about to
+      // submit the same collective. So an invited rank without work waits a burst pause for it.
+      const Clock::time_point now = Clock::now();
+      if (!invited_at_) invited_at_ = now;
+      if (new_work || now >= *invited_at_ + kBurstPause) {
+        invited_at_.reset();
+        return true;
+      }
+    } else if (new_work && Clock::now() >= due) {
+      if (!batching_) counters_.idle_starts++;  // a lone request: the cycle starts at once
+      return true;
+    }
 
+    const Clock::time_point until = invited    ? *invited_at_ + kBurstPause
+                                    : new_work ? due
+                                               : Clock::now() + std::chrono::seconds(1);
+    if (shm_bits_) {
+      // One futex that both this process's threads (Wake) and the peers (InviteLate) ring.
+      {
+        std::lock_guard<std::mutex> lock(wake_mu_);
+        if (wake_pending_) {  // woken since we looked (WakeForNewWork rings only idle loops): look again
+          wake_pending_ = false;
+          continue;
+        }
+        idle_waiting_ = !new_work;
+      }
+      shm_bits_->WaitForInvitation(bell, until - Clock::now());
+      std::lock_guard<std::mutex> lock(wake_mu_);
+      idle_waiting_ = false;
+      wake_pending_ = false;
+      continue;
+    }
     std::unique_lock<std::mutex> lock(wake_mu_);
     idle_waiting_ = !new_work;
-    wake_cv_.wait_until(lock, new_work ? due : Clock::now() + std::chrono::seconds(1),
-                        [this] { return wake_pending_; });
+    wake_cv_.wait_until(lock, until, [this] { return wake_pending_; });
     idle_waiting_ = false;
     wake_pending_ = false;
   }
@@ -115,6 +150,7 @@ void Engine::TakeNewRequests(std::vector<RequestMeta>* uncached, std::vector<uin
     std::lock_guard<std::mutex> lock(queue_mu_);
     fresh.swap(incoming_);
   }
+  took_requests_ = !fresh.empty();
   if (!fresh.empty()) last_activity_ = Clock::now();
   for (auto& item : fresh) {
     Key key{item.first.meta.process_set, item.first.meta.name};
@@ -191,8 +227,40 @@ std::vector<uint64_t> Engine::ReadyBits(bool has_uncached, bool has_stale) const
   return bits;
 }
 
+void Engine::AttachShmControlPlane(Deadline deadline) {
+  // The same decision on every rank: it depends only on knobs (whose fingerprints must match)
+  // and on the topology everyone learned in the rendezvous.
+  const bool one_host = topo_.num_hosts() == 1 && world_size() > 1;
+  const bool extras = config_.psld_balancer || config_.dedicated_servers > 0 || config_.elastic_slots > 0;
+  if (!config_.shm_control_plane || !one_host || extras || !ShmBitsExchange::Fits(BitLayout(cache_.capacity()).words())) {
+    return;
+  }
+  shm_bits_ = ShmBitsExchange::Attach(ArenaName(-1) /* no process set has id -1 */, rank(), world_size(), deadline,
+                                      [this] { return CheckAbort(); });
+  shm_bell_.store(shm_bits_.get(), std::memory_order_release);
+}
+
+std::vector<uint64_t> Engine::AgreeOnBitsInSharedMemory(const std::vector<uint64_t>& mine) {
+  shm_bits_->Post(cycle_, mine);
+  // Ranks that have not started this cycle may be idle, blocked until something wakes them.
+  shm_bits_->InviteLate(cycle_);
+  std::vector<uint64_t> agreed;
+  while (true) {
+    // Bounded by peer liveness, as over TCP: a second at a time, checking the world in between.
+    Status s = shm_bits_->AwaitAnd(cycle_, mine.size(), Deadline::AfterSeconds(1), &agreed);
+    if (s.ok()) break;
+    DrainControl();
+    Status world = WorldFailure();
+    if (!world.ok()) throw Error(world);  // the transport's account names the rank and the cause
+    if (s.code() != StatusCode::kTimeout) throw Error(s);
+  }
+  counters_.shm_negotiations++;
+  return agreed;
+}
+
 std::vector<uint64_t> Engine::AgreeOnBits(const std::vector<uint64_t>& mine) {
   if (world_.size() == 1) return mine;
+  if (shm_bits_) return AgreeOnBitsInSharedMemory(mine);
   if (rank() != 0) {
     transport_->SendControl(0, kContributeMessage, EncodeContribution(cycle_, mine, shard_samples_));
     shard_samples_.clear();
@@ -369,7 +437,9 @@ void Engine::RunCycle() {
   RunCycleSteps();
   // What arrived while the cycle ran is a burst still going on (see WaitForTrigger).
   std::lock_guard<std::mutex> lock(queue_mu_);
-  batching_ = !incoming_.empty();
+  // A request that arrived during a cycle this rank only joined (another rank's, or one with
+  // nothing of its own) is not part of a burst: it starts the next cycle at once.
+  batching_ = took_requests_ && !incoming_.empty();
   batch_since_ = Clock::now();
 }
 

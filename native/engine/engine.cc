@@ -133,6 +133,7 @@ Engine::Engine(EngineOptions options)
     balancer_ = std::make_unique<PsldBalancer>(bo);
   }
   if (config_.elastic_slots > 0) PublishWorld();
+  AttachShmControlPlane(deadline);
   last_cycle_start_ = Clock::now();
   loop_ = std::thread([this] { Loop(); });
   HLOG(Debug) << "engine up: " << size() << " ranks on " << topo_.num_hosts() << " hosts, launcher "
@@ -456,6 +457,7 @@ void Engine::Wake() {
     wake_pending_ = true;
   }
   wake_cv_.notify_one();
+  if (ShmBitsExchange* bits = shm_bell_.load(std::memory_order_acquire)) bits->Wake();
 }
 
 void Engine::WakeForNewWork() {
@@ -468,7 +470,9 @@ void Engine::WakeForNewWork() {
     wake_pending_ = true;
     notify = idle_waiting_;
   }
-  if (notify) wake_cv_.notify_one();
+  if (!notify) return;
+  wake_cv_.notify_one();
+  if (ShmBitsExchange* bits = shm_bell_.load(std::memory_order_acquire)) bits->Wake();
 }
 
 void Engine::Fail(const Status& status) {

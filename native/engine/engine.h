@@ -22,6 +22,7 @@
 #include "engine/coordinator.h"
 #include "runtime/counters.h"
 #include "engine/deadlock_detector.h"
+#include "engine/shm_bits_exchange.h"
 #include "runtime/fault_injector.h"
 #include "runtime/handle_table.h"
 #include "runtime/message.h"
@@ -174,6 +175,8 @@ class Engine {
   void TakeNewRequests(std::vector<RequestMeta>* uncached, std::vector<uint32_t>* stale);
   std::vector<uint64_t> ReadyBits(bool has_uncached, bool has_stale) const;
   std::vector<uint64_t> AgreeOnBits(const std::vector<uint64_t>& mine);
+  std::vector<uint64_t> AgreeOnBitsInSharedMemory(const std::vector<uint64_t>& mine);
+  void AttachShmControlPlane(Deadline deadline);
   void CoordinatorRound(const std::vector<RequestMeta>& uncached, const std::vector<uint32_t>& stale,
                         std::vector<Response>* responses, std::vector<uint32_t>* evict);
   void RevertCachedAt(uint32_t position);
@@ -240,6 +243,11 @@ class Engine {
   std::unique_ptr<DeadlockDetector> deadlock_;  // rank 0, unless HERRING_DEADLOCK_TIME_SECONDS=0
   FaultInjector faults_;
   std::unique_ptr<PsldBalancer> balancer_;  // rank 0 with HERRING_BALANCER=psld
+  // Where the bit vectors meet when the world is on one host (HERRING_CONTROL_PLANE); null: TCP.
+  std::unique_ptr<ShmBitsExchange> shm_bits_;
+  // The same, for Wake() on other threads (the transport's, the application's): set once, after
+  // the attach, before the loop starts.
+  std::atomic<ShmBitsExchange*> shm_bell_{nullptr};
   std::optional<MapUpdate> pending_map_;     // decided, announced with the next cycle's result
   std::vector<ShardSample> shard_samples_;   // measured here, sent to rank 0 with the next contribution
   int workers_ = 0;
@@ -280,6 +288,8 @@ class Engine {
   Clock::time_point last_cycle_start_{};
   // Requests arrived while the last cycle ran (since batch_since_): wait for the burst to pause.
   bool batching_ = false;
+  bool took_requests_ = false;  // the current cycle took new requests from this rank's queue
+  std::optional<Clock::time_point> invited_at_;  // when an idle rank saw a peer's cycle start (shm)
   Clock::time_point batch_since_{};
   // A burst has paused when no request came for this long: far less than a negotiation round
   // trip, far more than the gap between two enqueues of a loop of asynchronous calls.

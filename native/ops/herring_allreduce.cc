@@ -26,7 +26,10 @@ void HerringAllreduce::Execute(ExecContext& ctx, AllreduceBatch& batch) {
   const size_t esz = ElementSize(batch.dtype);
   const int64_t chunk_elems = ChunkElements(ctx, batch);
   const int64_t chunks = (total + chunk_elems - 1) / chunk_elems;
-  if (ctx.set.arena) {
+  if (ctx.set.arena && ctx.set.hosts.size() == 1 && static_cast<int64_t>(batch.total_bytes()) <= ctx.config.small_message_bytes &&
+      total <= chunk_elems) {
+    ReduceInOneStep(ctx, batch, chunk_elems);
+  } else if (ctx.set.arena) {
     const bool offer = ctx.set.hosts.size() == 1 && batch.total_bytes() >= ZeroCopyAllreduce::kMinBytes;
     PipelineThroughSharedMemory(ctx, batch, chunk_elems, chunks, offer);
   } else {
@@ -177,6 +180,40 @@ void HerringAllreduce::PipelineThroughSharedMemory(ExecContext& ctx, AllreduceBa
     if (c >= 1) copy_out(c - 1);
   }
   copy_out(chunks - 1);
+}
+
+void HerringAllreduce::ReduceInOneStep(ExecContext& ctx, AllreduceBatch& batch, int64_t chunk_elems) {
+  TimelinePhase phase(ctx.timeline, ctx.lane, "ONE_STEP_SHM_REDUCE");
+  ShmArena& arena = *ctx.set.arena;
+  const int64_t total = batch.total_count();
+  const size_t esz = ElementSize(batch.dtype);
+  const int local_size = static_cast<int>(ctx.set.local_members().size());
+  // One chunk in the staging pipeline's numbering (PipelineThroughSharedMemory), so that large
+  // and small batches can follow each other through the same sub-slots.
+  const uint64_t seq = ++ctx.set.arena_sequence;
+  const size_t offset = (seq % kPipelineDepth) * chunk_elems * esz;
+  auto check = [](const Status& s, const char* step) { ThrowIfArenaFailed(s, step); };
+  if (ctx.faults) ctx.faults->At("gather", &ctx.net);
+  if (seq > kPipelineDepth) {
+    check(arena.WaitAll(kSliceDone, seq - kPipelineDepth, ctx.StepDeadline()), "shared-memory slot reuse");
+  }
+  batch.GatherInputs(0, total, arena.slot(ctx.set.my_local_index) + offset, batch.prescale);
+  arena.Publish(kInputReady, seq);
+  if (ctx.faults) ctx.faults->At("shm", &ctx.net);
+  check(arena.WaitAll(kInputReady, seq, ctx.StepDeadline()), "staging in shared memory");
+  // Every rank reduces every input, in local-rank order: the same bits everywhere, and the same
+  // as the staged pipeline's slice owners compute.
+  std::vector<const void*> srcs(local_size);
+  for (int i = 0; i < local_size; ++i) srcs[i] = arena.slot(i) + offset;
+  uint8_t* sum = one_step_sum_.Get(total * esz);
+  ReduceInto(sum, srcs.data(), local_size, total, batch.dtype, batch.op);
+  arena.Publish(kSliceDone, seq);  // done reading the others' slots
+  arena.Publish(kConsumed, seq);   // the result area was not used
+  batch.ScatterOutputs(0, total, sum, batch.postscale);
+  if (ctx.faults && !batch.entries.empty()) {
+    ctx.faults->At("scatter", &ctx.net, batch.entries[0].output, batch.entries[0].count ? 1 : 0);
+  }
+  ctx.counters.one_step_allreduces++;
 }
 
 HerringAllreduce::PullWork HerringAllreduce::PushAndPostPull(ExecContext& ctx, const AllreduceBatch& batch,

@@ -35,6 +35,9 @@ class HerringAllreduce : public AllreduceImpl {
     Clock::time_point posted;
   };
 
+  // A small batch on one host (HERRING_SMALL_MESSAGE_BYTES, at most one chunk): every rank
+  // stages its input and reduces all of them itself; one hand-off instead of two.
+  void ReduceInOneStep(ExecContext& ctx, AllreduceBatch& batch, int64_t chunk_elems);
   // With offer_zero_copy, the ranks first find out (at chunk 0) whether every one of them has
   // its tensors in zero-copy memory, and if so reduce them in place instead of staging.
   void PipelineThroughSharedMemory(ExecContext& ctx, AllreduceBatch& batch, int64_t chunk_elems,
@@ -46,6 +49,7 @@ class HerringAllreduce : public AllreduceImpl {
   void AwaitPull(ExecContext& ctx, const AllreduceBatch& batch, const PullWork& work);
   ZeroCopyAllreduce zero_copy_;     // one host, tensors in zero-copy memory: no staging
   ScratchBuffer private_slot_[kNetworkDepth];  // stand in for the shared slot when a rank is alone on its host
+  ScratchBuffer one_step_sum_;  // the small path's result before it is scaled into the outputs
   ShardServer server_;  // the shards this rank hosts when servers are colocated with the workers
 };
 

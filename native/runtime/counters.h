@@ -23,6 +23,9 @@ struct Counters {
   std::atomic<uint64_t> ring_allreduces{0};      // executions by the ring allreduce
   std::atomic<uint64_t> hd_allreduces{0};        // executions by halving-doubling (hd, hd-topo)
   std::atomic<uint64_t> shm_chunks{0};           // chunks staged through shared memory
+  std::atomic<uint64_t> shm_negotiations{0};     // cycles whose AND met in shared memory
+  std::atomic<uint64_t> one_step_allreduces{0};  // small batches reduced by every rank in one step
+  std::atomic<uint64_t> idle_starts{0};          // cycles this rank started at once on a lone request
   std::atomic<uint64_t> zero_copy_allreduces{0}; // batches reduced in place in zero-copy memory
   std::atomic<uint64_t> server_ranges{0};        // byte ranges reduced by this rank's server shards
   std::atomic<uint64_t> server_pushes{0};        // pieces this rank pushed to server shards
@@ -43,6 +46,9 @@ struct Counters {
             {"ring_allreduces", ring_allreduces},
             {"hd_allreduces", hd_allreduces},
             {"shm_chunks", shm_chunks},
+            {"shm_negotiations", shm_negotiations},
+            {"one_step_allreduces", one_step_allreduces},
+            {"idle_starts", idle_starts},
             {"zero_copy_allreduces", zero_copy_allreduces},
             {"server_ranges", server_ranges},
             {"server_pushes", server_pushes},

@@ -2,6 +2,7 @@
 // (with a deadline, without holding the GIL) and finally take the result of.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -31,6 +32,8 @@ class HandleTable {
   // A callback instead of a waiter: frameworks with asynchronous kernels (TensorFlow) get the
   // result pushed to them. It runs on the engine's thread, exactly once, also when the job fails.
   using Callback = std::function<void(OpResult)>;
+  // How long Wait looks before it sleeps.
+  static constexpr std::chrono::microseconds kSpin{50};
 
   int64_t Create(Callback on_complete = nullptr);
   void Complete(int64_t handle, OpResult result);

@@ -51,7 +51,7 @@ namespace herring {
 namespace {
 
 constexpr uint64_t kMagic = 0x31764153474e5248ull;  // "HRNGSAv1"
-constexpr uint32_t kLayoutVersion = 2;
+constexpr uint32_t kLayoutVersion = 3;  // 3: a doorbell per member
 constexpr size_t kPage = 4096;
 constexpr size_t kLineBytes = 128;
 constexpr int kMaxLocalSize = 1024;
@@ -80,6 +80,7 @@ struct alignas(kLineBytes) MemberLine {
   std::atomic<uint32_t> state;  // kNotAttached, kAttached, kDetached
   std::atomic<int32_t> pid;
   std::atomic<uint64_t> pid_namespace;  // 0 when unknown: liveness is then not checked
+  Waitable doorbell;                    // rung by anyone, waited on by this member (Ring)
 };
 
 struct Header {
@@ -695,6 +696,27 @@ void ShmArena::Publish(int flag, uint64_t value) {
   CounterLine& line = impl_->counter(flag, impl_->local_index);
   line.value.store(value, std::memory_order_seq_cst);
   WakeIfSleeping(line.waitable);
+}
+
+uint32_t ShmArena::Doorbell() const {
+  return impl_->member_line(impl_->local_index).doorbell.generation.load(std::memory_order_seq_cst);
+}
+
+void ShmArena::Ring(int member) {
+  if (member < 0 || member >= impl_->local_size) {
+    throw Error(Status::InvalidArgument(impl_->Describe() + ": member " + std::to_string(member) + " out of range"));
+  }
+  Waitable& bell = impl_->member_line(member).doorbell;
+  bell.generation.fetch_add(1, std::memory_order_seq_cst);
+  if (bell.sleepers.load(std::memory_order_seq_cst) != 0) FutexWakeAll(&bell.generation);
+}
+
+void ShmArena::WaitDoorbell(uint32_t seen, std::chrono::nanoseconds timeout) {
+  Waitable& bell = impl_->member_line(impl_->local_index).doorbell;
+  // Announce the sleep before the last look, so that a Ring after the look sees a sleeper.
+  bell.sleepers.fetch_add(1, std::memory_order_seq_cst);
+  if (bell.generation.load(std::memory_order_seq_cst) == seen) FutexWait(&bell.generation, seen, timeout);
+  bell.sleepers.fetch_sub(1, std::memory_order_seq_cst);
 }
 
 uint64_t ShmArena::Load(int flag, int member) const {

@@ -81,6 +81,14 @@ class ShmArena {
   // Waits until every member's counter `flag` >= value.
   Status WaitAll(int flag, uint64_t value, Deadline deadline);
 
+  // A doorbell per member, for a member whose wait has several causes (the engine's idle loop:
+  // a request from its own threads, or a peer starting a cycle), where one counter will not do.
+  // Read Doorbell() before looking at the causes, then WaitDoorbell(that value): any Ring since
+  // the read returns at once, so no wake-up is lost. The wait may return early (a signal).
+  uint32_t Doorbell() const;
+  void Ring(int member);
+  void WaitDoorbell(uint32_t seen, std::chrono::nanoseconds timeout);
+
   // Marks the arena failed and wakes everyone: all present and future waits in every attached
   // process return Aborted promptly.
   void Poison();

@@ -1,0 +1,66 @@
+"""The latency paths on one host (HERRING_CONTROL_PLANE, HERRING_SMALL_MESSAGE_BYTES): the bit
+vectors meet in shared memory, and small allreduces take the one-step path, with results equal to
+a reference, bitwise identical on every rank, and bitwise identical to the staged pipeline over
+the TCP control plane. A lone request after a pause starts its cycle at once (counters)."""
+
+import os
+import shutil
+
+import pytest
+
+import launch
+
+WORKER = os.path.join("tests", "workers", "small_message_worker.py")
+NP = 3
+# A cycle time of a minute: the job (hundreds of synchronous collectives) ends within its launch
+# timeout only if no cycle waits for the timer.
+CONFIGS = {
+    "shm-control-one-step": {"HOROVOD_CYCLE_TIME": "60000"},
+    "tcp-control-staged": {"HOROVOD_CYCLE_TIME": "60000", "HERRING_CONTROL_PLANE": "tcp",
+                           "HERRING_SMALL_MESSAGE_BYTES": "0"},
+}
+
+
+@pytest.fixture(scope="module")
+def runs():
+    out = {}
+    for name, env in CONFIGS.items():
+        results = launch.scratch_dir("herring-small-")
+        run = launch.horovodrun(NP, [WORKER], timeout=300, HERRING_TEST_RESULTS=results, **env)
+        out[name] = (run, launch.rank_results(results, NP))
+        shutil.rmtree(results, ignore_errors=True)
+    return out
+
+
+@pytest.mark.parametrize("config", list(CONFIGS))
+def test_results_equal_the_reference_on_every_rank(runs, config):
+    run, per_rank = runs[config]
+    assert run.returncode == 0 and sorted(per_rank) == list(range(NP)), run.output[-4000:]
+    for r, data in per_rank.items():
+        assert data["errors"] == [], f"{config} rank {r}: {data['errors'][:5]}"
+        assert data["digests"] == per_rank[0]["digests"], f"{config}: rank {r}'s bits differ from rank 0's"
+
+
+def test_one_step_and_staged_paths_give_the_same_bits(runs):
+    fast = runs["shm-control-one-step"][1][0]["digests"]
+    staged = runs["tcp-control-staged"][1][0]["digests"]
+    assert fast.keys() == staged.keys()
+    assert [k for k in fast if fast[k] != staged[k]] == []
+
+
+def test_each_config_took_its_paths(runs):
+    for r, data in runs["shm-control-one-step"][1].items():
+        c = data["counters"]
+        # Every cycle met in shared memory (the snapshots may straddle one cycle's two increments).
+        assert c["cycles"] > 0 and abs(c["shm_negotiations"] - c["cycles"]) <= 1, (r, c)
+        assert c["one_step_allreduces"] > 0 and c["shm_chunks"] > 0, (r, c)  # both paths ran
+    for r, data in runs["tcp-control-staged"][1].items():
+        c = data["counters"]
+        assert c["shm_negotiations"] == 0 and c["one_step_allreduces"] == 0 and c["cycles"] > 0, (r, c)
+
+
+@pytest.mark.parametrize("config", list(CONFIGS))
+def test_a_lone_request_starts_its_cycle_at_once(runs, config):
+    per_rank = runs[config][1]
+    # Its cycle was started by a rank whose engine was idle (counted as such), not by a timer.
+    assert sum(per_rank[r]["lone"]["idle_starts"] for r in per_rank) >= 1, {r: d["lone"] for r, d in per_rank.items()}

@@ -1,0 +1,79 @@
+"""Runs inside every rank: allreduces of every dtype and op at sizes around
+HERRING_SMALL_MESSAGE_BYTES (below it: the one-step shared-memory path; above: the staged
+pipeline), interleaved so that both paths share the arena's sub-slots in turn, plus a lone request
+after a pause. Each rank draws every rank's inputs from per-rank seeds, so it checks its result
+against a reference it computes itself; it also records the SHA-256 of every result's bytes, so
+the test can check the bits are the same on every rank and under every path. Writes
+<HERRING_TEST_RESULTS>/<rank>.json."""
+
+import hashlib
+import json
+import os
+import time
+
+import torch
+
+import horovod.torch as hvd
+import hvd_herring
+
+DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int32]
+OPS = {"sum": hvd.Sum, "average": hvd.Average, "min": hvd.Min, "max": hvd.Max, "product": hvd.Product}
+# Elements: 16384 float32 = 64 KiB, the default threshold (one-step); 16385 is staged.
+COUNTS = [1, 7, 1000, 16384, 16385, 70000]
+
+
+def inputs(rank, dtype, count, op):
+    g = torch.Generator().manual_seed(1000 * rank + count)
+    if dtype == torch.int32:
+        high = 3 if op == "product" else 1000
+        return torch.randint(1, high, (count,), generator=g, dtype=torch.int32)
+    x = torch.rand(count, generator=g, dtype=torch.float64)
+    x = 0.5 + x if op == "product" else x * 10 - 5
+    return x.to(dtype)
+
+
+def reference(size, dtype, count, op):
+    xs = [inputs(r, dtype, count, op).double() for r in range(size)]
+    if op in ("sum", "average"):
+        out = sum(xs)
+        return out / size if op == "average" else out
+    if op == "product":
+        out = xs[0]
+        for x in xs[1:]:
+            out = out * x
+        return out
+    return torch.stack(xs).min(0).values if op == "min" else torch.stack(xs).max(0).values
+
+
+def main():
+    hvd.init()
+    rank, size = hvd.rank(), hvd.size()
+    digests, errors = {}, []
+    before = dict(hvd_herring.counters())
+    for count in COUNTS:
+        for dtype in DTYPES:
+            for op_name, op in OPS.items():
+                if dtype == torch.int32 and op_name == "average":
+                    continue
+                name = f"{op_name}.{str(dtype).split('.')[-1]}.{count}"
+                out = hvd.allreduce(inputs(rank, dtype, count, op_name), name=name, op=op)
+                ref = reference(size, dtype, count, op_name)
+                tol = {torch.float16: 1e-2, torch.bfloat16: 5e-2}.get(dtype, 1e-6)
+                if not torch.allclose(out.double(), ref, rtol=tol, atol=tol):
+                    errors.append(f"{name}: max difference {(out.double() - ref).abs().max().item()}")
+                digests[name] = hashlib.sha256(out.contiguous().view(torch.uint8).numpy().tobytes()).hexdigest()
+    time.sleep(0.2)  # the engine goes idle
+    lone_before = dict(hvd_herring.counters())
+    lone = hvd.allreduce(torch.ones(1024), name="lone", op=hvd.Sum)
+    after = dict(hvd_herring.counters())
+    if not torch.equal(lone, torch.full((1024,), float(size))):
+        errors.append("lone: wrong sum")
+    delta = {k: after[k] - before[k] for k in after}
+    out = {"digests": digests, "errors": errors, "counters": delta,
+           "lone": {k: after[k] - lone_before[k] for k in ("cycles", "idle_starts", "shm_negotiations")}}
+    with open(os.path.join(os.environ["HERRING_TEST_RESULTS"], f"{rank}.json"), "w") as f:
+        json.dump(out, f)
+
+
+if __name__ == "__main__":
+    main()
