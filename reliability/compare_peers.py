@@ -1,6 +1,6 @@
 """What a user sees when a peer dies or freezes mid-allreduce: herring, stock Horovod-gloo and
 torch.distributed gloo, measured the same way, written to docs/reliability.md (section `peers`)
-and docs/reliability.json.
+and benchmarks/results/reliability.json.
 
     .venv/bin/python -m reliability.compare_peers [--stacks herring horovod-gloo torch-gloo torch-gloo-30s]
                                                   [--scenarios kill kill-library stop] [--cap 150]
@@ -199,7 +199,8 @@ def main():
     parser.add_argument("--scenarios", nargs="+", default=SCENARIOS, choices=SCENARIOS)
     parser.add_argument("--cap", type=float, default=150.0, help="seconds to wait after the signal")
     parser.add_argument("--no-doc", action="store_true", help="print only; leave docs/ alone")
-    parser.add_argument("--render-only", action="store_true", help="rewrite the table from docs/reliability.json")
+    parser.add_argument("--render-only", action="store_true",
+                        help="rewrite the table from benchmarks/results/reliability.json")
     args = parser.parse_args()
     # Runs of other stacks or scenarios measured earlier stay; the ones measured now replace theirs.
     records = [] if args.no_doc else doc_sections.load_figures().get("peers", {}).get("runs", [])

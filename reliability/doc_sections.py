@@ -1,13 +1,14 @@
 """docs/reliability.md is written by hand except for its tables of figures, which the scripts that
 measure them regenerate: each lives between `<!-- NAME:begin -->` and `<!-- NAME:end -->`, and the
-raw figures are kept under the key NAME in docs/reliability.json."""
+raw figures are kept under the key NAME in benchmarks/results/reliability.json (beside the other
+raw results, so that docs/ holds only pages)."""
 
 import json
 import os
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOC = os.path.join(ROOT, "docs", "reliability.md")
-FIGURES = os.path.join(ROOT, "docs", "reliability.json")
+FIGURES = os.path.join(ROOT, "benchmarks", "results", "reliability.json")
 
 
 def load_figures():

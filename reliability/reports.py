@@ -1,5 +1,5 @@
 """Turns the figures of the soak and of a long fuzz run into the tables of docs/reliability.md
-(sections `soak` and `fuzz`) and keeps the raw figures in docs/reliability.json.
+(sections `soak` and `fuzz`) and keeps the raw figures in benchmarks/results/reliability.json.
 
     .venv/bin/python -m reliability.reports soak SOAK.json
     .venv/bin/python -m reliability.reports fuzz FUZZ.json

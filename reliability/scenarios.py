@@ -1,6 +1,6 @@
 """Runs the fault, stall, verify and stranger scenarios of the test suite once each, and writes what
 the user saw (the exact messages) and how long it took into docs/reliability.md (sections
-`faults`, `stall_verify`, `strangers`) and docs/reliability.json.
+`faults`, `stall_verify`, `strangers`) and benchmarks/results/reliability.json.
 
     .venv/bin/python -m reliability.scenarios [--only faults stall_verify strangers]
 
@@ -56,7 +56,7 @@ def render_faults(rows):
         lines.append(f"| `{r['spec']}` | {ACTIONS[r['action']]} | {PHASES[r['phase']]} | {len(raised)} of 3 | {span} | "
                      f"exit {r['launcher_status']} after {r['launcher_seconds']:.0f} s | {len(r['shm_left']) or 'nothing'} |")
     lines += ["", "What the survivors raised (first survivor of each run; every survivor's message is in "
-              "docs/reliability.json):", ""]
+              "benchmarks/results/reliability.json):", ""]
     for r in rows:
         first = next((s for s in r["survivors"] if s["error"]), None)
         if first:

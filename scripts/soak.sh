@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The soak (opt-in): np=4, 10,000 steps of 200 allreduces, resident memory, open file descriptors
 # and threads of every rank sampled every 500 steps; fails if they do not stay flat. Writes the
-# figures into docs/reliability.md (section "Soak") and docs/reliability.json. Run it on a quiet
-# machine: the time per step is part of the report. Shape: SOAK_STEPS, SOAK_TENSORS, SOAK_SAMPLE_EVERY.
+# figures into docs/reliability.md (section "Soak") and benchmarks/results/reliability.json. Run it
+# on a quiet machine: the time per step is part of the report. Shape: SOAK_STEPS, SOAK_TENSORS,
+# SOAK_SAMPLE_EVERY.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bash "$ROOT/scripts/setup.sh"
@@ -22,4 +23,4 @@ r["load"] = f"{start} at the start, {end} at the end (1-minute averages)"
 json.dump(r, open(p, "w"))
 PY
 "$ROOT/.venv/bin/python" -m reliability.reports soak "$out"
-echo "[soak] done in $((SECONDS - start)) s; figures in docs/reliability.md and docs/reliability.json"
+echo "[soak] done in $((SECONDS - start)) s; figures in docs/reliability.md and benchmarks/results/reliability.json"

@@ -1,8 +1,8 @@
-"""The benchmark harness end to end: the smoke preset runs herring, torch-gloo and MPI through
-their real launchers on tiny workloads and writes the report with its tables and plots (the
-Horovod-with-PyTorch peer is not needed: building it takes minutes, the full run does that). Also:
-the generated model shapes, the bound and goal arithmetic, and that a failing workload is reported
-and does not stop the run."""
+"""The single-host benchmark suite (benchmarks/single_host) end to end: the smoke preset runs
+herring, torch-gloo and MPI through their real launchers on tiny workloads and writes the report
+with its tables and plots (the Horovod-with-PyTorch peer is not needed: building it takes minutes,
+the full run does that). Also: the generated model shapes, the bound and goal arithmetic, and that
+a failing workload is reported and does not stop the run."""
 
 import json
 import os
@@ -16,7 +16,7 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from benchmarks.results import Results  # noqa: E402
+from benchmarks.single_host.results import Results  # noqa: E402
 
 SMOKE_STACKS = ["herring", "torch-gloo", "mpi"]
 
@@ -26,12 +26,13 @@ def smoke(tmp_path_factory):
     out_dir = str(tmp_path_factory.mktemp("bench-smoke"))
     out = os.path.join(out_dir, "benchmarks.md")
     env = dict(os.environ, HERRING_BENCH_CACHE=os.path.join(out_dir, "cache"))
-    proc = subprocess.run([sys.executable, "-m", "benchmarks.run", "--preset", "smoke", "--no-peer-setup",
-                           "--out", out], cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.single_host.run", "--preset", "smoke",
+                           "--no-peer-setup", "--out", out], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=240)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     with open(out) as f:
         md = f.read()
-    with open(os.path.join(out_dir, "benchmarks.json")) as f:
+    with open(os.path.join(out_dir, "single_host.json")) as f:
         data = json.load(f)
     return out_dir, md, data, proc.stderr
 
@@ -157,8 +158,8 @@ def test_bound_and_goal_arithmetic():
 
 
 def test_a_failing_workload_is_reported_and_the_rest_still_runs():
-    from benchmarks import run
-    from benchmarks.plan import Plan
+    from benchmarks.single_host import run
+    from benchmarks.single_host.plan import Plan
     good = {"id": "allreduce", "kind": "allreduce", "sizes": [4096],
             "timing": {"warmup": 1, "min_iters": 2, "max_iters": 2}, "timeout": 60}
     broken = {"id": "broken", "kind": "allreduce", "sizes": ["not-a-size"], "timeout": 60}
@@ -177,7 +178,7 @@ def test_a_failing_workload_is_reported_and_the_rest_still_runs():
 
 
 def test_cluster_results_fill_their_slot(smoke, tmp_path):
-    from benchmarks.report import write_report
+    from benchmarks.single_host.report import write_report
     _, md, data, _ = smoke
     assert "Not part of this run" in md
     cluster = {"description": "Four simulated hosts, 1 Gbit/s links.",

@@ -3,7 +3,8 @@
 dedicated servers, the ring, PSLD with a slowed server and the batch-size tuner, and writes the
 results JSON, the plots and the markdown section. Checks what the run measured against what the
 cluster must have done (bytes on the links, server shards, partition maps, batch sizes), that
-the JSON is what `benchmarks.report --cluster-results` reads, and the link-bound arithmetic."""
+the JSON is what `benchmarks.single_host.report --cluster-results` reads, and the link-bound
+arithmetic."""
 
 import json
 import os
@@ -16,7 +17,7 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from benchmarks import cluster_analysis  # noqa: E402
+from benchmarks.cluster import analysis as cluster_analysis  # noqa: E402
 from tools.simcluster import cluster  # noqa: E402
 
 try:
@@ -32,8 +33,8 @@ MiB = 1 << 20
 @pytest.fixture(scope="module")
 def smoke(tmp_path_factory):
     out_dir = str(tmp_path_factory.mktemp("cluster-bench"))
-    out = os.path.join(out_dir, "cluster_results.json")
-    proc = subprocess.run([sys.executable, "-m", "benchmarks.cluster_bench", "--preset", "smoke", "--out", out],
+    out = os.path.join(out_dir, "cluster.json")
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.cluster.run", "--preset", "smoke", "--out", out],
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     with open(out) as f:
@@ -129,7 +130,7 @@ def test_batch_tuner_gives_the_slow_worker_less(smoke):
 @needs_cluster
 def test_results_feed_the_main_report_and_the_markdown_links_its_plots(smoke):
     out_dir, data, md, _ = smoke
-    from benchmarks.report import Report
+    from benchmarks.single_host.report import Report
     assert len(data["goals"]) == 3 and all({"goal", "target", "measured", "ratio", "met"} <= set(g) for g in data["goals"])
     assert data["records"] and all(r["median"] > 0 and r["link_bound"] > 0 for r in data["records"])
     assert any("PSLD" in s for s in data["sections"])

@@ -21,18 +21,12 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from benchmarks.common import peer_env
+from benchmarks.common.paths import ROOT, WORKERS_DIR
+from benchmarks.common.worker_records import read_records
+
 BIN = os.path.dirname(sys.executable)
-WORKER = os.path.join(ROOT, "benchmarks", "workers", "bench_worker.py")
-PEER_SETUP = os.path.join(ROOT, "benchmarks", "peers", "setup_horovod_torch.sh")
-
-
-def peer_cache_dir():
-    return os.path.join(os.environ.get("HERRING_BENCH_CACHE", os.path.join(ROOT, ".cache")), "horovod-torch")
-
-
-def peer_python():
-    return os.path.join(peer_cache_dir(), "venv", "bin", "python")
+WORKER = os.path.join(WORKERS_DIR, "bench_worker.py")
 
 
 @dataclass
@@ -100,9 +94,9 @@ def _base_env(bin_dir):
 def available(name):
     """(True, "") or (False, why not)."""
     stack = STACKS[name]
-    if stack.launcher == "horovodrun-peer" and not os.access(peer_python(), os.X_OK):
-        return False, (f"the Horovod-with-PyTorch environment is missing ({peer_cache_dir()}); "
-                       f"build it with: bash {os.path.relpath(PEER_SETUP, ROOT)}")
+    if stack.launcher == "horovodrun-peer" and not os.access(peer_env.python(), os.X_OK):
+        return False, (f"the Horovod-with-PyTorch environment is missing ({peer_env.cache_dir()}); "
+                       f"build it with: bash {os.path.relpath(peer_env.SETUP_SCRIPT, ROOT)}")
     if stack.launcher == "mpirun" and not _which("mpirun"):
         return False, "mpirun is not installed (apt-get install openmpi-bin libopenmpi-dev)"
     return True, ""
@@ -122,10 +116,9 @@ def command(name, np, worker_args, variant=None, extra_env=None):
         argv = [os.path.join(BIN, "horovodrun"), "--gloo", "-np", str(np), "-H", f"localhost:{np}",
                 sys.executable, WORKER]
     elif stack.launcher == "horovodrun-peer":
-        peer_bin = os.path.dirname(peer_python())
-        env = _base_env(peer_bin)
-        argv = [os.path.join(peer_bin, "horovodrun"), "--gloo", "-np", str(np), "-H", f"localhost:{np}",
-                peer_python(), WORKER]
+        env = _base_env(peer_env.bin_dir())
+        argv = [os.path.join(peer_env.bin_dir(), "horovodrun"), "--gloo", "-np", str(np), "-H", f"localhost:{np}",
+                peer_env.python(), WORKER]
     elif stack.launcher == "torchrun":
         env = _base_env(BIN)
         argv = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", str(np),
@@ -228,12 +221,7 @@ def launch(name, np, workloads, variant=None, timeout=600, log=None, extra_env=N
             output.seek(0)
             text = output.read()
         seconds = time.monotonic() - start
-        records, errors = [], []
-        if os.path.exists(out_path):
-            with open(out_path) as f:
-                for line in f:
-                    rec = json.loads(line)
-                    (errors if "error" in rec else records).append(rec)
+        records, errors = read_records(out_path)
     if log is not None and (timed_out or proc.returncode != 0):
         log.write(f"===== {name}{' (' + variant + ')' if variant else ''} np={np}: "
                   f"{'timed out' if timed_out else 'exit status ' + str(proc.returncode)}\n{text}\n")

@@ -7,7 +7,8 @@ import re
 import subprocess
 from importlib import metadata
 
-from benchmarks.stacks import ROOT, peer_python
+from benchmarks.common import peer_env
+from benchmarks.common.paths import ROOT
 
 
 def _read(path):
@@ -51,9 +52,9 @@ def load_average():
 
 def peer_versions():
     """Versions inside the Horovod-with-PyTorch environment, if it exists."""
-    if not os.access(peer_python(), os.X_OK):
+    if not os.access(peer_env.python(), os.X_OK):
         return {}
-    out = _run([peer_python(), "-c", "import json, horovod, torch; "
+    out = _run([peer_env.python(), "-c", "import json, horovod, torch; "
                 "print(json.dumps({'horovod': horovod.__version__, 'torch': torch.__version__}))"])
     try:
         import json

@@ -1,14 +1,14 @@
 """A quick side-by-side of allreduce sizes on chosen stacks, printed (no report): for tuning.
 
-    .venv/bin/python -m benchmarks.compare_allreduce --np 4 --sizes 67108864 --stacks herring torch-gloo
+    .venv/bin/python -m benchmarks.single_host.compare_allreduce --np 4 --sizes 67108864 --stacks herring torch-gloo
 """
 
 import argparse
 import sys
 
-from benchmarks import stacks
-from benchmarks.plan import ALL_STACKS
-from benchmarks.results import fmt_bytes, fmt_time
+from benchmarks.common.formatting import fmt_bytes, fmt_time
+from benchmarks.single_host import stacks
+from benchmarks.single_host.plan import ALL_STACKS
 
 
 def main():

@@ -1,4 +1,4 @@
-"""PNG plots of a run (matplotlib, no display needed). Each function writes one file and returns its
+"""PNG plots of a single-host run (matplotlib, no display needed). Each function writes one file and returns its
 path, or None when the run has nothing to plot for it."""
 
 import os
@@ -8,7 +8,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from benchmarks.results import BOUND_MIN_BYTES, fmt_bytes  # noqa: E402
+from benchmarks.common.formatting import fmt_bytes  # noqa: E402
+from benchmarks.single_host.results import BOUND_MIN_BYTES  # noqa: E402
 
 COLORS = {"herring": "#d62728", "herring-ring": "#ff9896", "herring-zero-copy": "#8c1515", "torch-gloo": "#1f77b4",
           "ddp-herring": "#ff7f0e", "horovod-gloo": "#2ca02c", "mpi": "#9467bd"}

@@ -1,4 +1,4 @@
-"""Figures derived from a simulated-cluster run's raw results (benchmarks/cluster_bench.py): link
+"""Figures derived from a simulated-cluster run's raw results (benchmarks/cluster/run.py): link
 bounds from the measured link rates and each algorithm's traffic, medians, ratios, the goals of
 the performance issue, R2SP, batch tuning and PSLD figures. Pure functions of the JSON, so the
 report can be regenerated from saved results.
@@ -18,6 +18,8 @@ once (tbf shapes each direction separately: full duplex). For an allreduce of N 
 So with W = S = 4 and equal links, ring/PS can be at most 2(4-1)/4 = 1.5x from bandwidth."""
 
 import statistics
+
+from benchmarks.common.formatting import fmt_bytes, fmt_time
 
 TCP_PAYLOAD_FRACTION = 1448 / 1514      # what tbf's Ethernet-frame rate leaves for TCP payload
 GOAL_SIZE = 64 << 20
@@ -211,11 +213,6 @@ def _cluster_facts(cl):
             "server_goodputs": [cl.goodput(i)[0] for i in cl.servers]}
 
 
-def _fmt_t(s):
-    from benchmarks.results import fmt_time
-    return fmt_time(s)
-
-
 def _goals(rows, comps, cl):
     setup = f"Simulated {len(cl.workers)} worker hosts + {len(cl.servers)} server hosts"
     goal_cmp = next((c for c in comps if c["bytes"] == GOAL_SIZE and c["task"] == "allreduce"), None)
@@ -225,7 +222,6 @@ def _goals(rows, comps, cl):
     out = []
     if goal_cmp is None:
         return out
-    from benchmarks.results import fmt_bytes
     size = fmt_bytes(goal_cmp["bytes"])
     others = ", ".join(f"{fmt_bytes(c['bytes'])}: {c['ring_over_dedicated']:.2f}x" for c in comps
                        if c["task"] == "allreduce" and c is not goal_cmp and c["ring_over_dedicated"])
@@ -234,23 +230,23 @@ def _goals(rows, comps, cl):
     out.append({"goal": f"{setup}: herring (dedicated servers) >= {GOAL_RATIO}x faster than ring allreduce over the "
                         f"same worker hosts",
                 "target": f">= {GOAL_RATIO}x",
-                "measured": (f"{size}: ring {_fmt_t(goal_cmp['ring'])}, herring {_fmt_t(goal_cmp['dedicated'])}"
+                "measured": (f"{size}: ring {fmt_time(goal_cmp['ring'])}, herring {fmt_time(goal_cmp['dedicated'])}"
                              + (f" ({others})" if others else "")
                              + (f"; the link bounds allow at most {theo:.2f}x" if theo else "")),
                 "ratio": r, "met": None if r is None else r >= GOAL_RATIO})
     f = goal_cmp["dedicated_of_bound"]
     out.append({"goal": f"{setup}: herring (dedicated servers) >= {GOAL_BOUND_FRACTION:.0%} of the link bound",
                 "target": f">= {GOAL_BOUND_FRACTION:.2f}x of the bound",
-                "measured": (f"{size}: {f:.0%} of the bound ({_fmt_t(goal_cmp['dedicated'])} vs bound "
-                             f"{_fmt_t(next(x['bound'] for x in rows if x['launch'] == 'herring-dedicated' and x['bytes'] == goal_cmp['bytes'] and x['task'] == 'allreduce'))}"
+                "measured": (f"{size}: {f:.0%} of the bound ({fmt_time(goal_cmp['dedicated'])} vs bound "
+                             f"{fmt_time(next(x['bound'] for x in rows if x['launch'] == 'herring-dedicated' and x['bytes'] == goal_cmp['bytes'] and x['task'] == 'allreduce'))}"
                              f" = N / measured link goodput)") if f else "not measured",
                 "ratio": f, "met": None if f is None else f >= GOAL_BOUND_FRACTION})
     rc = goal_cmp["ring_over_colocated"]
     rc2 = goal_cmp["ring2_over_colocated2"]
     out.append({"goal": f"Simulated {len(cl.workers)} hosts, colocated servers: herring not slower than ring",
                 "target": f">= {GOAL_COLOCATED:.1f}x",
-                "measured": (f"{size}, 1 rank per host: ring {_fmt_t(goal_cmp['ring'])}, herring "
-                             f"{_fmt_t(goal_cmp['colocated'])}" if rc else "not measured")
+                "measured": (f"{size}, 1 rank per host: ring {fmt_time(goal_cmp['ring'])}, herring "
+                             f"{fmt_time(goal_cmp['colocated'])}" if rc else "not measured")
                 + (f"; 2 ranks per host: {rc2:.2f}x" if rc2 else ""),
                 "ratio": rc, "met": None if rc is None else (rc >= GOAL_COLOCATED and (rc2 is None or rc2 >= GOAL_COLOCATED))})
     return out

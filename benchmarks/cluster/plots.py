@@ -1,5 +1,5 @@
 """PNG plots of the simulated-cluster benchmarks (matplotlib, no display). Each function writes one
-file from the analysis (benchmarks/cluster_analysis.py) and returns its path, or None when the run
+file from the analysis (benchmarks/cluster/analysis.py) and returns its path, or None when the run
 has nothing for it."""
 
 import os
@@ -9,7 +9,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from benchmarks.results import fmt_bytes  # noqa: E402
+from benchmarks.common.formatting import fmt_bytes  # noqa: E402
 
 LAUNCH_COLORS = {"herring-dedicated": "#d62728", "ring": "#ff9896", "herring-colocated": "#9467bd",
                  "herring-colocated-2": "#c5b0d5", "ring-2": "#ffbb78"}

@@ -1,12 +1,13 @@
-"""The simulated-cluster benchmarks: each scenario of benchmarks/cluster_scenarios.py in its own
+"""The simulated-cluster benchmarks: each scenario of benchmarks/cluster/scenarios.py in its own
 fresh SimulatedCluster (hosts as network namespaces, tbf-shaped links, an sshd per host, the real
-horovodrun over ssh), then the results JSON (the input of `benchmarks.report --cluster-results`),
-the plots (docs/img/cluster_*.png) and the markdown section docs/benchmarks_cluster.md.
+horovodrun over ssh), then the results JSON (the input of `benchmarks.single_host.report
+--cluster-results`), the plots (docs/img/cluster_*.png) and the markdown section
+docs/benchmarks_cluster.md.
 
-    .venv/bin/python -m benchmarks.cluster_bench --out docs/cluster_results.json      # full run
-    .venv/bin/python -m benchmarks.cluster_bench --preset smoke --out /tmp/c/cluster_results.json
-    .venv/bin/python -m benchmarks.cluster_bench --scenarios goal psld --out /tmp/c/r.json
-    .venv/bin/python -m benchmarks.cluster_bench --report-only --out docs/cluster_results.json
+    .venv/bin/python -m benchmarks.cluster.run            # full run: benchmarks/results/cluster.json + docs
+    .venv/bin/python -m benchmarks.cluster.run --preset smoke --out /tmp/c/cluster.json   # report in /tmp/c
+    .venv/bin/python -m benchmarks.cluster.run --scenarios goal psld --out /tmp/c/r.json
+    .venv/bin/python -m benchmarks.cluster.run --report-only    # the docs again from the saved results
 
 Needs root (see docs/cluster.md). Every launch has a deadline; a launch that fails is recorded
 with its error and output and the run goes on; a scenario whose cluster cannot be built is
@@ -20,17 +21,18 @@ import sys
 import tempfile
 import time
 
-from benchmarks import machine
-from benchmarks.cluster_links import LinkSampler
-from benchmarks.cluster_report import write_outputs
-from benchmarks.cluster_scenarios import PRESETS, scenarios
+from benchmarks.cluster.links import LinkSampler
+from benchmarks.cluster.report import write_outputs
+from benchmarks.cluster.scenarios import PRESETS, scenarios
+from benchmarks.common import machine
+from benchmarks.common.paths import RESULTS_DIR, ROOT, WORKERS_DIR, report_dir_for, shown
+from benchmarks.common.worker_records import read_records
 from tools.simcluster.cluster import SimulatedCluster, check_environment
 from tools.simcluster.cluster_spec import ClusterSpec
 from tools.simcluster.link_bound import measure_link
 from tools.simcluster.processes import ClusterError
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-WORKER = os.path.join(ROOT, "benchmarks", "workers", "cluster_worker.py")
+WORKER = os.path.join(WORKERS_DIR, "cluster_worker.py")
 TRACE_BIN_SECONDS = 0.05
 
 
@@ -46,16 +48,6 @@ def _launch_env(launch):
                 "HERRING_BENCH_COLLECTIVE_TIMEOUT": str(int(launch.timeout))})
     env.update(launch.env)
     return env
-
-
-def _read_records(path):
-    records, errors = [], []
-    if os.path.exists(path):
-        with open(path) as f:
-            for line in f:
-                rec = json.loads(line)
-                (errors if "error" in rec else records).append(rec)
-    return records, errors
 
 
 def _link_stats(sampler, rec, spec):
@@ -83,7 +75,7 @@ def _shown(argv, c, launch):
     argv = ["horovodrun" if a.endswith("/horovodrun") else "<cluster user key>" if a == c.identity.user_key else a
             for a in argv]
     env = " ".join(f"{k}={v}" for k, v in dict(HOROVOD_BACKEND="herring", **launch.env).items())
-    return f"{env} {shlex.join(argv)} python benchmarks/workers/cluster_worker.py --plan PLAN --out OUT"
+    return f"{env} {shlex.join(argv)} python {shown(WORKER)} --plan PLAN --out OUT"
 
 
 def run_launch(c, scenario, launch, workdir):
@@ -105,7 +97,7 @@ def run_launch(c, scenario, launch, workdir):
         except ClusterError as e:
             output, timed_out = str(e), "did not finish within" in str(e)
     seconds = time.monotonic() - started
-    records, errors = _read_records(out_path)
+    records, errors = read_records(out_path)
     for rec in records:
         if rec.get("kind") == "allreduce":
             rec["links"] = _link_stats(sampler, rec, c.spec)
@@ -175,17 +167,12 @@ def run_group(group, workdir):
     return results
 
 
-def _shown_path(path):
-    rel = os.path.relpath(path, ROOT)
-    return path if rel.startswith("..") else rel
-
-
 def run(preset, only, out_json, workdir):
     started = time.monotonic()
     facts = machine.facts(with_peer=False)
     facts["load_average_start"] = machine.load_average()
-    data = {"meta": {"command": "python -m benchmarks.cluster_bench " + " ".join(sys.argv[1:]), "preset": preset,
-                     "results_path": _shown_path(out_json)},
+    data = {"meta": {"command": " ".join(["python -m benchmarks.cluster.run"] + sys.argv[1:]), "preset": preset,
+                     "results_path": shown(out_json)},
             "machine": facts, "scenarios": []}
     for group in _groups(scenarios(preset, only)):
         data["scenarios"].extend(run_group(group, workdir))
@@ -195,25 +182,27 @@ def run(preset, only, out_json, workdir):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(prog="python -m benchmarks.cluster_bench",
+    p = argparse.ArgumentParser(prog="python -m benchmarks.cluster.run",
                                 description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     p.add_argument("--preset", choices=sorted(PRESETS), default="full")
     p.add_argument("--scenarios", nargs="+", help="scenario ids of the preset (default: all)")
-    p.add_argument("--out", default=os.path.join(ROOT, "docs", "cluster_results.json"),
-                   help="results JSON (for benchmarks.report --cluster-results)")
-    p.add_argument("--markdown", default=None, help="markdown section (default: benchmarks_cluster.md beside --out)")
-    p.add_argument("--img-dir", default=None, help="plots (default: img/ beside --out)")
+    p.add_argument("--out", default=os.path.join(RESULTS_DIR, "cluster.json"),
+                   help="results JSON (for benchmarks.single_host.report --cluster-results)")
+    p.add_argument("--markdown", default=None, help="markdown section (default: benchmarks_cluster.md beside --out, "
+                   "or in docs/ for results in benchmarks/results/)")
+    p.add_argument("--img-dir", default=None, help="plots (default: img/ beside the markdown)")
     p.add_argument("--report-only", action="store_true",
                    help="do not run: rewrite the JSON's derived parts, plots and markdown from --out's raw results")
     args = p.parse_args(argv)
     out_json = os.path.abspath(args.out)
     out_dir = os.path.dirname(out_json)
-    markdown = os.path.abspath(args.markdown or os.path.join(out_dir, "benchmarks_cluster.md"))
-    img_dir = os.path.abspath(args.img_dir or os.path.join(out_dir, "img"))
+    markdown = os.path.abspath(args.markdown or os.path.join(report_dir_for(out_json), "benchmarks_cluster.md"))
+    img_dir = os.path.abspath(args.img_dir or os.path.join(os.path.dirname(markdown), "img"))
     if args.report_only:
         with open(out_json) as f:
             data = json.load(f)
+        data["meta"]["results_path"] = shown(out_json)   # where it is now, wherever it was written
     else:
         try:
             check_environment()

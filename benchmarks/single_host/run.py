@@ -1,11 +1,13 @@
-"""The benchmark command: runs every stack on the same workloads in one run, measures this
-machine's memory bandwidth, and writes the report (markdown + PNG plots) and the raw results.
+"""The benchmark command (what benchmarks/run.sh runs): runs every stack on the same workloads in
+one run, measures this machine's memory bandwidth, and writes the report (markdown + PNG plots)
+and the raw results.
 
-    .venv/bin/python -m benchmarks.run                    # full single-host run (docs/benchmarks.md)
-    .venv/bin/python -m benchmarks.run --preset quick     # a few minutes
-    .venv/bin/python -m benchmarks.run --preset smoke --out /tmp/b/benchmarks.md   # seconds
-    .venv/bin/python -m benchmarks.run --stacks herring torch-gloo --workloads allreduce --np 4 \\
-        --sizes 67108864 --out /tmp/b/benchmarks.md
+    .venv/bin/python -m benchmarks.single_host.run        # full run: docs/benchmarks.md, docs/img,
+                                                          # benchmarks/results/single_host.json
+    .venv/bin/python -m benchmarks.single_host.run --preset quick     # a few minutes
+    .venv/bin/python -m benchmarks.single_host.run --preset smoke --out /tmp/b/benchmarks.md   # seconds
+    .venv/bin/python -m benchmarks.single_host.run --stacks herring torch-gloo --workloads allreduce \\
+        --np 4 --sizes 67108864 --out /tmp/b/benchmarks.md
 
 The Horovod-with-PyTorch peer environment is built on first use (about 5 minutes, cached in
 .cache/horovod-torch; --no-peer-setup skips that and reports the stack as unavailable)."""
@@ -18,11 +20,11 @@ import subprocess
 import sys
 import time
 
-from benchmarks import machine, stacks
-from benchmarks.plan import ALL_STACKS, PRESETS, make_plan
-from benchmarks.report import write_report
-
-ROOT = stacks.ROOT
+from benchmarks.common import machine, peer_env
+from benchmarks.common.paths import DOCS_DIR, ROOT, WORKERS_DIR, results_dir_for, shown
+from benchmarks.single_host import stacks
+from benchmarks.single_host.plan import ALL_STACKS, PRESETS, make_plan
+from benchmarks.single_host.report import write_report
 
 
 def log(msg):
@@ -35,7 +37,7 @@ def setup_peers(plan, allow):
     unavailable = {}
     if "horovod-gloo" in plan.stacks and allow:
         log("setting up the Horovod-with-PyTorch environment (cached; about 5 minutes the first time)")
-        proc = subprocess.run(["bash", stacks.PEER_SETUP], cwd=ROOT, capture_output=True, text=True)
+        proc = subprocess.run(["bash", peer_env.SETUP_SCRIPT], cwd=ROOT, capture_output=True, text=True)
         if proc.returncode != 0:
             unavailable["horovod-gloo"] = ("building the Horovod-with-PyTorch environment failed:\n"
                                            + "\n".join(proc.stderr.strip().splitlines()[-20:]))
@@ -47,7 +49,7 @@ def setup_peers(plan, allow):
 
 
 def measure_memory(plan):
-    argv = [sys.executable, os.path.join(ROOT, "benchmarks", "workers", "membw_worker.py"),
+    argv = [sys.executable, os.path.join(WORKERS_DIR, "membw_worker.py"),
             "--bytes", str(plan.membw["bytes"]), "--trials", str(plan.membw["trials"]),
             "--reps", str(plan.membw["reps"]), "--procs", "1", str(os.cpu_count() or 1)]
     try:
@@ -108,7 +110,7 @@ def run(plan, unavailable, log_file):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(prog="python -m benchmarks.run",
+    p = argparse.ArgumentParser(prog="python -m benchmarks.single_host.run",
                                 description="Runs every stack on the same workloads and writes the report.",
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     p.add_argument("--preset", choices=sorted(PRESETS), default="full")
@@ -121,9 +123,10 @@ def main(argv=None):
     p.add_argument("--repeats", type=int, help="run every launch this many times (samples are pooled)")
     p.add_argument("--herring-env", nargs="+", default=[], metavar="KEY=VALUE",
                    help="extra environment for the herring stacks (e.g. a knob being tuned)")
-    p.add_argument("--out", default=os.path.join(ROOT, "docs", "benchmarks.md"), help="the markdown report")
+    p.add_argument("--out", default=os.path.join(DOCS_DIR, "benchmarks.md"), help="the markdown report")
     p.add_argument("--img-dir", default=None, help="default: img/ beside --out")
-    p.add_argument("--results", default=None, help="raw results JSON (default: benchmarks.json beside --out)")
+    p.add_argument("--results", default=None, help="raw results JSON (default: single_host.json beside --out, "
+                   "or in benchmarks/results/ when --out is in docs/)")
     p.add_argument("--cluster-results", default=None, help="JSON of the simulated-cluster harness to include")
     p.add_argument("--no-peer-setup", action="store_true", help="do not build the Horovod-with-PyTorch environment")
     args = p.parse_args(argv)
@@ -134,10 +137,11 @@ def main(argv=None):
                      extra_env={"herring": herring_env, "herring-ring": herring_env} if herring_env else None)
     out = os.path.abspath(args.out)
     img_dir = os.path.abspath(args.img_dir or os.path.join(os.path.dirname(out), "img"))
-    results_path = os.path.abspath(args.results or os.path.join(os.path.dirname(out), "benchmarks.json"))
+    results_path = os.path.abspath(args.results or os.path.join(results_dir_for(out), "single_host.json"))
     os.makedirs(os.path.dirname(out), exist_ok=True)
+    os.makedirs(os.path.dirname(results_path), exist_ok=True)
     given = sys.argv[1:] if argv is None else argv
-    command = " ".join(["python -m benchmarks.run"] + [shlex.quote(a) for a in given])
+    command = " ".join(["python -m benchmarks.single_host.run"] + [shlex.quote(a) for a in given])
 
     start = time.monotonic()
     load_start = machine.load_average()
@@ -149,7 +153,7 @@ def main(argv=None):
     log("measuring memory bandwidth")
     membw = measure_memory(plan)
     # The whole output of failed launches, outside the tracked files (the report keeps a tail).
-    log_path = os.path.join(os.path.dirname(stacks.peer_cache_dir()), "benchmarks", "failures.log")
+    log_path = os.path.join(os.path.dirname(peer_env.cache_dir()), "benchmarks", "failures.log")
     os.makedirs(os.path.dirname(log_path), exist_ok=True)
     with open(log_path, "w") as log_file:
         records, launches = run(plan, unavailable, log_file)
@@ -161,7 +165,7 @@ def main(argv=None):
 
     data = {
         "meta": {"preset": plan.preset, "command": command, "seconds": time.monotonic() - start,
-                 "results_path": os.path.relpath(results_path, os.path.dirname(out)),
+                 "results_path": shown(results_path),
                  "failures_log": log_path if os.path.exists(log_path) else None},
         "plan": {"stacks": plan.stacks, "nps": plan.nps, "repeats": plan.repeats, "workloads": plan.workloads,
                  "membw": plan.membw, "extra_env": plan.extra_env},

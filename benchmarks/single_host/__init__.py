@@ -1,0 +1,1 @@
+"""The single-host suite: herring against torch-gloo, DDP, Horovod-gloo and MPI on this machine."""
