@@ -1,7 +1,7 @@
 """The latency paths on one host (HERRING_CONTROL_PLANE, HERRING_SMALL_MESSAGE_BYTES): the bit
-vectors meet in shared memory, and small allreduces take the one-step path, with results equal to
-a reference, bitwise identical on every rank, and bitwise identical to the staged pipeline over
-the TCP control plane. A lone request after a pause starts its cycle at once (counters)."""
+vectors meet in shared memory, and small allreduces, broadcasts and allgathers take the one-step
+path, with results equal to a reference, bitwise identical on every rank, and bitwise identical to
+the staged pipeline and the TCP transfers under the TCP control plane. A lone request after a pause starts its cycle at once (counters)."""
 
 import os
 import shutil
@@ -54,9 +54,11 @@ def test_each_config_took_its_paths(runs):
         # Every cycle met in shared memory (the snapshots may straddle one cycle's two increments).
         assert c["cycles"] > 0 and abs(c["shm_negotiations"] - c["cycles"]) <= 1, (r, c)
         assert c["one_step_allreduces"] > 0 and c["shm_chunks"] > 0, (r, c)  # both paths ran
+        assert c["one_step_broadcasts"] > 0 and c["one_step_allgathers"] > 0, (r, c)
     for r, data in runs["tcp-control-staged"][1].items():
         c = data["counters"]
-        assert c["shm_negotiations"] == 0 and c["one_step_allreduces"] == 0 and c["cycles"] > 0, (r, c)
+        assert c["shm_negotiations"] == 0 and c["cycles"] > 0, (r, c)
+        assert c["one_step_allreduces"] == c["one_step_broadcasts"] == c["one_step_allgathers"] == 0, (r, c)
 
 
 @pytest.mark.parametrize("config", list(CONFIGS))

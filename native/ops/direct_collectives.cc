@@ -1,8 +1,10 @@
 #include "ops/direct_collectives.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "kernels/reduce.h"
+#include "ops/shm_staging.h"
 
 namespace herring {
 namespace {
@@ -33,7 +35,59 @@ std::vector<int64_t> ReducescatterRows(int64_t dim0, int members) {
   return rows;
 }
 
+namespace {
+
+// Bytes that member m contributes to an allgather (all tensors of the response).
+int64_t AllgatherBytes(const Response& r, int m) {
+  int64_t bytes = 0;
+  for (size_t t = 0; t < r.shapes.size(); ++t) bytes += r.per_member[t][m] * RowElements(r.shapes[t]) * ElementSize(r.dtype);
+  return bytes;
+}
+
+bool AllgatherFitsOneStep(const ExecContext& ctx, const Response& r) {
+  int64_t most = 0;
+  for (int m = 0; m < ctx.n(); ++m) most = std::max(most, AllgatherBytes(r, m));
+  return OneStepFits(ctx, static_cast<size_t>(most));
+}
+
+// One host, small: every member stages all its pieces in its sub-slot (tensor after tensor);
+// everyone copies everyone's pieces out. Local index i is member i (one host).
+void AllgatherInOneStep(ExecContext& ctx, const Response& r, const TensorIO& io, OpResult* result) {
+  TimelinePhase phase(ctx.timeline, ctx.lane, "ONE_STEP_SHM_ALLGATHER");
+  const size_t esz = ElementSize(r.dtype);
+  const int n = ctx.n(), me = ctx.me();
+  OneStepStaging staged(ctx);
+  uint8_t* mine = staged.mine();
+  for (size_t t = 0; t < r.shapes.size(); ++t) {
+    const int64_t bytes = r.per_member[t][me] * RowElements(r.shapes[t]) * esz;
+    if (bytes) std::memcpy(mine, io.inputs[t], bytes);
+    mine += bytes;
+  }
+  staged.Publish();
+  staged.AwaitEveryone();
+  std::vector<const uint8_t*> from(n);
+  for (int m = 0; m < n; ++m) from[m] = staged.of(m);
+  for (size_t t = 0; t < r.shapes.size(); ++t) {
+    const int64_t row_bytes = RowElements(r.shapes[t]) * esz;
+    std::vector<int64_t> shape = r.shapes[t];
+    shape[0] = 0;
+    for (int m = 0; m < n; ++m) shape[0] += r.per_member[t][m];
+    uint8_t* out = Allocate(result, shape, r.dtype)->data();
+    for (int m = 0; m < n; ++m) {
+      const int64_t bytes = r.per_member[t][m] * row_bytes;
+      if (bytes) std::memcpy(out, from[m], bytes);
+      out += bytes;
+      from[m] += bytes;
+    }
+  }
+  staged.Release();
+  ctx.counters.one_step_allgathers++;
+}
+
+}  // namespace
+
 void DirectAllgather::Execute(ExecContext& ctx, const Response& r, const TensorIO& io, OpResult* result) {
+  if (AllgatherFitsOneStep(ctx, r)) return AllgatherInOneStep(ctx, r, io, result);
   const size_t esz = ElementSize(r.dtype);
   const int n = ctx.n(), me = ctx.me();
   std::vector<CompletionPtr> transfers;
@@ -60,9 +114,43 @@ void DirectAllgather::Execute(ExecContext& ctx, const Response& r, const TensorI
   WaitTransfers(transfers, ctx, "allgather of '" + r.name + "'");
 }
 
+namespace {
+
+// One host, small: the root stages its tensors in its sub-slot; the others copy them out.
+void BroadcastInOneStep(ExecContext& ctx, const Response& r, const TensorIO& io, int root_member) {
+  TimelinePhase phase(ctx.timeline, ctx.lane, "ONE_STEP_SHM_BROADCAST");
+  const size_t esz = ElementSize(r.dtype);
+  OneStepStaging staged(ctx);
+  const bool root = ctx.me() == root_member;
+  uint8_t* at = staged.mine();
+  for (size_t t = 0; root && t < r.shapes.size(); ++t) {
+    const size_t bytes = NumElements(r.shapes[t]) * esz;
+    if (io.outputs[t] != io.inputs[t] && bytes) std::memcpy(io.outputs[t], io.inputs[t], bytes);
+    if (bytes) std::memcpy(at, io.inputs[t], bytes);
+    at += bytes;
+  }
+  staged.Publish();  // everyone: later buffers wait for every member's count
+  if (!root) {
+    staged.AwaitMember(root_member);
+    const uint8_t* from = staged.of(root_member);
+    for (size_t t = 0; t < r.shapes.size(); ++t) {
+      const size_t bytes = NumElements(r.shapes[t]) * esz;
+      if (bytes) std::memcpy(io.outputs[t], from, bytes);
+      from += bytes;
+    }
+  }
+  staged.Release();
+  ctx.counters.one_step_broadcasts++;
+}
+
+}  // namespace
+
 void DirectBroadcast::Execute(ExecContext& ctx, const Response& r, const TensorIO& io, OpResult* result) {
   const size_t esz = ElementSize(r.dtype);
   const int root_member = ctx.set.member_index(r.root);
+  size_t total = 0;
+  for (const auto& shape : r.shapes) total += NumElements(shape) * esz;
+  if (OneStepFits(ctx, total)) return BroadcastInOneStep(ctx, r, io, root_member);
   std::vector<CompletionPtr> transfers;
   for (size_t t = 0; t < r.shapes.size(); ++t) {
     const size_t bytes = NumElements(r.shapes[t]) * esz;

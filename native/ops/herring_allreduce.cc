@@ -5,16 +5,9 @@
 #include <thread>
 
 #include "kernels/reduce.h"
+#include "ops/shm_staging.h"
 
 namespace herring {
-namespace {
-
-// Arena flags used by this collective; sequences count chunks staged through the arena.
-constexpr int kInputReady = 0;
-constexpr int kSliceDone = 1;
-constexpr int kConsumed = 2;
-
-}  // namespace
 
 bool HerringAllreduce::Enabled(const ExecContext& ctx, const AllreduceBatch& batch) const {
   return ctx.n() > 1 && ctx.set.servers.shard_rank.size() < kMaxShards;
@@ -26,9 +19,8 @@ void HerringAllreduce::Execute(ExecContext& ctx, AllreduceBatch& batch) {
   const size_t esz = ElementSize(batch.dtype);
   const int64_t chunk_elems = ChunkElements(ctx, batch);
   const int64_t chunks = (total + chunk_elems - 1) / chunk_elems;
-  if (ctx.set.arena && ctx.set.hosts.size() == 1 && static_cast<int64_t>(batch.total_bytes()) <= ctx.config.small_message_bytes &&
-      total <= chunk_elems) {
-    ReduceInOneStep(ctx, batch, chunk_elems);
+  if (OneStepFits(ctx, batch.total_bytes())) {
+    ReduceInOneStep(ctx, batch);
   } else if (ctx.set.arena) {
     const bool offer = ctx.set.hosts.size() == 1 && batch.total_bytes() >= ZeroCopyAllreduce::kMinBytes;
     PipelineThroughSharedMemory(ctx, batch, chunk_elems, chunks, offer);
@@ -85,7 +77,7 @@ void HerringAllreduce::PipelineThroughSharedMemory(ExecContext& ctx, AllreduceBa
   ShmArena& arena = *ctx.set.arena;
   const int local_size = static_cast<int>(ctx.set.local_members().size());
   const int me = ctx.set.my_local_index;
-  const size_t sub_slot_bytes = chunk_elems * esz;
+  const size_t sub_slot_bytes = SubSlotStride(arena.slot_bytes());  // >= chunk_elems * esz
   // Every member runs the same batches in the same order, so sequence numbers agree.
   const uint64_t base = ctx.set.arena_sequence;
   ctx.set.arena_sequence += chunks;
@@ -182,33 +174,24 @@ void HerringAllreduce::PipelineThroughSharedMemory(ExecContext& ctx, AllreduceBa
   copy_out(chunks - 1);
 }
 
-void HerringAllreduce::ReduceInOneStep(ExecContext& ctx, AllreduceBatch& batch, int64_t chunk_elems) {
+void HerringAllreduce::ReduceInOneStep(ExecContext& ctx, AllreduceBatch& batch) {
   TimelinePhase phase(ctx.timeline, ctx.lane, "ONE_STEP_SHM_REDUCE");
-  ShmArena& arena = *ctx.set.arena;
   const int64_t total = batch.total_count();
   const size_t esz = ElementSize(batch.dtype);
   const int local_size = static_cast<int>(ctx.set.local_members().size());
-  // One chunk in the staging pipeline's numbering (PipelineThroughSharedMemory), so that large
-  // and small batches can follow each other through the same sub-slots.
-  const uint64_t seq = ++ctx.set.arena_sequence;
-  const size_t offset = (seq % kPipelineDepth) * chunk_elems * esz;
-  auto check = [](const Status& s, const char* step) { ThrowIfArenaFailed(s, step); };
   if (ctx.faults) ctx.faults->At("gather", &ctx.net);
-  if (seq > kPipelineDepth) {
-    check(arena.WaitAll(kSliceDone, seq - kPipelineDepth, ctx.StepDeadline()), "shared-memory slot reuse");
-  }
-  batch.GatherInputs(0, total, arena.slot(ctx.set.my_local_index) + offset, batch.prescale);
-  arena.Publish(kInputReady, seq);
+  OneStepStaging staged(ctx);  // numbered like the pipeline's chunks: they share the sub-slots
+  batch.GatherInputs(0, total, staged.mine(), batch.prescale);
+  staged.Publish();
   if (ctx.faults) ctx.faults->At("shm", &ctx.net);
-  check(arena.WaitAll(kInputReady, seq, ctx.StepDeadline()), "staging in shared memory");
+  staged.AwaitEveryone();
   // Every rank reduces every input, in local-rank order: the same bits everywhere, and the same
   // as the staged pipeline's slice owners compute.
   std::vector<const void*> srcs(local_size);
-  for (int i = 0; i < local_size; ++i) srcs[i] = arena.slot(i) + offset;
+  for (int i = 0; i < local_size; ++i) srcs[i] = staged.of(i);
   uint8_t* sum = one_step_sum_.Get(total * esz);
   ReduceInto(sum, srcs.data(), local_size, total, batch.dtype, batch.op);
-  arena.Publish(kSliceDone, seq);  // done reading the others' slots
-  arena.Publish(kConsumed, seq);   // the result area was not used
+  staged.Release();
   batch.ScatterOutputs(0, total, sum, batch.postscale);
   if (ctx.faults && !batch.entries.empty()) {
     ctx.faults->At("scatter", &ctx.net, batch.entries[0].output, batch.entries[0].count ? 1 : 0);

@@ -37,7 +37,7 @@ class HerringAllreduce : public AllreduceImpl {
 
   // A small batch on one host (HERRING_SMALL_MESSAGE_BYTES, at most one chunk): every rank
   // stages its input and reduces all of them itself; one hand-off instead of two.
-  void ReduceInOneStep(ExecContext& ctx, AllreduceBatch& batch, int64_t chunk_elems);
+  void ReduceInOneStep(ExecContext& ctx, AllreduceBatch& batch);
   // With offer_zero_copy, the ranks first find out (at chunk 0) whether every one of them has
   // its tensors in zero-copy memory, and if so reduce them in place instead of staging.
   void PipelineThroughSharedMemory(ExecContext& ctx, AllreduceBatch& batch, int64_t chunk_elems,

@@ -1,5 +1,5 @@
-"""Runs inside every rank: allreduces of every dtype and op at sizes around
-HERRING_SMALL_MESSAGE_BYTES (below it: the one-step shared-memory path; above: the staged
+"""Runs inside every rank: allreduces of every dtype and op, broadcasts from every root and ragged
+allgathers, at sizes around HERRING_SMALL_MESSAGE_BYTES (below it: the one-step shared-memory path; above: the staged
 pipeline), interleaved so that both paths share the arena's sub-slots in turn, plus a lone request
 after a pause. Each rank draws every rank's inputs from per-rank seeds, so it checks its result
 against a reference it computes itself; it also records the SHA-256 of every result's bytes, so
@@ -62,6 +62,22 @@ def main():
                 if not torch.allclose(out.double(), ref, rtol=tol, atol=tol):
                     errors.append(f"{name}: max difference {(out.double() - ref).abs().max().item()}")
                 digests[name] = hashlib.sha256(out.contiguous().view(torch.uint8).numpy().tobytes()).hexdigest()
+    for count in (1, 300, 5000, 20000):  # float32 rows of 1..4 elements: below and above 64 KiB
+        for dtype in (torch.float32, torch.float16, torch.int32):
+            for root in range(size):
+                name = f"broadcast.{str(dtype).split('.')[-1]}.{count}.{root}"
+                out = hvd.broadcast(inputs(rank, dtype, count, "sum"), root_rank=root, name=name)
+                if not torch.equal(out, inputs(root, dtype, count, "sum")):
+                    errors.append(f"{name}: not the root's tensor")
+                digests[name] = hashlib.sha256(out.contiguous().view(torch.uint8).numpy().tobytes()).hexdigest()
+            # Ragged: rank r contributes count + r rows of 2 elements.
+            name = f"allgather.{str(dtype).split('.')[-1]}.{count}"
+            mine = inputs(rank, dtype, 2 * (count + rank), "sum").reshape(-1, 2)
+            out = hvd.allgather(mine, name=name)
+            ref = torch.cat([inputs(r, dtype, 2 * (count + r), "sum").reshape(-1, 2) for r in range(size)])
+            if not torch.equal(out, ref):
+                errors.append(f"{name}: not every rank's rows in rank order")
+            digests[name] = hashlib.sha256(out.contiguous().view(torch.uint8).numpy().tobytes()).hexdigest()
     time.sleep(0.2)  # the engine goes idle
     lone_before = dict(hvd_herring.counters())
     lone = hvd.allreduce(torch.ones(1024), name="lone", op=hvd.Sum)

@@ -1,0 +1,56 @@
+// The staging protocol of a host's shared-memory arena (transport/shm_arena.h), shared by every
+// collective that passes data through its slots: the Herring allreduce's pipeline and the
+// one-step paths of small allreduces, allgathers and broadcasts.
+//
+// Every member runs the same collectives in the same order, so they number the buffers they
+// stage alike (ProcessSet::arena_sequence). Buffer `seq` lives in sub-slot seq % kPipelineDepth
+// of each member's slot, at a stride fixed by the slot size, whatever the collective. A member
+// writes sub-slot k again only when every member has finished reading what was staged there
+// kPipelineDepth buffers earlier (kSliceDone), which keeps collectives of different kinds from
+// overwriting each other's data.
+#pragma once
+
+#include <cstdint>
+
+#include "ps/shard_server.h"
+#include "runtime/collective.h"
+#include "transport/shm_arena.h"
+
+namespace herring {
+
+// The arena's counters, per member: staged up to seq (kInputReady), done reading the others'
+// staged data of seq (kSliceDone), done reading the shared result area of seq (kConsumed).
+constexpr int kInputReady = 0;
+constexpr int kSliceDone = 1;
+constexpr int kConsumed = 2;
+
+// Bytes between two sub-slots of a slot of `slot_bytes` (64-byte aligned).
+inline size_t SubSlotStride(size_t slot_bytes) { return (slot_bytes / kPipelineDepth) & ~size_t{63}; }
+
+// Whether a collective of `bytes` per member may take a one-step path in this process set: one
+// host with an arena, at most HERRING_SMALL_MESSAGE_BYTES and one sub-slot.
+bool OneStepFits(const ExecContext& ctx, size_t bytes);
+
+// One buffer staged by every member and read by the others in one step.
+class OneStepStaging {
+ public:
+  // Numbers the buffer and waits until its sub-slot is free (every member read its previous use).
+  explicit OneStepStaging(ExecContext& ctx);
+  uint8_t* mine() { return at(ctx_.set.my_local_index); }
+  const uint8_t* of(int local_index) { return at(local_index); }
+  // Says this member's data is staged (members with nothing to stage call it too).
+  void Publish();
+  void AwaitEveryone();
+  void AwaitMember(int local_index);
+  // Says this member has read what it needed of the others' data.
+  void Release();
+
+ private:
+  uint8_t* at(int local_index);
+
+  ExecContext& ctx_;
+  ShmArena& arena_;
+  uint64_t seq_;
+};
+
+}  // namespace herring
