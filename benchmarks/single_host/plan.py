@@ -69,7 +69,29 @@ def _smoke():
         ])
 
 
-PRESETS = {"smoke": _smoke, "quick": _quick, "full": _full}
+def _latency():
+    # One call at a time after a barrier, small sizes: where negotiation and hand-offs dominate.
+    # herring's tcp-control variant is the first round's control plane, for a before/after.
+    return dict(
+        nps=[2, 4], stacks=["herring", "torch-gloo", "horovod-gloo", "mpi"], repeats=1,
+        membw={"bytes": 64 * MiB, "trials": 2, "reps": 2},
+        workloads=[
+            {"id": "allreduce", "kind": "allreduce", "sizes": [4 * KiB * 4 ** k for k in range(6)],  # 4 KiB .. 4 MiB
+             "variants": ["tcp-control"], "timing": _timing(20, 100, 400, 1.0), "timeout": 400},
+            {"id": "tiny", "kind": "tiny", "count": 1000, "elements": 1, "stacks": TINY_STACKS,
+             "variants": ["tcp-control"], "timing": _timing(3, 10, 50, 2.0), "timeout": 300},
+        ])
+
+
+def _ddp():
+    # torch.distributed users: DDP on backend "herring" beside "gloo" and Horovod's API on herring.
+    return dict(
+        nps=[2, 4], stacks=["herring", "torch-gloo", "ddp-herring"], repeats=1,
+        membw={"bytes": 64 * MiB, "trials": 2, "reps": 2},
+        workloads=[w for w in _full()["workloads"] if w["kind"] in ("gradset", "train")])
+
+
+PRESETS = {"smoke": _smoke, "quick": _quick, "full": _full, "latency": _latency, "ddp": _ddp}
 
 
 @dataclass

@@ -52,7 +52,7 @@ class ShmBitsExchange {
   uint64_t* half(int rank, uint64_t cycle);
 
   static constexpr int kPostedFlag = 0;
-  static constexpr std::chrono::microseconds kSpin{30};
+  static constexpr std::chrono::microseconds kSpin{100};
   std::unique_ptr<ShmArena> arena_;
 };
 

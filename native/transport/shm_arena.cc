@@ -27,6 +27,7 @@
 
 #include <fcntl.h>
 #include <linux/futex.h>
+#include <thread>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -540,6 +541,9 @@ struct ShmArena::Impl {
         if (i % 8 == 0) {
           if (Poisoned()) return PoisonStatus();
           if (Clock::now() >= spin_end) break;
+          // Give the core to a runnable thread now and then: with more ranks than cores, the
+          // member we wait for may be waiting for this very core.
+          if (i % 64 == 0) std::this_thread::yield();
         }
       }
     }
@@ -713,6 +717,14 @@ void ShmArena::Ring(int member) {
 
 void ShmArena::WaitDoorbell(uint32_t seen, std::chrono::nanoseconds timeout) {
   Waitable& bell = impl_->member_line(impl_->local_index).doorbell;
+  // Spin first, as the counter waits do: the ring usually comes within microseconds, and a futex
+  // sleep costs a wake-up that is slow on a virtual machine.
+  const auto spin_until = std::chrono::steady_clock::now() + std::min(impl_->spin, timeout);
+  // Yielding, not pausing: who rings is often this process's own thread that needs this core.
+  while (std::chrono::steady_clock::now() < spin_until) {
+    if (bell.generation.load(std::memory_order_acquire) != seen) return;
+    std::this_thread::yield();
+  }
   // Announce the sleep before the last look, so that a Ring after the look sees a sleeper.
   bell.sleepers.fetch_add(1, std::memory_order_seq_cst);
   if (bell.generation.load(std::memory_order_seq_cst) == seen) FutexWait(&bell.generation, seen, timeout);

@@ -1,0 +1,167 @@
+"""The latency report (docs/benchmarks_latency.md and its plots) from a run of the `latency` preset:
+one allreduce at a time after a barrier, 4 KiB to 4 MiB, and the 1000-tiny-tensors step, for
+herring (and its first-round control plane, the `tcp-control` variant) beside torch-gloo,
+Horovod-gloo and Open MPI, with the latency goals' verdicts.
+
+    .venv/bin/python -m benchmarks.single_host.run --preset latency --out docs/benchmarks_latency.md \\
+        --results benchmarks/results/latency.json
+    .venv/bin/python -m benchmarks.single_host.latency_report benchmarks/results/latency.json   # report only"""
+
+import argparse
+import json
+import os
+import statistics
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from benchmarks.common.formatting import fmt_bytes, fmt_time  # noqa: E402
+from benchmarks.common.paths import DOCS_DIR  # noqa: E402
+from benchmarks.single_host.plots import COLORS  # noqa: E402
+
+KiB, MiB = 1 << 10, 1 << 20
+# (label, stack, variant) in the tables' column order.
+COLUMNS = [("herring", "herring", ""), ("herring, first round (tcp-control)", "herring", "tcp-control"),
+           ("torch-gloo", "torch-gloo", ""), ("horovod-gloo", "horovod-gloo", ""), ("Open MPI", "mpi", "")]
+
+
+def medians(data, workload):
+    """{(stack, variant, np, bytes): median seconds}, pooled over repeats."""
+    pooled = {}
+    for r in data["records"]:
+        if r.get("workload") == workload and "median" in r:
+            pooled.setdefault((r["stack"], r.get("variant", ""), r["np"], r.get("bytes")), []).append(r["median"])
+    return {k: statistics.median(v) for k, v in pooled.items()}
+
+
+def latency_table(lat, np, sizes):
+    rows = ["| Size | " + " | ".join(label for label, _, _ in COLUMNS) + " |",
+            "| --- |" + " --- |" * len(COLUMNS)]
+    for size in sizes:
+        ours = lat.get(("herring", "", np, size))
+        cells = []
+        for _, stack, variant in COLUMNS:
+            t = lat.get((stack, variant, np, size))
+            if t is None:
+                cells.append("-")
+            elif ours and (stack, variant) != ("herring", ""):
+                cells.append(f"{fmt_time(t)} ({t / ours:.2f}x)")
+            else:
+                cells.append(fmt_time(t))
+        rows.append(f"| {fmt_bytes(size)} | " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
+def plot(lat, nps, sizes, path):
+    fig, axes = plt.subplots(1, len(nps), figsize=(6 * len(nps), 4.4), squeeze=False)
+    for ax, np in zip(axes[0], nps):
+        for label, stack, variant in COLUMNS:
+            points = [(s, lat[(stack, variant, np, s)]) for s in sizes if (stack, variant, np, s) in lat]
+            if points:
+                ax.plot([p[0] for p in points], [p[1] * 1e6 for p in points], marker="o", label=label,
+                        color=COLORS.get(stack), linestyle="--" if variant else "-")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xticks(sizes)
+        ax.set_xticklabels([fmt_bytes(s) for s in sizes], rotation=30)
+        ax.set_ylabel("median time per allreduce (µs)")
+        ax.set_title(f"one allreduce at a time, np={np}")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def verdict(measured, target, higher_is_better):
+    if measured is None:
+        return "-", "not measured"
+    ok = measured >= target if higher_is_better else measured <= target
+    return measured, "met" if ok else "not met"
+
+
+def goals(lat, tiny, nps, sizes):
+    rows = ["| Goal | Target | Measured | Verdict |", "| --- | --- | --- | --- |"]
+
+    def add(goal, target, measured, shown, higher_is_better):
+        _, v = verdict(measured, target, higher_is_better)
+        rows.append(f"| {goal} | {'>=' if higher_is_better else '<='} {target if higher_is_better else shown(target)} "
+                    f"| {shown(measured) if measured is not None else '-'} | {v} |")
+
+    for np, target in ((2, 30e-6), (4, 60e-6)):
+        add(f"4 KiB allreduce, one host, np={np}: herring median", target, lat.get(("herring", "", np, 4 * KiB)),
+            fmt_time, False)
+    for np in nps:
+        ratios = [lat[("torch-gloo", "", np, s)] / lat[("herring", "", np, s)] for s in sizes
+                  if ("torch-gloo", "", np, s) in lat and ("herring", "", np, s) in lat]
+        add(f"faster than torch-gloo at every size measured, np={np} (slowest ratio)", 1.0,
+            min(ratios) if ratios else None, lambda x: f"{x:.2f}x", True)
+        ratios = [lat[("mpi", "", np, s)] / lat[("herring", "", np, s)] for s in sizes
+                  if s >= MiB and ("mpi", "", np, s) in lat and ("herring", "", np, s) in lat]
+        add(f"within 2x of Open MPI from 1 MiB, np={np} (herring's speed / MPI's, lowest)", 0.5,
+            min(ratios) if ratios else None, lambda x: f"{x:.2f}x", True)
+        peer, ours = tiny.get(("horovod-gloo", "", np, 4)), tiny.get(("herring", "", np, 4))
+        add(f"1000 tiny tensors per step, np={np}: herring faster than horovod-gloo", 3.0,
+            peer / ours if peer and ours else None, lambda x: f"{x:.2f}x", True)
+    return "\n".join(rows)
+
+
+def write(data, out, img_dir):
+    lat, tiny = medians(data, "allreduce"), medians(data, "tiny")
+    nps = sorted({k[2] for k in lat})
+    sizes = sorted({k[3] for k in lat})
+    img = os.path.join(img_dir, "latency_allreduce.png")
+    plot(lat, nps, sizes, img)
+    m, meta = data["machine"], data["meta"]
+    parts = [
+        "# Latency: small collectives, one host\n",
+        f"Generated by `{meta['command']}` on {m.get('date', '?')}; load average {m.get('load_average_start')} at the "
+        f"start and {m.get('load_average_end')} at the end. Raw results: `{meta.get('results_path')}`.\n",
+        "Each iteration: a barrier, then one float32 sum-allreduce in place, timed on every rank; the time of an "
+        "iteration is the slowest rank's, the table shows the median over the iterations. `herring, first round` "
+        "is the same engine with `HERRING_CONTROL_PLANE=tcp HERRING_SMALL_MESSAGE_BYTES=0` (bit vectors through "
+        "rank 0 over TCP, staged two-step shared-memory reduction): the path of the first round, in the same run. "
+        "Ratios are the stack's time over herring's (above 1: herring is faster).\n",
+        "## Goals\n", goals(lat, tiny, nps, sizes), "",
+    ]
+    for np in nps:
+        parts += [f"## Allreduce, np={np}\n", latency_table(lat, np, sizes), ""]
+    parts.append(f"![latency]({os.path.relpath(img, os.path.dirname(out))})\n")
+    if tiny:
+        parts += ["## 1000 tiny tensors per step\n",
+                  "Every tensor (one float32, its own name) submitted asynchronously, then all awaited; the median "
+                  "step time.\n", "| np | " + " | ".join(l for l, _, _ in COLUMNS) + " |",
+                  "| --- |" + " --- |" * len(COLUMNS)]
+        for np in sorted({k[2] for k in tiny}):
+            ours = tiny.get(("herring", "", np, 4))
+            cells = []
+            for _, stack, variant in COLUMNS:
+                t = tiny.get((stack, variant, np, 4))
+                cells.append("-" if t is None else fmt_time(t) + (f" ({t / ours:.2f}x)" if ours and t is not ours else ""))
+            parts.append(f"| {np} | " + " | ".join(cells) + " |")
+        parts.append("")
+    failed = [l for l in data["launches"] if not l["ok"]]
+    if failed:
+        parts += ["## Launches that failed\n"] + [f"- {l['stack']} {l['variant'] or ''} np={l['np']}: "
+                                                  f"{(l.get('errors') or ['?'])[0]}" for l in failed] + [""]
+    with open(out, "w") as f:
+        f.write("\n".join(parts))
+    return out
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("results", help="the latency preset's results JSON")
+    p.add_argument("--out", default=os.path.join(DOCS_DIR, "benchmarks_latency.md"))
+    p.add_argument("--img-dir", default=os.path.join(DOCS_DIR, "img"))
+    args = p.parse_args(argv)
+    with open(args.results) as f:
+        data = json.load(f)
+    print(write(data, os.path.abspath(args.out), os.path.abspath(args.img_dir)))
+
+
+if __name__ == "__main__":
+    main()
