@@ -196,3 +196,51 @@ def test_cluster_results_fill_their_slot(smoke, tmp_path):
     assert "Four simulated hosts, 1 Gbit/s links." in text
     assert "| 4x2, 1 Gbit/s | 8 | 64 MiB | herring | 600 ms | 1.00x | 540 ms | 90% |" in text
     assert "| 4x2, 1 Gbit/s | 8 | 64 MiB | herring-ring | 1.2 s | 2.00x | - | - |" in text
+
+
+def _records(kind, rows):
+    """Synthetic run data: rows of (stack, variant, np, key, median)."""
+    recs = []
+    for stack, variant, np, key, median in rows:
+        rec = {"kind": kind, "workload": "tiny" if key == "tiny" else kind, "stack": stack, "variant": variant,
+               "np": np, "median": median}
+        if kind == "allreduce" or key == "tiny":
+            rec["bytes"] = 4 if key == "tiny" else key
+            rec["count"] = 1000
+        else:
+            rec["model"] = key
+        recs.append(rec)
+    return {"records": recs, "launches": [], "machine": {"date": "today"},
+            "meta": {"command": "python -m benchmarks.single_host.run --preset x", "results_path": "x.json"}}
+
+
+def test_latency_report_tables_and_verdicts(tmp_path):
+    from benchmarks.single_host import latency_report
+    data = _records("allreduce", [
+        ("herring", "", 2, 4096, 20e-6), ("torch-gloo", "", 2, 4096, 300e-6), ("mpi", "", 2, 4096, 4e-6),
+        ("herring", "tcp-control", 2, 4096, 130e-6),
+        ("herring", "", 2, 1 << 20, 300e-6), ("torch-gloo", "", 2, 1 << 20, 900e-6), ("mpi", "", 2, 1 << 20, 100e-6),
+        ("herring", "", 2, "tiny", 5e-3), ("horovod-gloo", "", 2, "tiny", 20e-3)])
+    md = latency_report.section(data, str(tmp_path), str(tmp_path / "img"))
+    assert "| 4 KiB allreduce, one host, np=2: herring median | <= 30 µs | 20 µs | met |" in md, md
+    assert "| faster than torch-gloo at every size measured, np=2 (slowest ratio) | >= 1.0 | 3.00x | met |" in md
+    # 1 MiB: MPI 100 µs, herring 300 µs: a third of MPI's speed, outside 2x.
+    assert "| within 2x of Open MPI from 1 MiB, np=2 (herring's speed / MPI's, lowest) | >= 0.5 | 0.33x | not met |" in md
+    assert "| 1000 tiny tensors per step, np=2: herring faster than horovod-gloo | >= 3.0 | 4.00x | met |" in md
+    assert "| 4 KiB | 20 µs | 130 µs (6.50x) | 300 µs (15.00x) | - | 4 µs (0.20x) |" in md, md
+    assert (tmp_path / "img" / "latency_allreduce.png").exists()
+
+
+def test_ddp_report_tables_and_verdicts():
+    from benchmarks.single_host import ddp_report
+    data = _records("gradset", [
+        ("torch-gloo", "", 4, "resnet50", 0.100), ("ddp-herring", "", 4, "resnet50", 0.040),
+        ("herring", "", 4, "resnet50", 0.038),
+        ("torch-gloo", "", 4, "bert-base", 0.300), ("ddp-herring", "", 4, "bert-base", 0.200),
+        ("herring", "", 4, "bert-base", 0.100)])
+    md = ddp_report.section(data)
+    assert "| resnet50, np=4, torch's defaults: DDP on herring faster than on gloo | >= 2x | 2.50x | met |" in md, md
+    assert "| bert-base, np=4, torch's defaults: DDP on herring faster than on gloo | >= 2x | 1.50x | not met |" in md
+    assert "| resnet50, np=4: DDP on herring within 10% of Horovod's API on herring | <= 1.10x | 1.05x | met |" in md
+    assert "| bert-base, np=4: DDP on herring within 10% of Horovod's API on herring | <= 1.10x | 2.00x | not met |" in md
+    assert "| resnet50, np=4, gradient_as_bucket_view: DDP on herring faster than on gloo | >= 2x | - | not measured |" in md

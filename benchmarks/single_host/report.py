@@ -411,6 +411,18 @@ class Report:
             with open(elastic_json) as f:
                 self.add("## Elastic workers: reacting to a new host and to a worker's death\n")
                 self.add(elastic_report.section(json.load(f)))
+        latency_json = os.path.join(results_dir, "latency.json")
+        if os.path.exists(latency_json):
+            from benchmarks.single_host import latency_report
+            with open(latency_json) as f:
+                self.add("## Latency: small collectives on one host\n")
+                self.add(latency_report.section(json.load(f), doc_dir, os.path.join(doc_dir, "img")))
+        ddp_json = os.path.join(results_dir, "ddp.json")
+        if os.path.exists(ddp_json):
+            from benchmarks.single_host import ddp_report
+            with open(ddp_json) as f:
+                self.add("## torch.distributed: DDP on the herring engine\n")
+                self.add(ddp_report.section(json.load(f)))
         cluster_md = os.path.join(doc_dir, "benchmarks_cluster.md")
         if os.path.exists(cluster_md) and not self.cluster:
             self.add("## R2SP, PSLD and the cluster goals in the simulated cluster\n")

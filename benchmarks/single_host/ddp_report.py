@@ -1,0 +1,104 @@
+"""The torch.distributed report (docs/benchmarks_ddp.md) from a run of the `ddp` preset: step time
+of torch's DistributedDataParallel on backend "herring" beside "gloo" (torch's defaults, and with
+gradient_as_bucket_view), and of Horovod's DistributedOptimizer on herring, on the ResNet-50 and
+BERT-base gradient sets and the communication-heavy MLP, with the goals' verdicts.
+
+    .venv/bin/python -m benchmarks.single_host.run --preset ddp --out /tmp/ddp/benchmarks.md \\
+        --results benchmarks/results/ddp.json --no-peer-setup
+    .venv/bin/python -m benchmarks.single_host.ddp_report benchmarks/results/ddp.json   # report only"""
+
+import argparse
+import json
+import os
+import statistics
+
+from benchmarks.common.formatting import fmt_time
+from benchmarks.common.paths import DOCS_DIR
+
+# (label, stack, variant) in the table's column order.
+COLUMNS = [("DDP, gloo", "torch-gloo", ""), ("DDP, herring", "ddp-herring", ""),
+           ("DDP bucket view, gloo", "torch-gloo", "bucket-view"), ("DDP bucket view, herring", "ddp-herring", "bucket-view"),
+           ("Horovod API, herring", "herring", "")]
+GOAL_NP = 4
+GOAL_MODELS = ("resnet50", "bert-base")
+
+
+def medians(data):
+    """{(model, stack, variant, np): median step seconds}, pooled over repeats."""
+    pooled = {}
+    for r in data["records"]:
+        if r.get("kind") in ("gradset", "train") and "median" in r:
+            pooled.setdefault((r["model"], r["stack"], r.get("variant", ""), r["np"]), []).append(r["median"])
+    return {k: statistics.median(v) for k, v in pooled.items()}
+
+
+def table(steps):
+    models = sorted({k[0] for k in steps})
+    nps = sorted({k[3] for k in steps})
+    rows = ["| Model | np | " + " | ".join(l for l, _, _ in COLUMNS) + " | gloo / herring (DDP) | DDP herring / Horovod API |",
+            "| --- | --- |" + " --- |" * (len(COLUMNS) + 2)]
+    for model in models:
+        for np in nps:
+            cells = [fmt_time(steps[(model, s, v, np)]) if (model, s, v, np) in steps else "-" for _, s, v in COLUMNS]
+            gloo, ours = steps.get((model, "torch-gloo", "", np)), steps.get((model, "ddp-herring", "", np))
+            hvd = steps.get((model, "herring", "", np))
+            cells.append(f"{gloo / ours:.2f}x" if gloo and ours else "-")
+            cells.append(f"{ours / hvd:.2f}x" if ours and hvd else "-")
+            rows.append(f"| {model} | {np} | " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
+def goals(steps):
+    rows = ["| Goal | Target | Measured | Verdict |", "| --- | --- | --- | --- |"]
+    for model in GOAL_MODELS:
+        for variant, what in (("", "torch's defaults"), ("bucket-view", "gradient_as_bucket_view")):
+            gloo, ours = steps.get((model, "torch-gloo", variant, GOAL_NP)), steps.get((model, "ddp-herring", variant, GOAL_NP))
+            ratio = gloo / ours if gloo and ours else None
+            rows.append(f"| {model}, np={GOAL_NP}, {what}: DDP on herring faster than on gloo | >= 2x | "
+                        f"{'-' if ratio is None else f'{ratio:.2f}x'} | "
+                        f"{'not measured' if ratio is None else 'met' if ratio >= 2 else 'not met'} |")
+        ours, hvd = steps.get((model, "ddp-herring", "", GOAL_NP)), steps.get((model, "herring", "", GOAL_NP))
+        ratio = ours / hvd if ours and hvd else None
+        rows.append(f"| {model}, np={GOAL_NP}: DDP on herring within 10% of Horovod's API on herring | <= 1.10x | "
+                    f"{'-' if ratio is None else f'{ratio:.2f}x'} | "
+                    f"{'not measured' if ratio is None else 'met' if ratio <= 1.10 else 'not met'} |")
+    return "\n".join(rows)
+
+
+def section(data):
+    """The goals and the table as markdown (docs/benchmarks_ddp.md; docs/benchmarks.md through report.py)."""
+    steps = medians(data)
+    m, meta = data["machine"], data["meta"]
+    parts = [
+        f"From `{meta['command']}` on {m.get('date', '?')} (load average {m.get('load_average_start')} at the "
+        f"start, {m.get('load_average_end')} at the end; raw results `{meta.get('results_path')}`).\n",
+        "One training step's gradients (the ResNet-50 and BERT-base gradient sets: a backward pass's tensors "
+        "submitted in backward order) or one step of the communication-heavy MLP, median over the steps. "
+        "`DDP` is torch's DistributedDataParallel with its defaults (25 MiB buckets) on "
+        "`init_process_group(\"gloo\")` or `init_process_group(\"herring\")` "
+        "(`import hvd_herring.torch.distributed`); `bucket view` adds `gradient_as_bucket_view=True`; "
+        "`Horovod API` is `hvd.DistributedOptimizer` on the same engine.\n",
+        "### torch.distributed goals\n", goals(steps), "",
+        "### Step time\n", table(steps), "",
+    ]
+    failed = [l for l in data["launches"] if not l["ok"]]
+    if failed:
+        parts += ["### Launches that failed\n"] + [f"- {l['stack']} {l['variant'] or ''} np={l['np']}: "
+                                                  f"{(l.get('errors') or ['?'])[0]}" for l in failed] + [""]
+    return "\n".join(parts)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("results", help="the ddp preset's results JSON")
+    p.add_argument("--out", default=os.path.join(DOCS_DIR, "benchmarks_ddp.md"))
+    args = p.parse_args(argv)
+    with open(args.results) as f:
+        data = json.load(f)
+    with open(args.out, "w") as f:
+        f.write("# torch.distributed: DDP on the herring engine\n\n" + section(data))
+    print(os.path.abspath(args.out))
+
+
+if __name__ == "__main__":
+    main()
