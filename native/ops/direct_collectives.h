@@ -1,5 +1,5 @@
-// The collectives other than allreduce, each exchanging data directly between the members over
-// TCP (every member talks to every other member once): allgather, broadcast, alltoall and
+// The collectives other than allreduce, each exchanging data directly between the members
+// (every member talks to every other member once): allgather, broadcast, alltoall and
 // reducescatter. Outputs whose size only negotiation knows are allocated here, 64-byte aligned.
 #pragma once
 

@@ -1,4 +1,4 @@
-// Halving-doubling allreduce over TCP among the members of a process set (Rabenseifner's
+// Halving-doubling allreduce among the members of a process set (Rabenseifner's
 // algorithm; the allreduce of EFLOPS, HPCA'20): recursive halving (a reduce-scatter in log2(p)
 // exchanges of 1/2, 1/4, ... of the buffer with the position at distance 1, 2, 4, ...) then
 // recursive doubling (the all-gather, the same exchanges in reverse). Each rank sends 2(p-1)/p of

@@ -1,4 +1,4 @@
-// Ring allreduce over TCP among the members of a process set: reduce-scatter then all-gather
+// Ring allreduce among the members of a process set: reduce-scatter then all-gather
 // around the ring, 2(n-1)/n of the buffer each way per rank. The second implementation in the
 // operation manager (HERRING_ALLREDUCE=ring), and the baseline the PS allreduce is measured
 // against. Each segment is accumulated in a fixed ring order and then copied, so all ranks get

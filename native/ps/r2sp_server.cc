@@ -34,7 +34,7 @@ std::vector<ElementRange> R2spChunks(const R2spShardRange& range) {
   return out;
 }
 
-R2spServer::R2spServer(TcpTransport* transport, R2spSessionSpec spec, Options options,
+R2spServer::R2spServer(Transport* transport, R2spSessionSpec spec, Options options,
                        std::function<void(const Status&)> fail)
     : transport_(transport), spec_(std::move(spec)), options_(options), fail_(std::move(fail)) {
   for (const auto& range : spec_.shards) {

@@ -21,7 +21,7 @@
 
 #include "runtime/control_messages.h"
 #include "runtime/partition_map.h"
-#include "transport/tcp_transport.h"
+#include "transport/transport.h"
 
 namespace herring {
 
@@ -44,7 +44,7 @@ class R2spServer {
   // Starts serving at once. `fail` is called (from the serving thread) with a message naming
   // the session, the shard and the rank when a transfer fails or a turn stalls past the shutdown
   // time; the engine then fails the job.
-  R2spServer(TcpTransport* transport, R2spSessionSpec spec, Options options, std::function<void(const Status&)> fail);
+  R2spServer(Transport* transport, R2spSessionSpec spec, Options options, std::function<void(const Status&)> fail);
   // Stops and joins the thread. The buffers stay allocated until destruction: a receive the
   // thread had posted may still be pending in the transport, so destroy only after it closed.
   void Stop();
@@ -63,7 +63,7 @@ class R2spServer {
   bool Await(const std::vector<CompletionPtr>& transfers, int rank, uint64_t step, const char* what);
   std::string Describe(int rank, uint64_t step) const;
 
-  TcpTransport* transport_;
+  Transport* transport_;
   R2spSessionSpec spec_;
   Options options_;
   std::function<void(const Status&)> fail_;

@@ -17,13 +17,13 @@
 #include "runtime/fault_injector.h"
 #include "runtime/timeline.h"
 #include "runtime/topology.h"
-#include "transport/tcp_transport.h"
+#include "transport/transport.h"
 
 namespace herring {
 
 struct ExecContext {
   const Config& config;
-  TcpTransport& net;
+  Transport& net;
   ProcessSet& set;
   const Topology& topo;
   int my_rank;

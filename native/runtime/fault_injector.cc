@@ -9,7 +9,7 @@
 
 #include "common/logging.h"
 #include "common/status.h"
-#include "transport/tcp_transport.h"
+#include "transport/transport.h"
 
 namespace herring {
 namespace {
@@ -53,7 +53,7 @@ FaultInjector::FaultInjector(const std::string& spec, int rank) {
   armed_ = target == rank;
 }
 
-void FaultInjector::At(const char* phase, TcpTransport* net, void* result, size_t result_bytes) {
+void FaultInjector::At(const char* phase, Transport* net, void* result, size_t result_bytes) {
   if (!armed_ || phase_ != phase || ++seen_ != occurrence_) return;
   HLOG(Warning) << "HERRING_FAULT: " << action_ << " at " << phase_ << " (occurrence " << occurrence_ << ")";
   if (action_ == "kill") {

@@ -14,7 +14,7 @@
 
 namespace herring {
 
-class TcpTransport;
+class Transport;
 
 class FaultInjector {
  public:
@@ -25,7 +25,7 @@ class FaultInjector {
   bool armed() const { return armed_; }
   // Performs the action if this is the configured point. `result` (may be null) is what
   // "corrupt" damages.
-  void At(const char* phase, TcpTransport* net, void* result = nullptr, size_t result_bytes = 0);
+  void At(const char* phase, Transport* net, void* result = nullptr, size_t result_bytes = 0);
 
  private:
   bool armed_ = false;

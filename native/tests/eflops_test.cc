@@ -1,25 +1,19 @@
 // Tests of the EFLOPS pieces: the JSON reader, the topology description (HERRING_TOPOLOGY), the
 // link model and the rank mapping onto it, and the halving-doubling allreduce itself, run in one
-// process by n threads over real TCP transports on 127.0.0.1.
+// process by n threads over real TCP transports on 127.0.0.1 (tests/collective_harness.h; the
+// same algorithm over memory, without sockets, is in algorithms_test.cc).
 #include <cmath>
-#include <cstring>
 #include <memory>
-#include <random>
-#include <set>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "common/json.h"
 #include "common/knobs.h"
 #include "common/status.h"
-#include "runtime/counters.h"
-#include "runtime/process_sets.h"
-#include "runtime/topology.h"
-#include "kernels/reduce.h"
 #include "ops/halving_doubling_allreduce.h"
 #include "ops/topology_map.h"
 #include <gtest/gtest.h>
+#include "tests/collective_harness.h"
 #include "transport/tcp_transport.h"
 
 using namespace herring;
@@ -318,157 +312,29 @@ TEST(Eflops, MappingIsDeterministic) {
 
 namespace {
 
-struct Job {
-  int n = 2;
-  std::vector<std::string> hosts;                     // per rank; default: one host each
-  std::shared_ptr<const NetworkTopology> topology;    // null: hd; else hd-topo
-  DataType dtype = DataType::kFloat32;
-  ReduceOp op = ReduceOp::kSum;
-  std::vector<int64_t> entries = {1000};              // tensors fused into one batch (elements)
-  double prescale = 1.0, postscale = 1.0;
-};
+using test::AllreduceCase;
 
-size_t Esz(const Job& job) { return ElementSize(job.dtype); }
-
-// Rank r's input, element i of the fused layout, as a double that the dtype holds exactly
-// (small integers) or, for float32/float64 with `noisy`, a random fraction.
-double InputValue(const Job& job, int r, int64_t i, bool noisy) {
-  if (job.op == ReduceOp::kProduct) return 1 + (r + i) % 2;
-  if (noisy) {
-    std::mt19937_64 g(static_cast<uint64_t>(r) * 1000003 + static_cast<uint64_t>(i));
-    return std::uniform_real_distribution<double>(-1, 1)(g);
-  }
-  return static_cast<double>((r * 7 + i * 13) % 11) - (job.dtype == DataType::kUInt8 ? 0 : 5);
-}
-
-void Store(DataType t, uint8_t* p, double x) {
-  switch (t) {
-    case DataType::kFloat32: { float v = static_cast<float>(x); std::memcpy(p, &v, 4); break; }
-    case DataType::kFloat64: std::memcpy(p, &x, 8); break;
-    case DataType::kInt32: { int32_t v = static_cast<int32_t>(x); std::memcpy(p, &v, 4); break; }
-    case DataType::kInt64: { int64_t v = static_cast<int64_t>(x); std::memcpy(p, &v, 8); break; }
-    case DataType::kUInt8: *p = static_cast<uint8_t>(x); break;
-    case DataType::kFloat16: { unsigned short v = FloatToHalf(static_cast<float>(x)); std::memcpy(p, &v, 2); break; }
-    case DataType::kBFloat16: { unsigned short v = FloatToBFloat16(static_cast<float>(x)); std::memcpy(p, &v, 2); break; }
-    default: throw Error(Status::Internal("dtype not used by these tests"));
-  }
-}
-
-double Load(DataType t, const uint8_t* p) {
-  switch (t) {
-    case DataType::kFloat32: { float v; std::memcpy(&v, p, 4); return v; }
-    case DataType::kFloat64: { double v; std::memcpy(&v, p, 8); return v; }
-    case DataType::kInt32: { int32_t v; std::memcpy(&v, p, 4); return v; }
-    case DataType::kInt64: { int64_t v; std::memcpy(&v, p, 8); return static_cast<double>(v); }
-    case DataType::kUInt8: return *p;
-    case DataType::kFloat16: { unsigned short v; std::memcpy(&v, p, 2); return HalfToFloat(v); }
-    case DataType::kBFloat16: { unsigned short v; std::memcpy(&v, p, 2); return BFloat16ToFloat(v); }
-    default: throw Error(Status::Internal("dtype not used by these tests"));
-  }
-}
-
-// Runs the allreduce on n transports (one thread per rank); returns each rank's fused output.
-std::vector<std::vector<uint8_t>> RunAllreduce(const Job& job, bool noisy, std::string* error) {
-  const int n = job.n;
-  std::vector<std::string> hostnames = job.hosts;
-  if (hostnames.empty()) {
-    for (int r = 0; r < n; ++r) hostnames.push_back("simhost" + std::to_string(r));
-  }
-  Topology topo(hostnames);
-  Config config = Config::FromEnvironment({{"HERRING_TIMEOUT_SECONDS", "20"}});
+// Runs halving-doubling (mapped onto `topology` when given: hd-topo) on TcpTransports over
+// 127.0.0.1, one thread per rank, and checks every rank's result against the reference.
+void CheckJob(const AllreduceCase& c, std::shared_ptr<const NetworkTopology> topology, const std::string& what) {
   std::vector<std::unique_ptr<TcpTransport>> nets;
   std::vector<Endpoint> endpoints;
-  for (int r = 0; r < n; ++r) {
+  for (int r = 0; r < c.ranks(); ++r) {
     TransportOptions o;
     o.rank = r;
-    o.size = n;
+    o.size = c.ranks();
     o.job_token = 0xEF10A5;
     o.secret = "eflops-test";
     nets.push_back(std::make_unique<TcpTransport>(o));
     endpoints.push_back(nets.back()->listen_endpoint());
   }
-  int64_t total = 0;
-  for (int64_t c : job.entries) total += c;
-  const size_t esz = Esz(job);
-  std::vector<std::vector<uint8_t>> outputs(n, std::vector<uint8_t>(total * esz));
-  std::vector<std::string> errors(n);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        nets[r]->ConnectMesh(endpoints, Deadline::AfterSeconds(20));
-        std::vector<int> ranks(n);
-        for (int i = 0; i < n; ++i) ranks[i] = i;
-        auto set = ProcessSetTable::Make(0, ranks, r, topo);
-        Counters counters;
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmissing-field-initializers"  // the rest: no timeline, faults...
-        ExecContext ctx{config, *nets[r], *set, topo, r, MakeTagBase(7, 3), counters, [] { return Status::OK(); }};
-#pragma GCC diagnostic pop
-        std::vector<uint8_t> input(total * esz);
-        for (int64_t i = 0; i < total; ++i) Store(job.dtype, &input[i * esz], InputValue(job, r, i, noisy));
-        AllreduceBatch batch;
-        batch.dtype = job.dtype;
-        batch.op = job.op;
-        batch.prescale = job.prescale;
-        batch.postscale = job.postscale;
-        batch.label = "eflops.test";
-        int64_t at = 0;
-        for (int64_t c : job.entries) {
-          batch.entries.push_back({&input[at * esz], &outputs[r][at * esz], c});
-          at += c;
-        }
-        HalvingDoublingAllreduce impl(job.topology);
-        impl.Execute(ctx, batch);
-        impl.Execute(ctx, batch);  // a second run on the same scratch: same result
-      } catch (const std::exception& e) {
-        errors[r] = "rank " + std::to_string(r) + ": " + e.what();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
+  test::AllreduceOutcome outcome = test::RunAllreduce(
+      c, [&](int r) -> Transport& { return *nets[r]; },
+      [&] { return std::make_unique<HalvingDoublingAllreduce>(topology); },
+      [&](int r) { nets[r]->ConnectMesh(endpoints, Deadline::AfterSeconds(20)); });
   for (auto& net : nets) net->Close();
-  for (const auto& e : errors) {
-    if (!e.empty()) *error += e + "; ";
-  }
-  return outputs;
-}
-
-// Checks every rank's result against the reference and the ranks' bits against each other.
-void CheckJob(const Job& job, bool noisy, const std::string& what) {
-  std::string error;
-  auto outputs = RunAllreduce(job, noisy, &error);
-  if (!error.empty()) {
-    ADD_FAILURE() << what + ": " + error;
-    return;
-  }
-  const size_t esz = Esz(job);
-  const int64_t total = static_cast<int64_t>(outputs[0].size() / esz);
-  for (int r = 1; r < job.n; ++r) {
-    if (outputs[r] != outputs[0]) {
-      ADD_FAILURE() << what + ": rank " + std::to_string(r) + " differs bitwise from rank 0";
-      return;
-    }
-  }
-  for (int64_t i = 0; i < total; ++i) {
-    double acc = 0;
-    for (int r = 0; r < job.n; ++r) {
-      double x = InputValue(job, r, i, noisy) * job.prescale;
-      if (r == 0) acc = x;
-      else if (job.op == ReduceOp::kSum) acc += x;
-      else if (job.op == ReduceOp::kMin) acc = std::min(acc, x);
-      else if (job.op == ReduceOp::kMax) acc = std::max(acc, x);
-      else acc *= x;
-    }
-    acc *= job.postscale;
-    double got = Load(job.dtype, &outputs[0][i * esz]);
-    double tolerance = noisy ? 1e-5 * job.n : 0;
-    if (!(std::fabs(got - acc) <= tolerance)) {
-      ADD_FAILURE() << what + ": element " + std::to_string(i) + " is " +
-                                                            std::to_string(got) + ", expected " + std::to_string(acc);
-      return;
-    }
-  }
+  const std::string mismatch = test::CompareWithReference(c, outcome);
+  if (!mismatch.empty()) ADD_FAILURE() << what << " (" << c.Describe() << "): " << mismatch;
 }
 
 std::shared_ptr<const NetworkTopology> AlternatingGroups(int hosts) {
@@ -482,11 +348,11 @@ std::shared_ptr<const NetworkTopology> AlternatingGroups(int hosts) {
 TEST(Eflops, HalvingDoublingMatchesReferencesForEverySize) {
   for (int n = 2; n <= 9; ++n) {
     for (bool topo : {false, true}) {
-      Job job;
-      job.n = n;
-      if (topo) job.topology = AlternatingGroups(n);
-      job.entries = {3, 1000, 0, 37};  // a fused batch, with an empty tensor in it
-      CheckJob(job, true, "float32 sum n=" + std::to_string(n) + (topo ? " hd-topo" : " hd"));
+      AllreduceCase c;
+      c.workers = n;
+      c.entries = {3, 1000, 0, 37};  // a fused batch, with an empty tensor in it
+      c.noisy = true;
+      CheckJob(c, topo ? AlternatingGroups(n) : nullptr, topo ? "hd-topo" : "hd");
     }
   }
 }
@@ -495,47 +361,46 @@ TEST(Eflops, HalvingDoublingEveryOpAndSeveralDtypes) {
   for (DataType t : {DataType::kFloat32, DataType::kFloat64, DataType::kInt32, DataType::kInt64, DataType::kUInt8,
                      DataType::kFloat16, DataType::kBFloat16}) {
     for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProduct}) {
-      Job job;
-      job.n = 5;
-      job.dtype = t;
-      job.op = op;
-      job.entries = {129, 7};
+      AllreduceCase c;
+      c.workers = 5;
+      c.dtype = t;
+      c.op = op;
+      c.entries = {129, 7};
       if (t == DataType::kUInt8 && op == ReduceOp::kSum) continue;  // sums overflow uint8 (wrap tested in Python)
-      CheckJob(job, false, std::string("dtype ") + DataTypeName(t) + " op " + std::to_string(static_cast<int>(op)));
+      CheckJob(c, nullptr, "hd");
     }
   }
 }
 
 TEST(Eflops, HalvingDoublingScalesAndCrossesPieces) {
   // 3 MiB of float32 per rank: the halves travel in several 1 MiB pieces; n = 6 folds 2 in.
-  Job job;
-  job.n = 6;
-  job.topology = AlternatingGroups(6);
-  job.entries = {(3 << 20) / 4 + 5};
-  job.prescale = 0.5;
-  job.postscale = 4.0;
-  CheckJob(job, false, "large, scaled, hd-topo n=6");
-  job.topology = nullptr;
-  job.n = 4;
-  CheckJob(job, false, "large, scaled, hd n=4");
+  AllreduceCase c;
+  c.workers = 6;
+  c.entries = {(3 << 20) / 4 + 5};
+  c.prescale = 0.5;
+  c.postscale = 4.0;
+  CheckJob(c, AlternatingGroups(6), "large, scaled, hd-topo");
+  c.workers = 4;
+  CheckJob(c, nullptr, "large, scaled, hd");
 }
 
 TEST(Eflops, HalvingDoublingFewerElementsThanPositions) {
   for (int n : {3, 8}) {
-    Job job;
-    job.n = n;
-    job.entries = {1};
-    CheckJob(job, false, "one element, n=" + std::to_string(n));
-    job.entries = {5};
-    CheckJob(job, false, "five elements, n=" + std::to_string(n));
+    AllreduceCase c;
+    c.workers = n;
+    c.entries = {1};
+    CheckJob(c, nullptr, "one element");
+    c.entries = {5};
+    CheckJob(c, nullptr, "five elements");
   }
 }
 
 TEST(Eflops, HalvingDoublingTwoRanksPerHostWithTopology) {
-  Job job;
-  job.n = 8;
-  job.hosts = {"simhost0", "simhost0", "simhost1", "simhost1", "simhost2", "simhost2", "simhost3", "simhost3"};
-  job.topology = std::make_shared<const NetworkTopology>(Parse(ClusterJson({"a", "a", "b", "b"}, kSharedIntra, kDirectCross)));
-  job.entries = {4099};
-  CheckJob(job, true, "hd-topo 4 hosts x 2");
+  AllreduceCase c;
+  c.workers = 8;
+  c.hosts = {"simhost0", "simhost0", "simhost1", "simhost1", "simhost2", "simhost2", "simhost3", "simhost3"};
+  c.entries = {4099};
+  c.noisy = true;
+  auto topology = std::make_shared<const NetworkTopology>(Parse(ClusterJson({"a", "a", "b", "b"}, kSharedIntra, kDirectCross)));
+  CheckJob(c, topology, "hd-topo 4 hosts x 2");
 }

@@ -379,10 +379,7 @@ CompletionPtr TcpTransport::Impl::SendToSelf(uint64_t tag, const void* data, siz
 
 std::string TcpTransport::Impl::MismatchText(const MessageKey& key, uint64_t expected,
                                              uint64_t sent) const {
-  return RankText(opts_.rank) + ": size mismatch receiving tag " + std::to_string(key.tag) +
-         " from rank " + std::to_string(key.peer) + ": expected " + std::to_string(expected) +
-         " bytes but rank " + std::to_string(key.peer) + " sent " + std::to_string(sent) +
-         " bytes";
+  return SizeMismatchText(opts_.rank, key.peer, key.tag, expected, sent);
 }
 
 // ------------------------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-// TcpTransport: every rank connected to every other rank by one control stream and N bulk data
+// TcpTransport, the Transport between processes (transport/transport.h has the contract it
+// keeps): every rank connected to every other rank by one control stream and N bulk data
 // streams (TCP_NODELAY, large socket buffers), driven by one epoll I/O thread per process.
 //
 // Bulk messages are identified by a 64-bit tag chosen by the collective that sends them; they are
@@ -21,18 +22,13 @@
 #include "common/deadline.h"
 #include "common/status.h"
 #include "transport/completion.h"
+#include "transport/transport.h"
 
 namespace herring {
 
 struct Endpoint {
   std::string ip;
   uint16_t port = 0;
-};
-
-struct ControlMessage {
-  int from = -1;
-  uint32_t type = 0;
-  std::string payload;
 };
 
 struct TransportOptions {
@@ -57,17 +53,17 @@ struct TransportOptions {
   std::function<void()> on_event;
 };
 
-class TcpTransport {
+class TcpTransport final : public Transport {
  public:
   // Binds and listens on options.bind_ip with an ephemeral port. Throws Error on failure.
   explicit TcpTransport(TransportOptions options);
-  ~TcpTransport();
+  ~TcpTransport() override;
   TcpTransport(const TcpTransport&) = delete;
   TcpTransport& operator=(const TcpTransport&) = delete;
 
   Endpoint listen_endpoint() const;
-  int rank() const;
-  int size() const;
+  int rank() const override;
+  int size() const override;
 
   // Builds the full mesh (higher ranks connect to lower ones, with a hello/ack handshake carrying
   // rank, stream index and job token; connections from strangers are dropped), then starts the
@@ -83,34 +79,34 @@ class TcpTransport {
   // Bulk transfer. `data` must stay valid and untouched until the completion is done. At most one
   // message with a given (peer, tag) may be in flight per direction. peer == rank() is delivered
   // by a local copy. Zero-byte messages are allowed.
-  CompletionPtr Send(int peer, uint64_t tag, const void* data, size_t bytes);
+  CompletionPtr Send(int peer, uint64_t tag, const void* data, size_t bytes) override;
   // The matching message must have exactly `bytes` bytes; otherwise the completion fails with an
   // error naming the peer, the tag and both sizes.
-  CompletionPtr Recv(int peer, uint64_t tag, void* data, size_t bytes);
+  CompletionPtr Recv(int peer, uint64_t tag, void* data, size_t bytes) override;
 
   // Control messages (payload < kMaxControlPayloadBytes); delivered in order per peer. Sending to
   // a lost peer is silently dropped (its loss is reported through PeerStatus / on_event).
-  void SendControl(int peer, uint32_t type, const std::string& payload);
+  void SendControl(int peer, uint32_t type, const std::string& payload) override;
   // Non-blocking; returns false when the inbox is empty.
-  bool PopControl(ControlMessage* out);
+  bool PopControl(ControlMessage* out) override;
 
   // OK while the peer is connected; otherwise PeerLost / Shutdown with the reason (or
   // InvalidArgument for a vacant slot nobody joined yet).
-  Status PeerStatus(int peer) const;
+  Status PeerStatus(int peer) const override;
   // Slots for joiners: ranks in [size(), size() + vacant_slots) that dialed in since the mesh.
   bool Joined(int peer) const;
   // The first failure observed (OK if none); a peer's orderly shutdown is superseded by a later
   // crash, reset or abort reason, which says more about what went wrong.
-  Status FirstFailure() const;
+  Status FirstFailure() const override;
 
   // Fails every pending and future Send/Recv with `reason`. Control messages still flow, so the
   // engine can tell the others why it stopped.
-  void Abort(const Status& reason);
+  void Abort(const Status& reason) override;
   // Says goodbye on every connection, closes them and joins the I/O thread. Idempotent.
   void Close();
   // Fault injection: closes every connection with a TCP reset and no goodbye, as a host that
   // crashed or lost its network would look to the peers.
-  void ResetConnections();
+  void ResetConnections() override;
 
   struct Stats {
     uint64_t bytes_sent = 0;
