@@ -159,7 +159,7 @@ def test_worker_killed_no_replacement(framework):
     o.check_weights()
 
 
-@pytest.mark.parametrize("framework", ["torch"])
+@pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_worker_killed_then_replacement_joins(framework):
     o = outcome(framework, "kill_then_replace")
     assert o.run.returncode == 0, o.output[-5000:]
@@ -169,7 +169,7 @@ def test_worker_killed_then_replacement_joins(framework):
     o.check_weights()
 
 
-@pytest.mark.parametrize("framework", ["torch"])
+@pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_rank0_killed(framework):
     o = outcome(framework, "kill_rank0")
     assert o.run.returncode == 0, o.output[-5000:]
@@ -189,7 +189,7 @@ def test_every_worker_fails(framework):
     assert o.final is None
 
 
-@pytest.mark.parametrize("framework", ["torch"])
+@pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_reset_limit_reached(framework):
     o = outcome(framework, "reset_limit")
     assert o.run.returncode != 0
@@ -198,7 +198,7 @@ def test_reset_limit_reached(framework):
     assert o.final is None
 
 
-@pytest.mark.parametrize("framework", ["torch"])
+@pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_fewer_hosts_than_min_np_until_timeout(framework):
     o = outcome(framework, "below_min_np")
     assert o.run.returncode != 0
@@ -209,7 +209,7 @@ def test_fewer_hosts_than_min_np_until_timeout(framework):
     assert o.final is None
 
 
-@pytest.mark.parametrize("framework", ["torch"])
+@pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_blacklisted_host_readmitted_after_cooldown(framework):
     o = outcome(framework, "blacklist_cooldown")
     assert o.run.returncode == 0, o.output[-5000:]
