@@ -405,24 +405,22 @@ class Report:
             self.add("## EFLOPS: topology-aware allreduce\n")
             self.add(eflops_report.section(res, doc_dir, os.path.join(doc_dir, "img", "eflops_allreduce.png"),
                                            res.get("command", "python -m benchmarks.eflops.run")))
-        elastic_json = os.path.join(results_dir, "elastic.json")
-        if os.path.exists(elastic_json):
-            from benchmarks.elastic import report as elastic_report
-            with open(elastic_json) as f:
-                self.add("## Elastic workers: reacting to a new host and to a worker's death\n")
-                self.add(elastic_report.section(json.load(f)))
-        latency_json = os.path.join(results_dir, "latency.json")
-        if os.path.exists(latency_json):
-            from benchmarks.single_host import latency_report
-            with open(latency_json) as f:
-                self.add("## Latency: small collectives on one host\n")
-                self.add(latency_report.section(json.load(f), doc_dir, os.path.join(doc_dir, "img")))
-        ddp_json = os.path.join(results_dir, "ddp.json")
-        if os.path.exists(ddp_json):
-            from benchmarks.single_host import ddp_report
-            with open(ddp_json) as f:
-                self.add("## torch.distributed: DDP on the herring engine\n")
-                self.add(ddp_report.section(json.load(f)))
+        from benchmarks.elastic import report as elastic_report
+        from benchmarks.single_host import ddp_report, latency_report
+        img_dir = os.path.join(doc_dir, "img")
+        # (results file, heading, its section's markdown from the loaded results)
+        for name, heading, render in (
+                ("elastic.json", "Elastic workers: reacting to a new host and to a worker's death",
+                 elastic_report.section),
+                ("latency.json", "Latency: small collectives on one host",
+                 lambda res: latency_report.section(res, doc_dir, img_dir)),
+                ("ddp.json", "torch.distributed: DDP on the herring engine", ddp_report.section)):
+            path = os.path.join(results_dir, name)
+            if os.path.exists(path):
+                with open(path) as f:
+                    res = json.load(f)
+                self.add(f"## {heading}\n")
+                self.add(render(res))
         cluster_md = os.path.join(doc_dir, "benchmarks_cluster.md")
         if os.path.exists(cluster_md) and not self.cluster:
             self.add("## R2SP, PSLD and the cluster goals in the simulated cluster\n")
