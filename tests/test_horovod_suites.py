@@ -196,7 +196,12 @@ def test_known_failure_fails_for_its_reason(name, failure):
     suite = SUITES[name]
     _require_suite(suite)
     run, per_rank = _known_run(name, failure)
-    assert sorted(per_rank) == list(range(suite.np)), f"ranks reported {sorted(per_rank)}\n{run.output[-8000:]}"
+    # A failure that puts the ranks out of step ends the job: horovodrun terminates the others as
+    # soon as the first rank exits, and a rank killed then has not written its report yet. Such a
+    # rank may be missing, but only when the launcher says it killed it (SIGTERM, 143).
+    unreported = [r for r in range(suite.np) if r not in per_rank]
+    unexplained = [r for r in unreported if f"Process {r} exit with status code 143" not in run.output]
+    assert per_rank and not unexplained, f"ranks reported {sorted(per_rank)}\n{run.output[-8000:]}"
     outcomes = {r: cases.get(failure.test, ("missing", "")) for r, cases in per_rank.items()}
     passed = [r for r, (o, _) in outcomes.items() if o != "failed"]
     assert not passed, (f"{failure.test} did not fail on ranks {passed} ({outcomes}): if it passes now, "
