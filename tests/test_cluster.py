@@ -182,6 +182,54 @@ def test_4_hosts_x_2_ranks_over_ssh():
     assert_nothing_left(before, inodes, workdir)
 
 
+def elastic_over_ssh(c, scenario, hosts, np_, min_np, max_np):
+    """An elastic horovodrun job of the torch elastic worker (tests/workers/elastic_common.py's
+    scenario) inside the cluster: the driver on host 0 reads a discovery script naming simulated
+    hosts and starts their workers over ssh. Returns the outcome, {"A": host, ...} and the
+    round-layout checker of test_elastic_workers."""
+    import test_elastic_workers as elastic
+    results = launch.scratch_dir(f"herring-elastic-ssh-{scenario}-")
+    # A and B are hosts other than the driver's: an elastic driver whose hosts are all its own
+    # looks for the interface of 127.0.0.1 among --network-interfaces (Horovod's rule), not eth0.
+    # C, the replacement host, is the driver's (its worker starts without ssh).
+    names = dict(zip("ABC", c.host_names[1:] + c.host_names[:1]))
+    hosts_file, discover = elastic.common.write_discovery(
+        results, [h.format(**{f"HOST_{k}": v for k, v in names.items()}) for h in hosts])
+    env = launch.herring_env(HERRING_TEST_RESULTS=results, HERRING_TEST_SCENARIO=scenario,
+                             HERRING_TEST_HOSTS_FILE=hosts_file,
+                             **{f"HERRING_TEST_HOST_{k}": v for k, v in names.items()},
+                             PYTHONPATH=os.path.join(launch.ROOT, "tests", "workers") + os.pathsep +
+                             os.path.join(launch.ROOT, "tests"))
+    run = c.horovodrun([sys.executable, elastic.WORKERS["torch"]], np=np_, env=env, cwd=launch.ROOT,
+                       timeout=elastic.TIMEOUT, discovery_script=discover,
+                       extra_args=["--min-np", str(min_np), "--max-np", str(max_np)])
+    outcome = elastic.Outcome(run, results, scenario)
+    for e in outcome.events:
+        if e["event"] == "round":   # each worker ran in the namespace of the host it was placed on
+            assert e["node"] == e["host"], e
+    return outcome, names, elastic.hosts_of
+
+
+@needs_cluster
+def test_elastic_workers_across_hosts_over_ssh():
+    """Issue 11 across simulated hosts: a host added then the first removed, and a worker killed
+    mid-step with a replacement host, each checked as on one machine (rounds, weights)."""
+    before = machine_state()
+    with SimulatedCluster(hosts=3, slots=2, rate="1gbit") as c:
+        inodes, workdir = c.netns_inodes, c.workdir
+        added, names, hosts_of = elastic_over_ssh(c, "add_remove", ["{HOST_A}:2"], 2, 1, 4)
+        killed, _, _ = elastic_over_ssh(c, "kill_then_replace", ["{HOST_A}:2", "{HOST_B}:2"], 4, 2, 4)
+    A, B, C = names["A"], names["B"], names["C"]
+    assert added.run.returncode == 0, added.output[-5000:]
+    assert hosts_of(added.rounds()) == [(2, {A}), (4, {A, B}), (2, {B})], added.rounds()
+    assert f"{A}[0] has been removed from elastic job" in added.output
+    added.check_weights()
+    assert killed.run.returncode == 0, killed.output[-5000:]
+    assert hosts_of(killed.rounds()) == [(4, {A, B}), (2, {B}), (4, {B, C})], killed.rounds()
+    killed.check_weights()
+    assert_nothing_left(before, inodes, workdir)
+
+
 @needs_cluster
 def test_failing_command_and_exception_leave_nothing_behind():
     before = machine_state()

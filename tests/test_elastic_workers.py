@@ -6,7 +6,9 @@ changes while it trains, on one machine with two host names (localhost, 127.0.0.
 Each scenario is one launch (tests/workers/elastic_common.py says what happens at which step);
 its tests check the sizes, ranks and hosts that each round saw, what the job's output says, and
 that the final weights equal a float64 reference replaying exactly the committed steps (no
-gradient lost or counted twice)."""
+gradient lost or counted twice). Workers: torch, TF2 (GradientTape), and model.fit with Horovod's
+elastic callbacks under Keras 3 and Keras 2 (tf_keras). test_cluster.py runs the torch worker
+across simulated hosts."""
 
 import json
 import os
@@ -22,7 +24,11 @@ import elastic_common as common  # noqa: E402
 
 A, B = common.HOST_A, common.HOST_B
 WORKERS = {"torch": os.path.join("tests", "workers", "elastic_torch_worker.py"),
-           "tf": os.path.join("tests", "workers", "elastic_tf_worker.py")}
+           "tf": os.path.join("tests", "workers", "elastic_tf_worker.py"),
+           "keras3": os.path.join("tests", "workers", "elastic_keras_worker.py"),
+           "keras2": os.path.join("tests", "workers", "elastic_keras_worker.py")}
+# What selects the Keras flavour of tf.keras (unset: Keras 3, TensorFlow's default).
+FRAMEWORK_ENV = {"keras2": {"TF_USE_LEGACY_KERAS": "1"}}
 TIMEOUT = 240  # bound of one launch; a scenario takes 10-40 s here
 
 
@@ -80,7 +86,7 @@ def elastic_launch(framework, scenario, np_, hosts, min_np, max_np, extra=()):
     env = launch.herring_env(HERRING_TEST_RESULTS=results, HERRING_TEST_SCENARIO=scenario,
                              HERRING_TEST_HOSTS_FILE=hosts_file,
                              PYTHONPATH=os.path.join(launch.ROOT, "tests", "workers") + os.pathsep +
-                             os.path.join(launch.ROOT, "tests"))
+                             os.path.join(launch.ROOT, "tests"), **FRAMEWORK_ENV.get(framework, {}))
     return Outcome(launch._run(cmd, env, TIMEOUT), results, scenario)
 
 
@@ -111,6 +117,10 @@ LAUNCHES = {
 }
 
 FRAMEWORKS = ["torch", "tf"]
+# model.fit with Horovod's elastic callbacks, in the scenarios that change the membership both
+# ways: a host added (HostsUpdatedInterrupt at a commit, the state broadcast to the newcomers) and
+# removed, and a worker killed mid-step (HorovodInternalError, restore) with a replacement.
+KERAS = ["keras3", "keras2"]
 
 
 def hosts_of(rounds):
@@ -127,7 +137,7 @@ def hosts_of(rounds):
     return out
 
 
-@pytest.mark.parametrize("framework", FRAMEWORKS)
+@pytest.mark.parametrize("framework", FRAMEWORKS + KERAS)
 def test_hosts_added_then_removed(framework):
     o = outcome(framework, "add_remove")
     assert o.run.returncode == 0, o.output[-5000:]
@@ -159,7 +169,7 @@ def test_worker_killed_no_replacement(framework):
     o.check_weights()
 
 
-@pytest.mark.parametrize("framework", FRAMEWORKS)
+@pytest.mark.parametrize("framework", FRAMEWORKS + KERAS)
 def test_worker_killed_then_replacement_joins(framework):
     o = outcome(framework, "kill_then_replace")
     assert o.run.returncode == 0, o.output[-5000:]

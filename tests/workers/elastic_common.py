@@ -7,14 +7,16 @@ Numpy only: the test process imports this without a framework or the herring swi
 import json
 import os
 import signal
+import socket
 import time
 
 import numpy as np
 
 # Distinct names of this one machine: horovodrun's driver sees each as its own host (and runs
-# its workers locally, since each resolves to a local address).
-HOST_A = "localhost"
-HOST_B = "127.0.0.1"
+# its workers locally, since each resolves to a local address). In the simulated cluster they
+# are the names of its hosts instead (HERRING_TEST_HOST_A/B/C), reached over ssh.
+HOST_A = os.environ.get("HERRING_TEST_HOST_A", "localhost")
+HOST_B = os.environ.get("HERRING_TEST_HOST_B", "127.0.0.1")
 
 IN_FEATURES = 6
 BATCH = 4
@@ -89,9 +91,11 @@ def resources():
 
 def third_host():
     """A third name of this machine for a replacement host: its first non-loopback IPv4 address
-    (local to horovodrun, which therefore starts the worker without ssh)."""
+    (local to horovodrun, which therefore starts the worker without ssh), unless
+    HERRING_TEST_HOST_C names one."""
+    if os.environ.get("HERRING_TEST_HOST_C"):
+        return os.environ["HERRING_TEST_HOST_C"]
     import psutil
-    import socket
     for addrs in psutil.net_if_addrs().values():
         for a in addrs:
             if a.family == socket.AF_INET and not a.address.startswith("127."):
@@ -233,24 +237,40 @@ class Scenario:
                 os.kill(os.getpid(), signal.SIGKILL)
             raise RuntimeError(f"injected failure of rank {hvd.rank()} on {self.host} at step {step}")
 
-    def train(self, state, train_step):
-        """The body of the hvd.elastic.run function: from the committed step to the last."""
+    def begin_round(self, state):
+        """Logs what hvd reports at the start of a round (after a reset, the new membership)."""
         hvd = self.hvd
         self.log(event="round", rank=hvd.rank(), size=hvd.size(), local_rank=hvd.local_rank(),
                  local_size=hvd.local_size(), cross_rank=hvd.cross_rank(), cross_size=hvd.cross_size(),
-                 host=self.host, step=state.step, **resources())
+                 host=self.host, node=socket.gethostname(), step=state.step, **resources())
+
+    def before_step(self, state, step):
+        """Carries out the step's host change and holds until it lands; returns the step's action
+        (for mid_step)."""
+        hvd = self.hvd
+        action = self.actions.get(step, {})
+        if action.get("hosts") and hvd.rank() == 0 and once(self.results, f"hosts.{step}"):
+            write_hosts(self.hosts_file, action["hosts"])
+            self.log(event="hosts", step=step, hosts=action["hosts"], size=hvd.size())
+        if action.get("expect") and not action.get("fail"):  # a failure resets by itself
+            self.hold_until_size(state, action["expect"], step)
+        return action
+
+    def after_step(self, state, step):
+        """Records a trained step in the state (committed by the caller) and in the event log."""
+        hvd = self.hvd
+        state.step = step + 1
+        state.history = state.history + [(step, hvd.size())]  # a new list: save() keeps a reference
+        self.log(event="step", step=step, rank=hvd.rank(), size=hvd.size(), host=self.host)
+
+    def train(self, state, train_step):
+        """The body of the hvd.elastic.run function: from the committed step to the last."""
+        self.begin_round(state)
         while state.step < self.steps:
             step = state.step
-            action = self.actions.get(step, {})
-            if action.get("hosts") and hvd.rank() == 0 and once(self.results, f"hosts.{step}"):
-                write_hosts(self.hosts_file, action["hosts"])
-                self.log(event="hosts", step=step, hosts=action["hosts"], size=hvd.size())
-            if action.get("expect") and not action.get("fail"):  # a failure resets by itself
-                self.hold_until_size(state, action["expect"], step)
+            action = self.before_step(state, step)
             train_step(step, lambda: self.mid_step(step, action))
-            state.step = step + 1
-            state.history = state.history + [(step, hvd.size())]  # a new list: save() keeps a reference
-            self.log(event="step", step=step, rank=hvd.rank(), size=hvd.size(), host=self.host)
+            self.after_step(state, step)
             state.commit()
 
     def finish(self, state, weight, bias, lr=LR, momentum=MOMENTUM):

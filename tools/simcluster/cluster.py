@@ -270,7 +270,8 @@ class SimulatedCluster:
                 self._commands.remove(proc)
         return Run(proc.returncode, out, time.monotonic() - started, list(argv))
 
-    def horovodrun_argv(self, command, np=None, slots_per_host=None, extra_args=(), with_servers=False):
+    def horovodrun_argv(self, command, np=None, slots_per_host=None, extra_args=(), with_servers=False,
+                        discovery_script=None):
         spec = self.spec
         slots = slots_per_host or None
         hosts = spec.host_list(slots)
@@ -280,8 +281,10 @@ class SimulatedCluster:
             # last launched processes are the dedicated server shards, one per server host.
             hosts += "," + ",".join(f"{spec.hosts[i].name}:1" for i in spec.servers())
             total += len(spec.servers())
+        # Elastic: the hosts come from the discovery script (run by the driver on host 0).
+        placement = ["--host-discovery-script", discovery_script] if discovery_script else ["-H", hosts]
         return [os.path.join(BIN, "horovodrun"), "--gloo", "-np", str(np or total),
-                "-H", hosts, "-i", self.identity.user_key,
+                *placement, "-i", self.identity.user_key,
                 "--network-interfaces", "eth0"] + list(extra_args) + list(command)
 
     def job_env(self, env=None):
@@ -301,12 +304,13 @@ class SimulatedCluster:
         return out
 
     def horovodrun(self, command, np=None, slots_per_host=None, env=None, cwd=None, timeout=600,
-                   extra_args=(), with_servers=False):
+                   extra_args=(), with_servers=False, discovery_script=None):
         """Runs `horovodrun --gloo -np N -H simhost0:s,simhost1:s,... -i <userkey>
         --network-interfaces eth0 <command>` inside host 0; remote ranks start over ssh.
         with_servers=True appends every server host with one slot to -H (and to N), for
-        HERRING_DEDICATED_SERVERS=len(c.server_hosts)."""
-        argv = self.horovodrun_argv(command, np, slots_per_host, extra_args, with_servers)
+        HERRING_DEDICATED_SERVERS=len(c.server_hosts). discovery_script: an elastic job, its hosts
+        printed by that script instead of -H (add --min-np/--max-np to extra_args)."""
+        argv = self.horovodrun_argv(command, np, slots_per_host, extra_args, with_servers, discovery_script)
         return self.run(0, argv, env=self.job_env(env), cwd=cwd, timeout=timeout)
 
     # -- internals ----------------------------------------------------------------------------
