@@ -61,6 +61,9 @@ class HerringBasics:
                 exchange = elastic_rendezvous.prepare_init(self._epoch > 0) or bootstrap.exchange_function()
             self._engine = _native.Engine([list(ps.ranks) for ps in static_sets], self._epoch, exchange)
             self._epoch += 1
+            # Process-set changes are named per engine, as the engine names unnamed collectives:
+            # an elastic round's newcomers start from one, so the survivors must too.
+            self._process_set_changes = 0
             if self._engine.is_dedicated_server:
                 self._serve_and_exit()
             if not self._atexit_registered:

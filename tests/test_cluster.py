@@ -196,7 +196,7 @@ def elastic_over_ssh(c, scenario, hosts, np_, min_np, max_np):
     hosts_file, discover = elastic.common.write_discovery(
         results, [h.format(**{f"HOST_{k}": v for k, v in names.items()}) for h in hosts])
     env = launch.herring_env(HERRING_TEST_RESULTS=results, HERRING_TEST_SCENARIO=scenario,
-                             HERRING_TEST_HOSTS_FILE=hosts_file,
+                             HERRING_TEST_HOSTS_FILE=hosts_file, HOROVOD_DYNAMIC_PROCESS_SETS=1,
                              **{f"HERRING_TEST_HOST_{k}": v for k, v in names.items()},
                              PYTHONPATH=os.path.join(launch.ROOT, "tests", "workers") + os.pathsep +
                              os.path.join(launch.ROOT, "tests"))

@@ -65,8 +65,24 @@ class Outcome:
             assert (e["local_size"], e["cross_size"]) == (2, e["size"] // 2), e
             assert e["rank"] == 2 * e["cross_rank"] + e["local_rank"], e
 
+    def check_round_state(self):
+        """What each round rebuilt for its membership: the response cache serves it (hits grow
+        over a round's steps on every rank), and the round's process set (torch) gives its
+        members' sum."""
+        by_round = {}
+        for e in self.steps():
+            by_round.setdefault((e["pid"], e["size"]), []).append(e)
+            if "evens_sum" in e:
+                members = len(range(0, e["size"], 2))
+                assert (e["evens_size"], e["evens_sum"]) == (members, members * (e["step"] + 1.0)), e
+        for (pid, size), steps in by_round.items():
+            if len(steps) >= 4:
+                assert steps[-1]["cache_hits"] > steps[0]["cache_hits"], steps
+        return by_round
+
     def check_weights(self):
         self.check_places()
+        self.check_round_state()
         assert self.final is not None, self.output[-4000:]
         history = [tuple(h) for h in self.final["history"]]
         assert [s for s, _ in history] == list(range(self.total_steps)), history  # each step once
@@ -84,7 +100,7 @@ def elastic_launch(framework, scenario, np_, hosts, min_np, max_np, extra=()):
            "--max-np", str(max_np), "--host-discovery-script", discover, "--network-interface", "lo",
            *extra, sys.executable, WORKERS[framework]]
     env = launch.herring_env(HERRING_TEST_RESULTS=results, HERRING_TEST_SCENARIO=scenario,
-                             HERRING_TEST_HOSTS_FILE=hosts_file,
+                             HERRING_TEST_HOSTS_FILE=hosts_file, HOROVOD_DYNAMIC_PROCESS_SETS=1,
                              PYTHONPATH=os.path.join(launch.ROOT, "tests", "workers") + os.pathsep +
                              os.path.join(launch.ROOT, "tests"), **FRAMEWORK_ENV.get(framework, {}))
     return Outcome(launch._run(cmd, env, TIMEOUT), results, scenario)

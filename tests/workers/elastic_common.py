@@ -193,8 +193,9 @@ def read_events(results):
 
 class Scenario:
     """Runs the training loop of a worker through its scenario; framework-neutral: `hvd` is the
-    framework's Horovod module, `train_step(step, mid_step)` trains one step and calls
-    `mid_step()` between its forward pass and its gradient allreduce."""
+    framework's Horovod module, `train_step(step, mid_step)` trains one step, calls `mid_step()`
+    between its forward pass and its gradient allreduce, and may return fields for the step's
+    event."""
 
     def __init__(self, hvd):
         self.hvd = hvd
@@ -256,12 +257,15 @@ class Scenario:
             self.hold_until_size(state, action["expect"], step)
         return action
 
-    def after_step(self, state, step):
-        """Records a trained step in the state (committed by the caller) and in the event log."""
+    def after_step(self, state, step, **extra):
+        """Records a trained step in the state (committed by the caller) and in the event log,
+        with the engine's response-cache hits so far and what the step's `extra` says."""
+        import hvd_herring
         hvd = self.hvd
         state.step = step + 1
         state.history = state.history + [(step, hvd.size())]  # a new list: save() keeps a reference
-        self.log(event="step", step=step, rank=hvd.rank(), size=hvd.size(), host=self.host)
+        self.log(event="step", step=step, rank=hvd.rank(), size=hvd.size(), host=self.host,
+                 cache_hits=hvd_herring.counters()["cache_hits"], **extra)
 
     def train(self, state, train_step):
         """The body of the hvd.elastic.run function: from the committed step to the last."""
@@ -269,8 +273,8 @@ class Scenario:
         while state.step < self.steps:
             step = state.step
             action = self.before_step(state, step)
-            train_step(step, lambda: self.mid_step(step, action))
-            self.after_step(state, step)
+            extra = train_step(step, lambda: self.mid_step(step, action))
+            self.after_step(state, step, **(extra or {}))
             state.commit()
 
     def finish(self, state, weight, bias, lr=LR, momentum=MOMENTUM):
