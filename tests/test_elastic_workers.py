@@ -69,13 +69,16 @@ class Outcome:
         """What each round rebuilt for its membership: the response cache serves it (hits grow
         over a round's steps on every rank), and the round's process set (torch) gives its
         members' sum."""
-        by_round = {}
-        for e in self.steps():
-            by_round.setdefault((e["pid"], e["size"]), []).append(e)
-            if "evens_sum" in e:
-                members = len(range(0, e["size"], 2))
-                assert (e["evens_size"], e["evens_sum"]) == (members, members * (e["step"] + 1.0)), e
-        for (pid, size), steps in by_round.items():
+        rounds_of_pid, by_round = {}, {}
+        for e in self.events:              # in time order: a step belongs to its process's last round
+            if e["event"] == "round":
+                rounds_of_pid[e["pid"]] = rounds_of_pid.get(e["pid"], 0) + 1
+            elif e["event"] == "step":
+                by_round.setdefault((e["pid"], rounds_of_pid.get(e["pid"], 0)), []).append(e)
+                if "evens_sum" in e:
+                    members = len(range(0, e["size"], 2))
+                    assert (e["evens_size"], e["evens_sum"]) == (members, members * (e["step"] + 1.0)), e
+        for steps in by_round.values():
             if len(steps) >= 4:
                 assert steps[-1]["cache_hits"] > steps[0]["cache_hits"], steps
         return by_round
