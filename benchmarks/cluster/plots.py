@@ -2,13 +2,13 @@
 file from the analysis (benchmarks/cluster/analysis.py) and returns its path, or None when the run
 has nothing for it."""
 
-import os
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from benchmarks.common.figures import save_figure  # noqa: E402
 from benchmarks.common.formatting import fmt_bytes  # noqa: E402
 
 LAUNCH_COLORS = {"herring-dedicated": "#d62728", "ring": "#ff9896", "herring-colocated": "#9467bd",
@@ -16,14 +16,6 @@ LAUNCH_COLORS = {"herring-dedicated": "#d62728", "ring": "#ff9896", "herring-col
 LAUNCH_NAMES = {"herring-dedicated": "herring, 4 dedicated\nserver hosts", "ring": "ring",
                 "herring-colocated": "herring, colocated", "herring-colocated-2": "herring, colocated\n2 ranks/host",
                 "ring-2": "ring, 2 ranks/host"}
-
-
-def _save(fig, path):
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
 
 
 def _label(launch, cluster=None):
@@ -71,7 +63,7 @@ def goal_allreduce(goal, path):
     ax_b.set_ylabel("% of the algorithm's own link bound")
     ax_b.set_title("how close to the links' limit")
     ax_t.legend(fontsize=8)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def goal_gradsets(goal, path):
@@ -92,7 +84,7 @@ def goal_gradsets(goal, path):
         ax.set_title(f"{model} gradients ({fmt_bytes(rs[0]['bytes'])}), one step", fontsize=10)
         ax.grid(True, axis="y", alpha=0.3)
     axes[0][0].set_ylabel("median step (s); dashed: link bound")
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def goal_links(data, goal, path):
@@ -130,7 +122,7 @@ def goal_links(data, goal, path):
     axes[0][0].plot([], [], color="#1f77b4", label="server hosts")
     axes[0][0].plot([], [], color="black", ls="--", label="configured link rate")
     axes[0][0].legend(fontsize=8, loc="lower center")
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def r2sp(r, path):
@@ -156,7 +148,7 @@ def r2sp(r, path):
     ax_b.set_xticklabels([x["schedule"] for x in ls])
     ax_b.set_title("median step (dashed: link bound)")
     ax_b.grid(True, axis="y", alpha=0.3)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def hetero(rows, path):
@@ -186,7 +178,7 @@ def hetero(rows, path):
     ax_s.set_title("batch sizes chosen by the tuner")
     ax_s.legend(fontsize=8)
     ax_s.grid(True, alpha=0.3)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def psld(p, path, title):
@@ -222,4 +214,4 @@ def psld(p, path, title):
         ax_h.set_title("the partition map, after every step", fontsize=10)
         ax_h.legend(fontsize=8)
         ax_h.grid(True, alpha=0.3)
-    return _save(fig, path)
+    return save_figure(fig, path)

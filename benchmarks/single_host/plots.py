@@ -1,26 +1,18 @@
 """PNG plots of a single-host run (matplotlib, no display needed). Each function writes one file and returns its
 path, or None when the run has nothing to plot for it."""
 
-import os
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from benchmarks.common.figures import save_figure  # noqa: E402
 from benchmarks.common.formatting import fmt_bytes  # noqa: E402
 from benchmarks.single_host.results import BOUND_MIN_BYTES  # noqa: E402
 
 COLORS = {"herring": "#d62728", "herring-ring": "#ff9896", "herring-zero-copy": "#8c1515", "torch-gloo": "#1f77b4",
           "ddp-herring": "#ff7f0e", "horovod-gloo": "#2ca02c", "mpi": "#9467bd"}
-
-
-def _save(fig, path):
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
 
 
 def allreduce(res, np, path):
@@ -58,7 +50,7 @@ def allreduce(res, np, path):
     ax_t.legend(fontsize=8)
     if ax_r.get_legend_handles_labels()[0]:
         ax_r.legend(fontsize=8)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def bars(res, workload_ids, path, title, variants=("",)):
@@ -93,4 +85,4 @@ def bars(res, workload_ids, path, title, variants=("",)):
         ax.grid(True, axis="y", alpha=0.3)
     axes[0][0].set_ylabel("median step time (s), slowest rank")
     fig.suptitle(title)
-    return _save(fig, path)
+    return save_figure(fig, path)
