@@ -171,11 +171,12 @@ class HerringBasics:
 
     # --- collectives plumbing -----------------------------------------------------------------
     def enqueue(self, op_type, name, process_set_id, dtype, reduce_op, prescale, postscale, root, tensors,
-                set_ranks=(), set_id=-1):
+                set_ranks=(), set_id=-1, in_program_order=False):
+        """in_program_order: a name still in flight is waited behind, not rejected (torch.distributed)."""
         try:
             return self.engine().enqueue(OP_TYPES[op_type], name or "", process_set_id, dtype, reduce_op,
                                          float(prescale), float(postscale), int(root), tensors,
-                                         list(set_ranks), int(set_id))
+                                         list(set_ranks), int(set_id), bool(in_program_order))
         except _native.HerringError as e:
             raise HorovodInternalError(str(e)) from e
 

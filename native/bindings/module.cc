@@ -27,7 +27,7 @@ using TensorArg = std::tuple<uintptr_t, uintptr_t, std::vector<int64_t>, std::ve
 int64_t EnqueueFromPython(Engine& e, int op_type, const std::string& name, int process_set, int dtype,
                           int reduce_op, double prescale, double postscale, int root,
                           const std::vector<TensorArg>& tensors, const std::vector<int32_t>& set_ranks,
-                          int set_id) {
+                          int set_id, bool in_program_order) {
   if (op_type < 0 || op_type >= kNumOpTypes) throw Error(Status::InvalidArgument("bad op type"));
   if (!IsValidDataType(dtype)) throw Error(Status::InvalidArgument("bad dtype"));
   if (!IsValidReduceOp(reduce_op)) throw Error(Status::InvalidArgument("bad reduce op"));
@@ -42,6 +42,7 @@ int64_t EnqueueFromPython(Engine& e, int op_type, const std::string& name, int p
   req.meta.root = root;
   req.meta.set_ranks = set_ranks;
   req.meta.set_id = set_id;
+  req.in_program_order = in_program_order;
   for (const auto& t : tensors) {
     req.meta.tensors.push_back({std::get<2>(t), std::get<3>(t)});
     req.buffers.push_back({reinterpret_cast<const void*>(std::get<0>(t)), reinterpret_cast<void*>(std::get<1>(t))});
@@ -54,7 +55,7 @@ int64_t EnqueueOne(Engine& e, int op_type, const std::string& name, int process_
                    double prescale, double postscale, int root, uintptr_t input, uintptr_t output,
                    const std::vector<int64_t>& shape) {
   return EnqueueFromPython(e, op_type, name, process_set, dtype, reduce_op, prescale, postscale, root,
-                           {TensorArg{input, output, shape, {}}}, {}, -1);
+                           {TensorArg{input, output, shape, {}}}, {}, -1, false);
 }
 
 // Waits for a collective without the GIL, in slices between which Python's signal handlers run:
@@ -233,7 +234,8 @@ PYBIND11_MODULE(_native, m) {
                              })
       .def("enqueue", &EnqueueFromPython, py::arg("op_type"), py::arg("name"), py::arg("process_set"),
            py::arg("dtype"), py::arg("reduce_op"), py::arg("prescale"), py::arg("postscale"), py::arg("root"),
-           py::arg("tensors"), py::arg("set_ranks") = std::vector<int32_t>(), py::arg("set_id") = -1)
+           py::arg("tensors"), py::arg("set_ranks") = std::vector<int32_t>(), py::arg("set_id") = -1,
+           py::arg("in_program_order") = false)
       .def("enqueue_one", &EnqueueOne)
       .def("wait", &WaitSimple, py::arg("handle"), py::arg("timeout_seconds") = -1.0)
       .def("poll", &Engine::Poll)

@@ -436,6 +436,11 @@ int64_t Engine::Enqueue(Request request) {
                std::to_string(++auto_names_[{static_cast<int>(m.type), m.process_set}]);
     }
     Key key{m.process_set, m.name};
+    if (in_flight_.count(key) && request.in_program_order) {
+      handle = handles_.Create(std::move(request.on_complete));
+      held_[key].emplace_back(std::move(request), handle);
+      return handle;  // the loop is busy with its name: nothing to wake
+    }
     if (in_flight_.count(key)) {
       throw Error(Status::InvalidArgument(std::string(OpTypeName(m.type)) + " '" + m.name + "' on rank " +
                                           std::to_string(rank()) +

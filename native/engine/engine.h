@@ -72,6 +72,10 @@ struct Request {
   // If set, the result is pushed here (on the engine's thread) instead of being waited for.
   HandleTable::Callback on_complete;
   int64_t enqueued_us = 0;  // for the timeline
+  // Matched in program order (torch.distributed): a request whose name is still in flight waits
+  // behind it instead of being rejected, so the n-th request of a name pairs with every rank's
+  // n-th. Such names can stay the same from step to step, and so hit the response cache.
+  bool in_program_order = false;
 };
 
 class Engine;
@@ -222,6 +226,7 @@ class Engine {
   void ApplyProcessSetChange(const Response& response);
   Pending* FindPending(const Response& response);
   void Finish(const Response& response, OpResult result);
+  bool HeldRequestAwaited(const Key& key) const;  // a request held behind `key` is waited on
   ExecContext MakeContext(ProcessSet& set, uint32_t unit);
 
   Config config_;
@@ -267,6 +272,9 @@ class Engine {
   mutable std::mutex queue_mu_;
   std::deque<std::pair<Request, int64_t>> incoming_;
   std::set<Key> in_flight_;            // names queued or pending: duplicates are rejected
+  // Requests in program order whose name was in flight (Request::in_program_order), oldest first:
+  // the next one enters the queue when the one ahead of it finishes.
+  std::map<Key, std::deque<std::pair<Request, int64_t>>> held_;
   // Per (op type, process set), for requests without a name: only the set's members call it.
   std::map<std::pair<int, int32_t>, uint64_t> auto_names_;
   std::atomic<bool> shutdown_requested_{false};
