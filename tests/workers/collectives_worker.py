@@ -362,6 +362,53 @@ def gradients_of_collectives():
     assert torch.allclose(x.grad, torch.ones(3, dtype=torch.float64) * (1.0 if R == 0 else 0.0)), x.grad
 
 
+@check
+def sync_batch_norm_uses_the_global_batch_on_cpu():
+    # Rank r holds r + 2 samples; two layers of different widths. Forward outputs, running
+    # statistics and input gradients must equal batch norm over every rank's samples at once, and
+    # the weight gradients, summed over ranks, its weight gradients.
+    counts = [r + 2 for r in range(N)]
+    inputs = [make(r, (counts[r], 3, 4, 2), torch.float64, 820) for r in range(N)]
+    grads = [make(r, (counts[r], 5, 4, 2), torch.float64, 821) for r in range(N)]
+    torch.manual_seed(5)
+    conv = torch.nn.Conv2d(3, 5, 1).double()
+
+    def net(bn_class):
+        torch.manual_seed(6)
+        first, second = bn_class(3).double(), bn_class(5).double()
+        with torch.no_grad():
+            for bn in (first, second):
+                bn.weight.uniform_(0.5, 1.5)
+                bn.bias.uniform_(-0.5, 0.5)
+        return first, second
+
+    def run(first, second, x, gy):
+        x = x.clone().requires_grad_()
+        out = second(conv(first(x)))
+        (out * gy).sum().backward()
+        return out.detach(), x.grad
+
+    ref_first, ref_second = net(torch.nn.BatchNorm2d)
+    want_out, want_grad = run(ref_first, ref_second, torch.cat(inputs), torch.cat(grads))
+    conv.zero_grad()
+    first, second = net(hvd.SyncBatchNorm)
+    out, grad = run(first, second, inputs[R], grads[R])
+    start = sum(counts[:R])
+    assert_close(out, want_out[start:start + counts[R]], "SyncBatchNorm forward")
+    assert_close(grad, want_grad[start:start + counts[R]], "SyncBatchNorm input gradient")
+    for mine, ref, what in ((first, ref_first, "first"), (second, ref_second, "second")):
+        assert_close(mine.running_mean, ref.running_mean, f"SyncBatchNorm {what} running mean")
+        assert_close(mine.running_var, ref.running_var, f"SyncBatchNorm {what} running var")
+        for p, q, name in ((mine.weight, ref.weight, "weight"), (mine.bias, ref.bias, "bias")):
+            total = hvd.allreduce(p.grad, op=hvd.Sum, name=f"syncbn.{what}.{name}")
+            assert_close(total, q.grad, f"SyncBatchNorm {what} {name} gradient summed over ranks")
+    first.eval()
+    x = inputs[R][:1]
+    assert_close(first(x), torch.nn.functional.batch_norm(x, ref_first.running_mean, ref_first.running_var,
+                                                          ref_first.weight, ref_first.bias),
+                 "SyncBatchNorm in eval mode uses the running statistics")
+
+
 # --- synchronization ---------------------------------------------------------------------------
 
 @check
