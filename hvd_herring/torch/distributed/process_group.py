@@ -461,9 +461,13 @@ class HerringProcessGroup(dist.ProcessGroup):
 
 def _run_eagerly(cls):
     """torch.compile must call the collectives, not trace into them: Dynamo treats a process
-    group as an opaque object (DDP's forward broadcasts buffers from inside a compiled frame)."""
+    group as an opaque object (DDP's forward broadcasts buffers from inside a compiled frame).
+    Only the entry points torch calls are wrapped: what they call runs eagerly with them
+    (recursive), and each wrapper costs microseconds per call."""
+    torch_calls = {"_allgather_base", "_reduce_scatter_base"}  # the entry points with a leading _
     for name, fn in list(vars(cls).items()):
-        if callable(fn) and not name.startswith("__") and not isinstance(fn, property):
+        entry = not name.startswith("_") or name in torch_calls
+        if callable(fn) and entry and not isinstance(fn, property):
             setattr(cls, name, torch.compiler.disable(fn, recursive=True))
     return cls
 
