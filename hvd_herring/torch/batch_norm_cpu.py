@@ -5,9 +5,12 @@ Horovod's and torch's alike, cannot train on a CPU. Same arguments and results a
 with ordinary tensor operations; statistics are accumulated in float32 at least (float64 stays
 float64), as torch's kernels do for half precision.
 
-Channels are dimension 1 of an (N, C, ...) input; "per channel" reduces every other dimension."""
+Channels are dimension 1 of an (N, C, ...) input; "per channel" reduces every other dimension.
+SynchronizedBatchNorm, at the end, is the algorithm over them, for any carrier of collectives."""
 
 import torch
+from torch.autograd.function import Function
+from torch.nn.modules.batchnorm import _BatchNorm
 
 
 def _acc(t):
@@ -83,3 +86,77 @@ def batch_norm_backward_elemt(grad_output, input, mean, invstd, weight, sum_dy, 
     xmu = _acc(input) - mean.view(shape)
     grad = (_acc(grad_output) - mean_dy - xmu * inv * inv * mean_dy_xmu) * scale
     return grad.to(input.dtype)
+
+
+class SynchronizedBatchNorm(_BatchNorm):
+    """Synchronized batch norm on these primitives, whatever carries its collectives: subclasses
+    say how many ranks there are and how the packed statistics travel. Forward: this rank's
+    per-channel (mean, invstd, count), packed into one (2C+1,) tensor, gathered from every rank
+    into (ranks, 2C+1), combined into the global statistics. Backward: the per-channel (sum_dy,
+    sum_dy_xmu), packed into one (2C,) tensor, summed over the ranks. The weight and bias
+    gradients stay local: data-parallel training allreduces them with the other gradients."""
+
+    def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=True, track_running_stats=True):
+        super().__init__(num_features, eps, momentum, affine, track_running_stats)
+
+    def world_size(self):
+        raise NotImplementedError
+
+    def gather_statistics(self, packed):
+        """(2C+1,) from this rank -> (ranks, 2C+1), in rank order."""
+        raise NotImplementedError
+
+    def sum_over_ranks(self, packed):
+        """(2C,) from this rank -> the (2C,) sum over every rank."""
+        raise NotImplementedError
+
+    def _check_input_dim(self, input):
+        if input.dim() < 2:
+            raise ValueError(f"expected at least 2D input (got {input.dim()}D input)")
+
+    def forward(self, input):
+        self._check_input_dim(input)
+        momentum = 0.0 if self.momentum is None else self.momentum
+        if self.training and self.track_running_stats:
+            self.num_batches_tracked.add_(1)
+            if self.momentum is None:  # a cumulative moving average, as torch's BatchNorm
+                momentum = 1.0 / float(self.num_batches_tracked)
+        if (not self.training and self.track_running_stats) or self.world_size() == 1:
+            return torch.nn.functional.batch_norm(
+                input, self.running_mean, self.running_var, self.weight, self.bias,
+                self.training or not self.track_running_stats, momentum, self.eps)
+        return _SynchronizedBatchNorm.apply(input, self.weight, self.bias, self.running_mean, self.running_var,
+                                            self.eps, momentum, self)
+
+
+class _SynchronizedBatchNorm(Function):
+    @staticmethod
+    def forward(ctx, input, weight, bias, running_mean, running_var, eps, momentum, module):
+        input = input.contiguous()
+        channels = input.size(1)
+        mean, invstd = batch_norm_stats(input, eps)
+        count = torch.full((1,), input.numel() // channels, dtype=mean.dtype)
+        gathered = module.gather_statistics(torch.cat([mean, invstd, count]))
+        mean_all, invstd_all, count_all = torch.split(gathered, [channels, channels, 1], dim=1)
+        count_all = count_all.reshape(-1)
+        mean, invstd = batch_norm_gather_stats_with_counts(input, mean_all, invstd_all, running_mean, running_var,
+                                                           momentum, eps, count_all)
+        ctx.save_for_backward(input, weight, mean, invstd, count_all)
+        ctx.module = module
+        return batch_norm_elemt(input, weight, bias, mean, invstd, eps)
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        grad_output = grad_output.contiguous()
+        input, weight, mean, invstd, count_all = ctx.saved_tensors
+        need_input, need_weight, need_bias = ctx.needs_input_grad[0:3]
+        sum_dy, sum_dy_xmu, grad_weight, grad_bias = batch_norm_backward_reduce(
+            grad_output, input, mean, invstd, weight, need_input, need_weight, need_bias)
+        grad_input = None
+        if need_input:
+            channels = input.size(1)
+            sums = ctx.module.sum_over_ranks(torch.cat([sum_dy, sum_dy_xmu]))
+            sum_dy, sum_dy_xmu = torch.split(sums, [channels, channels])
+            grad_input = batch_norm_backward_elemt(grad_output, input, mean, invstd, weight, sum_dy, sum_dy_xmu,
+                                                   count_all)
+        return grad_input, grad_weight, grad_bias, None, None, None, None, None
