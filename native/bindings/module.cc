@@ -1,11 +1,13 @@
 // The Python module `hvd_herring._native`: the engine object and every constant Python needs
-// (dtypes, reduce ops, op types, knobs), so that none is written twice.
+// (dtypes, reduce ops, op types, knobs), so that none is written twice. Horovod's handles are
+// Work objects (work_handle.h).
 #include <pybind11/functional.h>
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
 #include "bindings/dlpack_export.h"
+#include "bindings/work_handle.h"
 #include "common/dtype.h"
 #include "common/knobs.h"
 #include "common/reduce_op.h"
@@ -58,25 +60,13 @@ int64_t EnqueueOne(Engine& e, int op_type, const std::string& name, int process_
                            {TensorArg{input, output, shape, {}}}, {}, -1, false);
 }
 
-// Waits for a collective without the GIL, in slices between which Python's signal handlers run:
-// Ctrl-C, and pytest-timeout's alarm, interrupt a wait the way they interrupt time.sleep().
-Status WaitServingSignals(Engine& e, int64_t handle, double timeout_seconds) {
-  const Deadline deadline = timeout_seconds < 0 ? Deadline::Never() : Deadline::AfterSeconds(timeout_seconds);
-  while (true) {
-    Status s;
-    {
-      py::gil_scoped_release release;
-      s = e.Wait(handle, Deadline::Earlier(Deadline::AfterSeconds(0.2), deadline));
-    }
-    if (s.code() != StatusCode::kTimeout || deadline.Expired()) return s;
-    if (PyErr_CheckSignals() != 0) throw py::error_already_set();
-  }
-}
-
+// Engine.wait / wait_and_take: raw engine handles, for the torch.distributed backend's Work
+// (hvd_herring/torch/distributed/work.py). Horovod's handle API uses _native.Work (work_handle.h).
+//
 // Waits for a collective whose outputs the caller provided; returns its value (join: the last
 // rank; process sets: the id) or raises its error.
 int64_t WaitSimple(Engine& e, int64_t handle, double timeout_seconds) {
-  Status s = WaitServingSignals(e, handle, timeout_seconds);
+  Status s = WaitServingSignals(e, handle, WaitDeadline(timeout_seconds));
   if (!s.ok()) throw Error(s);
   OpResult r = e.Take(handle);
   if (!r.status.ok()) throw Error(r.status);
@@ -86,7 +76,7 @@ int64_t WaitSimple(Engine& e, int64_t handle, double timeout_seconds) {
 // Waits (see WaitServingSignals), then returns (outputs as DLPack capsules, shapes, received splits,
 // value) or raises the operation's error.
 py::tuple WaitAndTake(Engine& e, int64_t handle, double timeout_seconds, int dtype) {
-  Status s = WaitServingSignals(e, handle, timeout_seconds);
+  Status s = WaitServingSignals(e, handle, WaitDeadline(timeout_seconds));
   if (!s.ok()) throw Error(s);  // still pending: the handle stays valid
   OpResult r = e.Take(handle);
   if (!r.status.ok()) throw Error(r.status);
@@ -102,24 +92,7 @@ py::tuple WaitAndTake(Engine& e, int64_t handle, double timeout_seconds, int dty
 PYBIND11_MODULE(_native, m) {
   m.doc() = "hvd_herring native core";
 
-  static py::exception<Error> herring_error(m, "HerringError", PyExc_RuntimeError);
-  py::register_exception_translator([](std::exception_ptr p) {
-    try {
-      if (p) std::rethrow_exception(p);
-    } catch (const Error& e) {
-      const Status& s = e.status();
-      if (s.code() == StatusCode::kInvalidArgument) {
-        PyErr_SetString(PyExc_ValueError, s.message().c_str());
-      } else if (s.code() == StatusCode::kTimeout && s.message().rfind("handle ", 0) == 0) {
-        PyErr_SetString(PyExc_TimeoutError, s.message().c_str());
-      } else {
-        py::object exc = herring_error;
-        py::object instance = exc(s.message());
-        instance.attr("code") = StatusCodeName(s.code());
-        PyErr_SetObject(herring_error.ptr(), instance.ptr());
-      }
-    }
-  });
+  BindErrors(m);  // HerringError, and Error -> ValueError / TimeoutError / HerringError
 
   py::dict dtypes;
   for (int i = 0; i < kNumDataTypes; ++i) dtypes[DataTypeName(static_cast<DataType>(i))] = i;
@@ -283,4 +256,5 @@ PYBIND11_MODULE(_native, m) {
       .def("counters", &Engine::CountersSnapshot)
       .def("failure", [](const Engine& e) { return e.failure().message(); });
   BindP2p(m);
+  BindWork(m);
 }

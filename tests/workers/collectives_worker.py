@@ -495,6 +495,66 @@ def bad_input_is_rejected_locally():
 # --- disagreement between ranks -----------------------------------------------------------------
 
 @check
+def handles_own_their_request():
+    # Horovod's handles are integers naming a native Work (hvd_herring.torch.mpi_ops._works): it
+    # keeps the tensors alive, waits with a deadline, reports its error, hands its result out once.
+    from hvd_herring.torch import mpi_ops
+    from hvd_herring import _native
+    # The engine reads a contiguous copy nobody else references: the Work keeps it alive.
+    h = hvd.allreduce_async(make(R, (6, 4), torch.float32, 500).t(), op=hvd.Sum, name="work.copy")
+    assert isinstance(h, int) and h > 0, h
+    import gc
+    gc.collect()
+    expected = reduce_reference([make(r, (6, 4), torch.float32, 500).t() for r in range(N)], hvd.Sum)
+    assert_close(hvd.synchronize(h), expected, "allreduce of a temporary contiguous copy")
+    assert hvd.synchronize(h) is None, "a handle's result is handed out once"
+    try:
+        hvd.poll(h)
+    except ValueError:
+        pass
+    else:
+        raise AssertionError("poll of a synchronized handle must raise")
+    # A deadline passes while the other ranks are late: TimeoutError, the handle stays valid.
+    if R != 0:
+        time.sleep(0.5)
+    h = hvd.grouped_allgather_async([make(R, (R + 1,), torch.float32, 501), make(R, (2,), torch.int32, 502)],
+                                    name="work.late")
+    work = mpi_ops._works[h]
+    if R == 0:
+        try:
+            work.wait(timeout=0.05)
+        except TimeoutError:
+            pass
+        else:
+            raise AssertionError("wait(timeout) before the other ranks arrived must raise TimeoutError")
+        assert work.exception() is None
+    outs = hvd.synchronize(h)
+    assert_close(outs[0], torch.cat([make(r, (r + 1,), torch.float32, 501) for r in range(N)]), "late part 0")
+    assert_close(outs[1], torch.cat([make(r, (2,), torch.int32, 502) for r in range(N)]), "late part 1")
+    assert h not in mpi_ops._works
+    try:
+        work.take()
+    except ValueError:
+        pass
+    else:
+        raise AssertionError("a Work's result is taken once")
+    # A failed request: exception() returns the engine's error, synchronize() raises it.
+    odd = 1 % N
+    h = hvd.allreduce_async(torch.ones((4,) if R == odd else (3,)), name="work.mismatch")
+    work = mpi_ops._works[h]
+    while not hvd.poll(h):
+        time.sleep(0.001)
+    error = work.exception()
+    assert isinstance(error, _native.HerringError) and "'work.mismatch'" in str(error), repr(error)
+    try:
+        hvd.synchronize(h)
+    except hvd.HorovodInternalError as e:
+        assert str(e) == str(error), (str(e), str(error))
+    else:
+        raise AssertionError("synchronize of a failed request must raise")
+
+
+@check
 def mismatches_raise_on_every_rank_then_the_next_collective_works():
     def expect_error(fn, *parts):
         start = time.monotonic()
