@@ -11,7 +11,9 @@
 #include "common/dtype.h"
 #include "common/knobs.h"
 #include "common/reduce_op.h"
+#include "common/pid_namespace.h"
 #include "engine/engine.h"
+#include "engine/engine_slot.h"
 #include "transport/zero_copy_pool.h"
 
 namespace py = pybind11;
@@ -116,33 +118,49 @@ PYBIND11_MODULE(_native, m) {
   m.attr("KNOBS") = knobs;
   m.def("resolved_knobs", [] { return Config::FromProcessEnvironment().resolved; },
         "Every knob's value as this process would use it.");
-  m.def("zero_copy_empty",
-        [](const std::vector<int64_t>& shape, int dtype) {
-          if (!IsValidDataType(dtype)) throw Error(Status::InvalidArgument("bad dtype"));
-          int64_t elements = 1;
-          for (int64_t d : shape) {
-            if (d < 0) throw Error(Status::InvalidArgument("zero_copy_empty: negative dimension in the shape"));
-            elements *= d;
-          }
-          const DataType t = static_cast<DataType>(dtype);
-          // The knob is read once, when the first tensor creates the pool.
-          ZeroCopyPool* pool = ZeroCopyPool::IfCreated();
-          if (pool == nullptr) pool = &ZeroCopyPool::Instance(Config::FromProcessEnvironment().zero_copy_bytes);
-          return ExportDLPack(pool->Allocate(elements * ElementSize(t)), shape, t);
-        },
-        py::arg("shape"), py::arg("dtype"),
-        "A zeroed tensor (DLPack capsule) in this process's zero-copy memory.");
-  m.def("in_zero_copy_memory",
-        [](uintptr_t address, size_t bytes) {
-          ZeroCopyPool* pool = ZeroCopyPool::IfCreated();
-          uint64_t offset;
-          return pool != nullptr && pool->Locate(reinterpret_cast<const void*>(address), bytes, &offset);
-        },
-        py::arg("address"), py::arg("bytes"), "True when these bytes lie in zero-copy memory.");
-  m.def("zero_copy_bytes_in_use", [] {
-    ZeroCopyPool* pool = ZeroCopyPool::IfCreated();
-    return pool ? pool->bytes_in_use() : size_t{0};
-  });
+  // This process's zero-copy memory: the Python front owns one (hvd_herring.basics), creates the
+  // pool with its first tensor and hands it to every engine it creates (Engine(zero_copy=...)).
+  py::class_<ZeroCopyMemory, std::shared_ptr<ZeroCopyMemory>>(m, "ZeroCopyMemory")
+      .def(py::init<>())
+      .def("empty",
+           [](ZeroCopyMemory& memory, const std::vector<int64_t>& shape, int dtype) {
+             if (!IsValidDataType(dtype)) throw Error(Status::InvalidArgument("bad dtype"));
+             int64_t elements = 1;
+             for (int64_t d : shape) {
+               if (d < 0) throw Error(Status::InvalidArgument("zero_copy_empty: negative dimension in the shape"));
+               elements *= d;
+             }
+             const DataType t = static_cast<DataType>(dtype);
+             // The knob is read once, when the first tensor creates the pool.
+             ZeroCopyPool* pool = memory.pool();
+             if (pool == nullptr) pool = &memory.GetOrCreate(Config::FromProcessEnvironment().zero_copy_bytes);
+             return ExportDLPack(pool->Allocate(elements * ElementSize(t)), shape, t);
+           },
+           py::arg("shape"), py::arg("dtype"),
+           "A zeroed tensor (DLPack capsule) in this zero-copy memory; it keeps the memory alive.")
+      .def("contains",
+           [](const ZeroCopyMemory& memory, uintptr_t address, size_t bytes) {
+             const ZeroCopyPool* pool = memory.pool();
+             uint64_t offset;
+             return pool != nullptr && pool->Locate(reinterpret_cast<const void*>(address), bytes, &offset);
+           },
+           py::arg("address"), py::arg("bytes"), "True when these bytes lie in this zero-copy memory.")
+      .def("bytes_in_use", [](const ZeroCopyMemory& memory) {
+        const ZeroCopyPool* pool = memory.pool();
+        return pool ? pool->bytes_in_use() : size_t{0};
+      });
+
+  // Where the TensorFlow kernels find the engine (engine/engine_slot.h): the Python front owns the
+  // slot and puts its engine in it; TF ops carry (address, process_identity()).
+  py::class_<EngineSlot, std::shared_ptr<EngineSlot>>(m, "EngineSlot")
+      .def(py::init<>())
+      .def("set", &EngineSlot::Set, py::arg("engine"), py::call_guard<py::gil_scoped_release>())
+      .def("clear_if", [](EngineSlot& slot, const Engine* engine) { slot.ClearIf(engine); }, py::arg("engine"),
+           py::call_guard<py::gil_scoped_release>(), "Empties the slot if it still holds `engine`.")
+      .def_property_readonly("engine", &EngineSlot::Get)
+      .def_property_readonly("address", [](const EngineSlot& slot) { return reinterpret_cast<uintptr_t>(&slot); });
+  m.def("process_identity", &ProcessIdentity,
+        "This process among all processes of all machines (boot id, pid namespace, pid, start time).");
 
   // R2SP's arrays: contiguous float32, never converted (a converted copy would silently swallow
   // the parameters written back in place).
@@ -156,24 +174,19 @@ PYBIND11_MODULE(_native, m) {
   };
   py::class_<Engine, std::shared_ptr<Engine>>(m, "Engine")
       .def(py::init([](std::vector<std::vector<int>> process_sets, int epoch,
-                       std::function<std::vector<std::string>(const std::string&)> exchange, bool join) {
+                       std::function<std::vector<std::string>(const std::string&)> exchange, bool join,
+                       std::shared_ptr<ZeroCopyMemory> zero_copy) {
              EngineOptions o;
              o.process_sets = std::move(process_sets);
              o.epoch = epoch;
              o.exchange = std::move(exchange);
              o.join_running_job = join;
-             auto engine = std::make_shared<Engine>(std::move(o));
-             SetCurrentEngine(engine);  // other native modules (TF kernels) find it here
-             return engine;
+             o.zero_copy = std::move(zero_copy);
+             return std::make_shared<Engine>(std::move(o));
            }),
            py::arg("process_sets"), py::arg("epoch"), py::arg("exchange") = nullptr, py::arg("join") = false,
-           py::call_guard<py::gil_scoped_release>())
-      .def("shutdown",
-           [](Engine& e) {
-             e.Shutdown();
-             if (CurrentEngine().get() == &e) SetCurrentEngine(nullptr);
-           },
-           py::call_guard<py::gil_scoped_release>())
+           py::arg("zero_copy") = nullptr, py::call_guard<py::gil_scoped_release>())
+      .def("shutdown", &Engine::Shutdown, py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("running", &Engine::running)
       .def_property_readonly("is_dedicated_server", &Engine::is_dedicated_server)
       .def("serve_until_shutdown",

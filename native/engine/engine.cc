@@ -66,25 +66,11 @@ std::string HexId(uint64_t v) {
 
 }  // namespace
 
-namespace {
-std::mutex g_current_mu;
-std::shared_ptr<Engine> g_current;
-}  // namespace
-
-std::shared_ptr<Engine> CurrentEngine() {
-  std::lock_guard<std::mutex> lock(g_current_mu);
-  return g_current;
-}
-
-void SetCurrentEngine(std::shared_ptr<Engine> engine) {
-  std::lock_guard<std::mutex> lock(g_current_mu);
-  g_current = std::move(engine);
-}
-
 Engine::Engine(EngineOptions options)
     : config_(Config::FromEnvironment(GivenOrProcessEnvironment(options.env))),
       launch_(DetectLaunch(GivenOrProcessEnvironment(options.env))),
       epoch_(options.epoch),
+      zero_copy_(options.zero_copy),
       cache_(static_cast<uint32_t>(config_.cache_capacity)),
       stall_(config_),
       faults_(config_.fault, launch_.rank) {

@@ -1,5 +1,6 @@
 // Engine: one per process, owned by whoever created it (the Python front holds it; nothing in the
-// core is a process-global singleton). It rendezvouses with the other ranks, connects the mesh,
+// core is a process-global singleton: the TensorFlow kernels reach it through an EngineSlot that
+// the front owns, engine/engine_slot.h). It rendezvouses with the other ranks, connects the mesh,
 // and runs one background thread that repeats negotiate -> fuse -> execute -> complete.
 // Adapters (torch, TF) only Enqueue requests and wait on handles.
 #pragma once
@@ -38,6 +39,7 @@
 #include "rendezvous/http_store.h"
 #include "rendezvous/launch_env.h"
 #include "transport/tcp_transport.h"
+#include "transport/zero_copy_pool.h"
 
 namespace herring {
 
@@ -56,6 +58,9 @@ struct EngineOptions {
   // A dedicated server joining a running job (HERRING_ELASTIC_SLOTS) through horovodrun's
   // rendezvous store (HOROVOD_GLOO_RENDEZVOUS_ADDR/PORT in `env`), instead of a launched rank.
   bool join_running_job = false;
+  // The owner's zero-copy memory (hvd.zero_copy_empty), shared by the engines it creates in turn;
+  // null: none. Algorithms see it as ExecContext::zero_copy.
+  std::shared_ptr<ZeroCopyMemory> zero_copy;
 };
 
 // One tensor of a request as the adapter hands it over: the engine reads `input` and writes
@@ -77,14 +82,6 @@ struct Request {
   // n-th. Such names can stay the same from step to step, and so hit the response cache.
   bool in_program_order = false;
 };
-
-class Engine;
-
-// The engine adapters reach from code that Python does not call directly (TensorFlow kernels run
-// on TensorFlow's threads). The engine itself is an ordinary object owned by the Python front;
-// this slot only lets other native modules of the same process find the one that is running.
-std::shared_ptr<Engine> CurrentEngine();
-void SetCurrentEngine(std::shared_ptr<Engine> engine);
 
 class Engine {
  public:
@@ -235,6 +232,7 @@ class Engine {
   uint64_t job_id_ = 0;
   int epoch_ = 0;
   std::unique_ptr<TcpTransport> transport_;
+  std::shared_ptr<ZeroCopyMemory> zero_copy_;  // from EngineOptions, for ExecContext
   mutable std::mutex sets_mu_;  // guards the table's structure: adapters look sets up
   ProcessSetTable sets_;
   const ProcessSet* global_set_ = nullptr;  // id 0: every worker

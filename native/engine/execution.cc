@@ -27,7 +27,7 @@ bool Fusable(const Response& a, const Response& b) {
 
 ExecContext Engine::MakeContext(ProcessSet& set, uint32_t unit) {
   return ExecContext{config_, *transport_, set, topo_, rank(), MakeTagBase(cycle_, unit), counters_,
-                     [this] { return CheckAbort(); }, timeline_.get(), "", &faults_};
+                     [this] { return CheckAbort(); }, timeline_.get(), "", &faults_, {}, zero_copy_.get()};
 }
 
 void Engine::Execute(const std::vector<Response>& ready) {
