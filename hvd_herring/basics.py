@@ -4,6 +4,7 @@ HerringBasics offers what Horovod's HorovodBasics offers (init, shutdown, rank, 
 sets...), so Horovod's own Python layers run unchanged on top of it."""
 
 import atexit
+import os
 import threading
 
 from horovod.common import process_sets as _hvd_process_sets
@@ -17,10 +18,18 @@ DTYPES = _native.DTYPES
 
 
 class HerringBasics:
-    """Owns this process's engine. Frameworks share one instance (`basics`)."""
+    """Owns this process's engine. Frameworks share one instance (`basics`).
+
+    It also owns what outlives one engine: the slot through which native kernels (the TensorFlow
+    ops) find the engine it runs now (engine_reference; native/engine/engine_slot.h), and the
+    zero-copy memory (`zero_copy`), whose pool the first zero_copy_empty creates and which every
+    engine it creates is handed. Nothing of this is a process-wide C++ static."""
 
     def __init__(self):
         self._engine = None
+        self._slot = _native.EngineSlot()
+        self._slot_owner = (None, "")  # (pid, process identity) when last read
+        self.zero_copy = _native.ZeroCopyMemory()
         self._epoch = 0
         self._lock = threading.Lock()
         self._atexit_registered = False
@@ -59,7 +68,9 @@ class HerringBasics:
             # Elastic jobs: this round's rank from horovodrun's driver, endpoints in a round scope.
             if exchange is None:
                 exchange = elastic_rendezvous.prepare_init(self._epoch > 0) or bootstrap.exchange_function()
-            self._engine = _native.Engine([list(ps.ranks) for ps in static_sets], self._epoch, exchange)
+            self._engine = _native.Engine([list(ps.ranks) for ps in static_sets], self._epoch, exchange,
+                                          zero_copy=self.zero_copy)
+            self._slot.set(self._engine)
             self._epoch += 1
             # Process-set changes are named per engine, as the engine names unnamed collectives:
             # an elastic round's newcomers start from one, so the survivors must too.
@@ -95,6 +106,17 @@ class HerringBasics:
             engine, self._engine = self._engine, None
         if engine is not None:
             engine.shutdown()
+            self._slot.clear_if(engine)  # unless a newer engine took its place meanwhile
+
+    def engine_reference(self):
+        """What a native op carries to find this front's engine whenever it runs (the engine of
+        the current elastic round included): the slot's address and this process's identity,
+        without which the address is never followed (a graph loaded by another process)."""
+        pid, owner = self._slot_owner
+        if pid != os.getpid():  # read once per process (a forked child is another one)
+            owner = _native.process_identity()
+            self._slot_owner = (os.getpid(), owner)
+        return self._slot.address, owner
 
     def is_initialized(self):
         return self._engine is not None and self._engine.running
@@ -171,11 +193,12 @@ class HerringBasics:
 
     # --- collectives plumbing -----------------------------------------------------------------
     def enqueue(self, op_type, name, process_set_id, dtype, reduce_op, prescale, postscale, root, tensors,
-                set_ranks=(), set_id=-1):
+                set_ranks=(), set_id=-1, in_program_order=False):
+        """in_program_order: a name still in flight is waited behind, not rejected (torch.distributed)."""
         try:
             return self.engine().enqueue(OP_TYPES[op_type], name or "", process_set_id, dtype, reduce_op,
                                          float(prescale), float(postscale), int(root), tensors,
-                                         list(set_ranks), int(set_id))
+                                         list(set_ranks), int(set_id), bool(in_program_order))
         except _native.HerringError as e:
             raise HorovodInternalError(str(e)) from e
 

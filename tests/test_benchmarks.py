@@ -60,6 +60,8 @@ def test_every_stack_ran_every_workload(smoke):
         for wid in ("gradset-resnet18", "train"):
             assert res.baseline(wid, stack, 2) is not None, (stack, wid)
     assert res.median("tiny", "herring", 2, "cache-off") is not None
+    for stack in ("herring", "torch-gloo"):  # hvd.SyncBatchNorm / nn.SyncBatchNorm's algorithm, on CPU
+        assert res.median("syncbn", stack, 2) is not None, stack
 
 
 def test_the_cache_variant_reaches_the_engine(smoke):
@@ -221,7 +223,17 @@ def test_latency_report_tables_and_verdicts(tmp_path):
         ("herring", "tcp-control", 2, 4096, 130e-6),
         ("herring", "", 2, 1 << 20, 300e-6), ("torch-gloo", "", 2, 1 << 20, 900e-6), ("mpi", "", 2, 1 << 20, 100e-6),
         ("herring", "", 2, "tiny", 5e-3), ("horovod-gloo", "", 2, "tiny", 20e-3)])
+    for stack, np, median in (("herring", 2, 10e-3), ("torch-gloo", 2, 25e-3), ("herring", 4, 20e-3),
+                              ("torch-gloo", 4, 30e-3)):
+        data["records"].append({"kind": "syncbn", "workload": "syncbn", "stack": stack, "variant": "", "np": np,
+                                "bytes": 4000, "median": median, "model": "conv-16-32-32", "params": 1000,
+                                "batch": 8, "image": 32})
     md = latency_report.section(data, str(tmp_path), str(tmp_path / "img"))
+    assert ("| SyncBatchNorm-bound training step, np=2: hvd.SyncBatchNorm on herring faster than DDP with "
+            "nn.SyncBatchNorm's algorithm on gloo | >= 2.0 | 2.50x | met |") in md, md
+    assert "np=4: hvd.SyncBatchNorm on herring faster than DDP with nn.SyncBatchNorm's algorithm on gloo | >= 2.0 | 1.50x | not met |" in md
+    assert "| 4 | 20 ms | 30 ms | 1.50x |" in md, md
+    assert (tmp_path / "img" / "latency_syncbn.png").exists()
     assert "| 4 KiB allreduce, one host, np=2: herring median | <= 30 µs | 20 µs | met |" in md, md
     assert "| faster than torch-gloo at every size measured, np=2 (slowest ratio) | >= 1.0 | 3.00x | met |" in md
     # 1 MiB: MPI 100 µs, herring 300 µs: a third of MPI's speed, outside 2x.

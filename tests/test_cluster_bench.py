@@ -59,12 +59,12 @@ def _record(launch, kind):
 @needs_cluster
 def test_every_launch_ran_and_the_cluster_was_shared(smoke):
     _, data, _, log = smoke
-    assert [s["id"] for s in data["scenarios"]] == ["goal", "psld-cpu"], log
+    assert [s["id"] for s in data["scenarios"]] == ["goal", "psld-cpu", "latency"], log
     for s in data["scenarios"]:
         assert s["error"] is None, s["error"]
         for l in s["launches"]:
             assert l["ok"], (s["id"], l["id"], l["errors"], l["output_tail"])
-    assert _scenario(data, "psld-cpu")["shared_cluster"]
+    assert _scenario(data, "psld-cpu")["shared_cluster"] and _scenario(data, "latency")["shared_cluster"]
     link = _scenario(data, "goal")["links"][0]
     # iperf3 through a 1 Gbit/s tbf link: about 95% of it is TCP payload.
     assert 0.80e9 < link["sent_bps"] < 1.0e9, link
@@ -131,7 +131,7 @@ def test_batch_tuner_gives_the_slow_worker_less(smoke):
 def test_results_feed_the_main_report_and_the_markdown_links_its_plots(smoke):
     out_dir, data, md, _ = smoke
     from benchmarks.single_host.report import Report
-    assert len(data["goals"]) == 3 and all({"goal", "target", "measured", "ratio", "met"} <= set(g) for g in data["goals"])
+    assert len(data["goals"]) == 4 and all({"goal", "target", "measured", "ratio", "met"} <= set(g) for g in data["goals"])
     assert data["records"] and all(r["median"] > 0 and r["link_bound"] > 0 for r in data["records"])
     assert any("PSLD" in s for s in data["sections"])
     rep = Report({}, os.path.join(out_dir, "benchmarks.md"), os.path.join(out_dir, "img"), data)
@@ -140,7 +140,8 @@ def test_results_feed_the_main_report_and_the_markdown_links_its_plots(smoke):
     assert "| 2 worker + 2 server hosts, allreduce | 2 | 1 MiB | herring |" in rep_text, rep_text
     assert [g[0] for g in rep.cluster_goals()] == [g["goal"] for g in data["goals"]]
     for heading in ("## Goals of the performance issue", "## Allreduce across 2 worker hosts",
-                    "### Heterogeneous workers", "### PSLD: one server's CPU slowed", "## Reproducing"):
+                    "### Heterogeneous workers", "### PSLD: one server's CPU slowed",
+                    "## Small-message latency across hosts", "## Reproducing"):
         assert heading in md, heading
     images = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", md)
     assert len(images) >= 4, images
@@ -148,6 +149,58 @@ def test_results_feed_the_main_report_and_the_markdown_links_its_plots(smoke):
         path = os.path.join(out_dir, rel)
         with open(path, "rb") as f:
             assert f.read(8) == b"\x89PNG\r\n\x1a\n", path
+
+
+@needs_cluster
+def test_latency_allreduce_next_to_the_tcp_round_trip(smoke):
+    # The 4 KiB allreduce across the 2 worker hosts and the TCP ping-pong between the same two
+    # namespaces, both measured in the same run; the report's table and goal row come from them.
+    _, data, md, _ = smoke
+    sc = _scenario(data, "latency")
+    assert sc["error"] is None and not sc["rtt_errors"], sc["rtt_errors"]
+    assert [m["when"] for m in sc["rtt"]] == ["before", "after"], sc["rtt"]
+    for m in sc["rtt"]:
+        assert (m["src"], m["dst"]) == ("simhost1", "simhost0")
+        assert [x["bytes"] for x in m["sizes"]] == [1, 4096]
+        for x in m["sizes"]:
+            # A round trip between two namespaces on one machine: microseconds, not milliseconds.
+            assert x["iters"] == 300 and 1e-6 < x["min"] <= x["median"] <= x["p99"] < 0.05, x
+    rec = _record(_launch(data, "latency", "herring"), "allreduce")
+    assert rec["np"] == 2 and rec["bytes"] == 4096 and len(rec["times"]) == 30, rec["np"]
+    # Every collective of an iteration (barrier, allreduce, max) ran as a herring allreduce across
+    # the two hosts, through the cached negotiation.
+    per = rec["counters_delta"]
+    assert per["herring_allreduces"] == 3 * rec["counted_iterations"], per
+    assert per["cycles"] >= per["herring_allreduces"] and per["cache_hits"] > 0, per
+    lat = data["analysis"]["latency"]
+    rtt = lat["rtt"]["1"]["rtt"]
+    assert rtt == pytest.approx(sum(m["sizes"][0]["median"] for m in sc["rtt"]) / 2)
+    row = next(r for r in lat["rows"] if r["bytes"] == 4096 and r["slots"] == 1)
+    assert row["over_rtt"] == pytest.approx(rec["median"] / rtt)
+    goal = next(g for g in data["goals"] if "TCP round trip" in g["goal"])
+    assert goal["ratio"] == pytest.approx(row["over_rtt"]) and goal["met"] == (row["over_rtt"] <= 3.0)
+    assert goal["target"] == "<= 3x" and "4 KiB allreduce" in goal["goal"]
+    verdict = "**met**" if goal["met"] else "**not met**"
+    assert f"| {goal['goal']} | <= 3x | {goal['measured']} | {goal['ratio']:.2f}x | {verdict} |" in md
+    assert re.search(r"\| 4 KiB \| herring, defaults \(colocated servers\) \| 2 \| [0-9.]+ [µm]s \|.*\| "
+                     + re.escape(f"{row['over_rtt']:.2f}x") + r" \|", md), md
+    assert re.search(r"\| 1 B each way \| before \| [0-9.]+ [µm]s \|", md), md
+    assert "![latency](img/cluster_latency.png)" in md
+
+
+def test_merge_results_replaces_one_scenario(tmp_path):
+    from benchmarks.cluster.run import merge_results
+    base = {"meta": {"command": "full"}, "machine": {},
+            "scenarios": [{"id": "goal", "v": 1}, {"id": "latency", "v": 1}, {"id": "psld", "v": 1}]}
+    path = tmp_path / "cluster.json"
+    path.write_text(json.dumps(base))
+    new = {"meta": {"command": "again", "seconds": 60}, "machine": {"date": "today"},
+           "scenarios": [{"id": "latency", "v": 2}, {"id": "extra", "v": 2}]}
+    merged = merge_results(str(path), new)
+    assert [(s["id"], s["v"]) for s in merged["scenarios"]] == [("goal", 1), ("latency", 2), ("psld", 1), ("extra", 2)]
+    assert merged["meta"]["command"] == "full"
+    assert merged["meta"]["merged"][0]["scenarios"] == ["latency", "extra"]
+    assert merged["meta"]["merged"][0]["command"] == "again"
 
 
 def test_link_bounds():

@@ -18,8 +18,9 @@ CHECK_NAMES = [
     "grouped_allgather_and_empty_contribution", "broadcast_from_every_root_and_dtype",
     "broadcast_object_and_allgather_object", "alltoall_with_and_without_splits",
     "reducescatter_uneven_rows_and_ops", "grouped_reducescatter", "gradients_of_collectives",
+    "sync_batch_norm_uses_the_global_batch_on_cpu",
     "barrier_and_join", "static_and_dynamic_process_sets", "bad_input_is_rejected_locally",
-    "mismatches_raise_on_every_rank_then_the_next_collective_works",
+    "handles_own_their_request", "mismatches_raise_on_every_rank_then_the_next_collective_works",
 ]
 
 # name -> (launcher, processes launched, extra environment). Dedicated servers are the last

@@ -112,3 +112,48 @@ def test_single_process_import_init_and_errors():
     assert "size 1 0 [2.0, 4.0]" in out, run.output[-4000:]
     assert "xla: hvd_herring: allreduce cannot run inside an XLA-compiled function" in out, run.output[-4000:]
     assert "load_model SGD False SGD True 2" in out, run.output[-4000:]
+
+
+ENGINE_REFERENCE = r"""
+import horovod.tensorflow as hvd
+import tensorflow as tf
+from hvd_herring.basics import basics
+from hvd_herring.tensorflow import mpi_ops
+
+def not_initialized(fn):
+    try:
+        fn()
+    except tf.errors.FailedPreconditionError as e:
+        return "Horovod has not been initialized" in e.message
+    return False
+
+hvd.init()
+step = tf.function(lambda x: (hvd.allreduce(x, op=hvd.Sum, name="traced"), hvd.rank_op(), hvd.size_op()))
+print("round 1", step(tf.constant([1.0, 2.0]))[0].numpy().tolist())
+first = basics.engine()
+hvd.shutdown()
+# The function traced with the first engine: no engine now, so Horovod's error, from every op kind.
+print("after shutdown", not_initialized(lambda: step(tf.ones(2))), not_initialized(lambda: hvd.rank_op()))
+hvd.init()  # as an elastic reset does: a new engine in the same process
+assert basics.engine() is not first
+value, rank, size = step(tf.constant([3.0, 4.0]))
+print("round 2", value.numpy().tolist(), int(rank), int(size))
+# An op whose engine reference was written by another process (a graph loaded from elsewhere) or
+# names no slot: the address is never followed, the kernel reports that Horovod is not initialized.
+foreign = lambda: mpi_ops._LIB.herring_allreduce(tf.ones(2), reduce_op=int(hvd.Sum), tensor_name="foreign",
+                                                 engine_slot=8, engine_owner="another process")
+no_slot = lambda: mpi_ops._LIB.herring_allreduce(tf.ones(2), reduce_op=int(hvd.Sum), tensor_name="no_slot")
+print("foreign", not_initialized(foreign), not_initialized(no_slot))
+hvd.shutdown()
+"""
+
+
+def test_traced_functions_follow_the_front_engine_across_reinit():
+    # The kernels find the engine through the slot the Python front owns (native/engine/engine_slot.h).
+    run = launch.python(["-c", ENGINE_REFERENCE], timeout=180)
+    assert run.returncode == 0, run.output[-4000:]
+    out = run.output
+    assert "round 1 [1.0, 2.0]" in out, out[-4000:]
+    assert "after shutdown True True" in out, out[-4000:]
+    assert "round 2 [3.0, 4.0] 0 1" in out, out[-4000:]
+    assert "foreign True True" in out, out[-4000:]

@@ -13,7 +13,8 @@ import launch
 
 WORKER = os.path.join("tests", "workers", "torch_distributed_worker.py")
 CHECK_NAMES = [
-    "all_reduce_every_dtype_and_op", "all_reduce_async_work_and_future", "broadcast_from_every_root_and_dtype",
+    "all_reduce_every_dtype_and_op", "all_reduce_async_work_and_future",
+    "same_collectives_in_flight_pair_in_program_order_and_hit_the_cache", "broadcast_from_every_root_and_dtype",
     "all_gather_and_all_gather_into_tensor", "reduce_scatter_and_reduce_scatter_tensor",
     "all_to_all_and_all_to_all_single", "reduce_gather_scatter", "barrier_send_recv_and_coalesced",
     "subgroups_are_process_sets", "one_engine_with_horovods_api", "ddp_training_identical_to_reference",

@@ -414,6 +414,83 @@ def analyse_psld(sc):
     return out
 
 
+# -- latency scenario ------------------------------------------------------------------------------
+LATENCY_GOAL_SIZE = 4 << 10
+LATENCY_GOAL_RATIO = 3.0
+RTT_GOAL_MESSAGE = 1            # the round trip the goal compares with: 1-byte messages
+
+
+def _rtt_summary(sc):
+    """Per message size: every measurement's median (before / after the launches) and, as the
+    round trip the goal uses, the mean of those medians."""
+    by_size = {}
+    for m in sc.get("rtt") or []:
+        for x in m["sizes"]:
+            by_size.setdefault(x["bytes"], []).append(dict(x, when=m.get("when")))
+    out = {}
+    for n, ms in sorted(by_size.items()):
+        meds = [x["median"] for x in ms]
+        out[n] = {"bytes": n, "rtt": sum(meds) / len(meds), "measurements": ms}
+    return out
+
+
+def _per_iteration(rec):
+    delta, n = rec.get("counters_delta"), rec.get("counted_iterations")
+    if not delta or not n:
+        return None
+    per = {k: v / n for k, v in delta.items()}
+    per["cycles_per_collective"] = per.get("cycles", 0) / rec.get("collectives_per_iteration", 3)
+    return per
+
+
+def analyse_latency(sc):
+    cl = Cluster(sc)
+    rtt = _rtt_summary(sc)
+    ref = rtt.get(RTT_GOAL_MESSAGE)
+    rows = []
+    for launch in sc["launches"]:
+        slots = launch.get("slots_per_host") or 1
+        for rec in launch["records"]:
+            if rec["kind"] != "allreduce":
+                continue
+            times = sorted(rec["times"])
+            p25, p75 = quartiles(times)
+            rows.append({"launch": launch["id"], "label": launch["label"], "slots": slots, "np": rec["np"],
+                         "bytes": rec["bytes"], "median": rec["median"], "p25": p25, "p75": p75,
+                         "min": times[0], "p90": times[min(len(times) - 1, int(0.9 * (len(times) - 1) + 0.5))],
+                         "iterations": len(times),
+                         "over_rtt": rec["median"] / ref["rtt"] if ref and ref["rtt"] else None,
+                         "per_iteration": _per_iteration(rec)})
+    rows.sort(key=lambda r: (r["bytes"], r["slots"], r["launch"]))
+    return {"cluster": _cluster_facts(cl), "rtt": rtt, "rows": rows, "goals": _latency_goals(cl, rows, ref)}
+
+
+def _latency_goals(cl, rows, ref):
+    one = next((r for r in rows if r["bytes"] == LATENCY_GOAL_SIZE and r["slots"] == 1), None)
+    two = next((r for r in rows if r["bytes"] == LATENCY_GOAL_SIZE and r["slots"] == 2), None)
+    goal = (f"Across simulated hosts ({len(cl.workers)} hosts, {_mbit_text(cl.configured[cl.workers[0]])} tbf "
+            f"links): {fmt_bytes(LATENCY_GOAL_SIZE)} allreduce within {LATENCY_GOAL_RATIO:g}x of the measured TCP "
+            f"round trip between two namespaces")
+    if not one or not ref:
+        return [{"goal": goal, "target": f"<= {LATENCY_GOAL_RATIO:g}x", "measured": "not measured",
+                 "ratio": None, "met": None}]
+    ratio = one["median"] / ref["rtt"]
+    meds = ", ".join(f"{x['when']} {fmt_time(x['median'])}" for x in ref["measurements"])
+    measured = (f"{fmt_bytes(LATENCY_GOAL_SIZE)} allreduce, 1 rank per host: median {fmt_time(one['median'])} "
+                f"over {one['iterations']} iterations; TCP round trip ({RTT_GOAL_MESSAGE}-byte ping-pong, same "
+                f"hosts, same run): {fmt_time(ref['rtt'])} ({meds})")
+    if two:
+        measured += f"; 2 ranks per host: {fmt_time(two['median'])} ({two['median'] / ref['rtt']:.2f}x)"
+    return [{"goal": goal, "target": f"<= {LATENCY_GOAL_RATIO:g}x", "measured": measured, "ratio": ratio,
+             "met": ratio <= LATENCY_GOAL_RATIO}]
+
+
+def _mbit_text(bps):
+    if not bps:
+        return "unshaped"
+    return f"{bps / 1e9:g} Gbit/s" if bps >= 1e9 else f"{bps / 1e6:g} Mbit/s"
+
+
 def analyse(data):
     """Everything the report needs, keyed by scenario id."""
     out = {}
@@ -426,6 +503,8 @@ def analyse(data):
             out["r2sp"] = analyse_r2sp(sc)
         elif sc["id"].startswith("psld"):
             out[sc["id"]] = analyse_psld(sc)
+        elif sc["id"] == "latency":
+            out["latency"] = analyse_latency(sc)
         het = analyse_hetero(sc)
         if het:
             out.setdefault("hetero", []).extend(het)

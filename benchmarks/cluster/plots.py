@@ -215,3 +215,41 @@ def psld(p, path, title):
         ax_h.legend(fontsize=8)
         ax_h.grid(True, alpha=0.3)
     return save_figure(fig, path)
+
+
+def latency(data, lat, path):
+    """Distribution (CDF) of the per-iteration times of each small allreduce, with the TCP round
+    trip measured in the same run and the goal's 3x of it."""
+    sc = next((s for s in data["scenarios"] if s["id"] == "latency"), None)
+    if not sc or not lat["rows"]:
+        return None
+    fig, ax = plt.subplots(figsize=(9, 4.8))
+    styles = {1: "-", 2: "--"}
+    colors = ["#d62728", "#1f77b4", "#2ca02c", "#9467bd", "#ff7f0e"]
+    sizes = sorted({r["bytes"] for r in lat["rows"]})
+    for launch in sc["launches"]:
+        slots = launch.get("slots_per_host") or 1
+        for rec in launch["records"]:
+            if rec["kind"] != "allreduce":
+                continue
+            xs = sorted(t * 1e6 for t in rec["times"])
+            ys = [(i + 1) / len(xs) for i in range(len(xs))]
+            ax.step(xs, ys, where="post", ls=styles.get(slots, ":"), color=colors[sizes.index(rec["bytes"]) % 5],
+                    label=f"{fmt_bytes(rec['bytes'])}, {slots} rank{'s' if slots > 1 else ''}/host (np={rec['np']})")
+    for m in sc.get("rtt") or []:
+        for x in m["sizes"]:
+            if x["bytes"] == 1:
+                xs = [x[k] * 1e6 for k in ("min", "p10", "p25", "median", "p75", "p90", "p99")]
+                ys = [0, 0.10, 0.25, 0.5, 0.75, 0.90, 0.99]
+                ax.plot(xs, ys, "o-" if m.get("when") == "before" else "s:", color="black", ms=3, lw=1,
+                        label=f"TCP round trip, 1 B ({m.get('when')})")
+    ref = lat["rtt"].get(1) or lat["rtt"].get("1")
+    if ref:
+        ax.axvline(3 * ref["rtt"] * 1e6, color="black", lw=1, ls="-.", label="goal: 3x the round trip")
+    ax.set_xscale("log")
+    ax.set_xlabel("time per allreduce, slowest rank (µs, log scale)")
+    ax.set_ylabel("fraction of iterations")
+    ax.set_title("small allreduces across 2 hosts (1 Gbit/s tbf) vs the TCP round trip")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7, loc="lower right")
+    return save_figure(fig, path)

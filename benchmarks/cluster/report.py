@@ -7,7 +7,7 @@ import json
 import os
 
 from benchmarks.cluster import plots
-from benchmarks.cluster.analysis import GOAL_SIZE, analyse
+from benchmarks.cluster.analysis import GOAL_SIZE, LATENCY_GOAL_RATIO, RTT_GOAL_MESSAGE, analyse
 from benchmarks.common.formatting import fmt_bytes, fmt_time
 
 REPRO = ".venv/bin/python -m benchmarks.cluster.run"
@@ -65,6 +65,8 @@ class Writer:
             self.images["r2sp"] = plots.r2sp(an["r2sp"], os.path.join(d, "cluster_r2sp.png"))
         if an.get("hetero"):
             self.images["hetero"] = plots.hetero(an["hetero"], os.path.join(d, "cluster_batch_tuning.png"))
+        if an.get("latency"):
+            self.images["latency"] = plots.latency(self.data, an["latency"], os.path.join(d, "cluster_latency.png"))
         for sid in ("psld", "psld-cpu"):
             if an.get(sid):
                 title = ("one server host's link at a quarter of the others'" if sid == "psld"
@@ -87,6 +89,13 @@ class Writer:
                                         ("Load average (1/5/15 min) at start / end",
                                          " ".join(f"{x:.2f}" for x in la0) + " / " + " ".join(f"{x:.2f}" for x in la1))])
                + "\n"]
+        for mg in meta.get("merged") or []:
+            la = mg.get("load_average_start") or []
+            out.append(f"Scenario(s) {', '.join(f'`{x}`' for x in mg['scenarios'])} come from a later run, "
+                       f"`{mg['command']}` on {mg.get('date')} ({(mg.get('seconds') or 0) / 60:.1f} min, herring "
+                       f"{(mg.get('versions') or {}).get('hvd_herring')}, load average "
+                       f"{' '.join(f'{x:.2f}' for x in la)} at its start), merged into these results with "
+                       f"`--merge-into`; everything else is from the run above.\n")
         if la0 and la0[0] > 1.0:
             out.append(f"**Note:** the machine was shared with other work during this run (load average "
                        f"{la0[0]:.1f} on {m['cores']} cores at the start): every simulated host, every rank and "
@@ -131,8 +140,11 @@ class Writer:
             f"does. The issue's \">= 1.8x\" goal is measured below against that.\n")
         return "\n".join(out)
 
+    def all_goals(self):
+        return ((self.an.get("goal") or {}).get("goals") or []) + ((self.an.get("latency") or {}).get("goals") or [])
+
     def goals_table(self):
-        goals = (self.an.get("goal") or {}).get("goals") or []
+        goals = self.all_goals()
         if not goals:
             return ""
         rows = []
@@ -252,6 +264,86 @@ class Writer:
                            "synchronous parameter server waits for its slowest pusher on every chunk."
                            if cpu > 0.85 else "."))
         return "".join(text) + "\n"
+
+    def latency(self):
+        lat = self.an.get("latency")
+        if not lat or not lat["rows"]:
+            return ""
+        sc = next(s for s in self.data["scenarios"] if s["id"] == "latency")
+        cl = lat["cluster"]
+        rtt = lat["rtt"]
+        ref = rtt.get(RTT_GOAL_MESSAGE)
+        m0 = (sc.get("rtt") or [{}])[0]
+        iters = sorted({r["iterations"] for r in lat["rows"]})
+        out = [f"## Small-message latency across hosts\n",
+               f"{cl['workers']} worker hosts at {_mbit(cl['worker_rate'])} (the same tbf-shaped links as above), "
+               f"herring with its defaults (colocated server shards, nothing set but `HOROVOD_BACKEND=herring`), "
+               f"one float32 sum allreduce at a time, timed as above: a barrier, then the allreduce, the slowest "
+               f"rank's time; median of {'/'.join(map(str, iters))} iterations after 20 warm-ups. Beside it, in "
+               f"the same cluster and the same run, the TCP round trip between the two hosts' namespaces "
+               f"({m0.get('src', '-')} -> {m0.get('dst', '-')}): a ping-pong over one TCP connection "
+               f"(`benchmarks/cluster/rtt.py`: TCP_NODELAY, blocking sockets, {self._rtt_iters(sc)} round trips "
+               f"after 200 warm-ups; no netperf or sockperf is installed here), measured before the launches and "
+               f"again after them. The goal compares the 4 KiB allreduce with the {RTT_GOAL_MESSAGE}-byte round "
+               f"trip (the mean of the two medians); the 4 KiB echo shows what the payload itself adds.\n"]
+        rows = []
+        for n, x in rtt.items():
+            for m in x["measurements"]:
+                rows.append((f"{fmt_bytes(int(n)) if int(n) >= 1024 else f'{n} B'} each way", m["when"],
+                             fmt_time(m["median"]), f"{fmt_time(m['p25'])} .. {fmt_time(m['p75'])}",
+                             fmt_time(m["p99"]), fmt_time(m["min"])))
+        out.append(_table(["TCP ping-pong", "Measured", "Round trip (median)", "Quartiles", "p99", "Min"], rows) + "\n")
+        rows = []
+        for r in lat["rows"]:
+            per = r.get("per_iteration") or {}
+            algo = ", ".join(f"{name} {per[k]:.1f}" for k, name in (("herring_allreduces", "herring"),
+                                                                     ("one_step_allreduces", "one-step"),
+                                                                     ("hd_allreduces", "hd"),
+                                                                     ("ring_allreduces", "ring")) if per.get(k))
+            rows.append((fmt_bytes(r["bytes"]), r["label"], r["np"], fmt_time(r["median"]),
+                         f"{fmt_time(r['p25'])} .. {fmt_time(r['p75'])}", fmt_time(r["p90"]), fmt_time(r["min"]),
+                         _x(r["over_rtt"]),
+                         f"{per['cycles_per_collective']:.2f}" if per else "-", algo or "-"))
+        out.append(_table(["Size", "Launch", "np", "Median", "Quartiles", "p90", "Min", "Median / TCP round trip",
+                           "Engine cycles per collective (rank 0)",
+                           "Allreduce executions per iteration, by algorithm (rank 0)"], rows) + "\n")
+        out.append("`Median / TCP round trip` divides by the " + (f"{fmt_time(ref['rtt'])} " if ref else "")
+                   + f"{RTT_GOAL_MESSAGE}-byte round trip. The engine columns count rank 0's negotiation cycles "
+                   "and executions over all iterations (warm-ups included); an iteration is three collectives "
+                   "(the barrier, the allreduce, and the max of the ranks' times, all allreduces), so a value of 1 "
+                   "cycle per collective means each one was negotiated in a single cycle.\n")
+        out.append(self.img("latency", self.md_path))
+        out.append(self._latency_findings(lat))
+        return "\n".join(out)
+
+    @staticmethod
+    def _rtt_iters(sc):
+        its = sorted({x["iters"] for m in sc.get("rtt") or [] for x in m["sizes"]})
+        return "/".join(map(str, its)) or "-"
+
+    def _latency_findings(self, lat):
+        g = (lat.get("goals") or [None])[0]
+        if not g or g["ratio"] is None:
+            return ""
+        verdict = "meets" if g["met"] else "does not meet"
+        one = next(r for r in lat["rows"] if r["bytes"] == 4 << 10 and r["slots"] == 1)
+        ref = lat["rtt"][RTT_GOAL_MESSAGE]["rtt"]
+        per = one.get("per_iteration") or {}
+        text = (f"**Verdict.** The 4 KiB allreduce (1 rank per host) takes {g['ratio']:.2f}x the TCP round trip "
+                f"measured between the same namespaces: it {verdict} the goal of {LATENCY_GOAL_RATIO:g}x. Its "
+                f"fastest iteration took {fmt_time(one['min'])} ({one['min'] / ref:.1f}x).")
+        if per:
+            text += (f" Each collective took {per['cycles_per_collective']:.2f} negotiation cycles on rank 0; across "
+                     f"hosts a cycle is itself a message exchange (the other rank sends its bit vector to rank 0, "
+                     f"rank 0 answers), and the herring allreduce then pushes each half to the other host's shard "
+                     f"and pulls the sums back: at least two round trips of messages per allreduce, with a hand-off "
+                     f"between the engine's I/O and background threads at each arrival.")
+        if not g["met"]:
+            text += (" Where the rest goes can be read per phase with `HOROVOD_TIMELINE` (docs/timeline.md; "
+                     "`NEGOTIATE` / `CYCLE` and `PUSH_PULL_SERVERS` on each rank); the timing method also counts, "
+                     "on the rank that leaves the barrier first, the time until the other one arrives.")
+        return text + "\n"
+
 
     def gradsets(self):
         goal = self.an.get("goal")
@@ -474,6 +566,8 @@ class Writer:
         out = ["## Reproducing\n",
                f"```\n{REPRO}                 # everything above\n"
                f".venv/bin/python -m benchmarks.cluster.run --scenarios psld --out /tmp/c/r.json   # one scenario\n"
+               f".venv/bin/python -m benchmarks.cluster.run --scenarios latency --out /tmp/c/latency.json "
+               f"--merge-into benchmarks/results/cluster.json   # one scenario again, merged into this page\n"
                f".venv/bin/python -m benchmarks.single_host.report benchmarks/results/single_host.json "
                f"--cluster-results benchmarks/results/cluster.json\n```\n",
                "Each launch, as run (PLAN and OUT are the worker's task list and results file):\n"]
@@ -501,7 +595,7 @@ class Writer:
     # -- outputs ------------------------------------------------------------------------------
     def markdown(self):
         parts = [self.header(), self.setup(), self.goals_table(), self.allreduce(), self.gradsets(),
-                 self.papers(self.md_path), self.commands(), self.failures()]
+                 self.latency(), self.papers(self.md_path), self.commands(), self.failures()]
         return "\n".join(p for p in parts if p).rstrip() + "\n"
 
     def for_main_report(self):
@@ -532,7 +626,7 @@ class Writer:
                                  stack="herring" if r["kind"] == "colocated" else "herring-ring",
                                  np=r["np"], bytes=r["bytes"], median=r["median"], link_bound=r["bound"]))
         sections = self.papers(self.md_path)   # image links for docs/benchmarks.md, beside this page
-        return {"description": "".join(desc), "records": recs, "goals": goal.get("goals", []),
+        return {"description": "".join(desc), "records": recs, "goals": self.all_goals(),
                 "sections": [sections] if sections else []}
 
     @staticmethod

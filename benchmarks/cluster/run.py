@@ -7,6 +7,8 @@ docs/benchmarks_cluster.md.
     .venv/bin/python -m benchmarks.cluster.run            # full run: benchmarks/results/cluster.json + docs
     .venv/bin/python -m benchmarks.cluster.run --preset smoke --out /tmp/c/cluster.json   # report in /tmp/c
     .venv/bin/python -m benchmarks.cluster.run --scenarios goal psld --out /tmp/c/r.json
+    .venv/bin/python -m benchmarks.cluster.run --scenarios latency --out /tmp/c/latency.json \
+        --merge-into benchmarks/results/cluster.json   # one scenario again, into the saved results + docs
     .venv/bin/python -m benchmarks.cluster.run --report-only    # the docs again from the saved results
 
 Needs root (see docs/cluster.md). Every launch has a deadline; a launch that fails is recorded
@@ -23,6 +25,7 @@ import time
 
 from benchmarks.cluster.links import LinkSampler
 from benchmarks.cluster.report import write_outputs
+from benchmarks.cluster.rtt import measure_rtt
 from benchmarks.cluster.scenarios import PRESETS, scenarios
 from benchmarks.common import machine
 from benchmarks.common.paths import RESULTS_DIR, ROOT, WORKERS_DIR, report_dir_for, shown
@@ -134,9 +137,31 @@ def _scenario_in(c, sc, out, workdir):
         log(f"  link {label}: {m.describe()}")
         out["links"].append({"label": label, "src": m.src, "dst": m.dst, "sent_bps": m.sent_bps,
                              "configured_bps": m.configured_bps, "seconds": m.seconds})
+    _measure_rtt(c, sc, out, "before")
     for launch in sc.launches:
         out["launches"].append(run_launch(c, sc, launch, workdir))
+    _measure_rtt(c, sc, out, "after")
     out["seconds"] = round(time.monotonic() - started, 1)
+
+
+def _measure_rtt(c, sc, out, when):
+    """The scenario's TCP ping-pong between two of its hosts (before and after its launches, so the
+    round trip brackets the jobs on this shared machine)."""
+    if not sc.rtt:
+        return
+    r = sc.rtt
+    try:
+        m = measure_rtt(c, r["src"], r["dst"], sizes=r["sizes"], iters=r["iters"], warmup=r["warmup"])
+    except (ClusterError, ValueError, OSError) as e:
+        log(f"  TCP round trip ({when}): measurement FAILED: {e}")
+        out["rtt_errors"].append(f"{when}: {e}")
+        return
+    m["when"] = when
+    m["load_average"] = machine.load_average()
+    log(f"  TCP round trip {m['src']} -> {m['dst']} ({when}): "
+        + ", ".join(f"{x['bytes']} B median {x['median'] * 1e6:.1f} us (p99 {x['p99'] * 1e6:.0f} us)"
+                    for x in m["sizes"]))
+    out["rtt"].append(m)
 
 
 def _groups(scs):
@@ -154,7 +179,8 @@ def _groups(scs):
 def run_group(group, workdir):
     spec = ClusterSpec.from_dict(group[0].spec)
     results = [{"id": sc.id, "title": sc.title, "spec": spec.to_dict(), "links": [], "link_errors": [],
-                "launches": [], "error": None, "shared_cluster": sc.reuse_cluster} for sc in group]
+                "rtt": [], "rtt_errors": [], "launches": [], "error": None, "shared_cluster": sc.reuse_cluster}
+               for sc in group]
     current = 0
     try:
         with SimulatedCluster(spec=spec) as c:
@@ -181,6 +207,26 @@ def run(preset, only, out_json, workdir):
     return data
 
 
+def merge_results(target, data):
+    """The saved results at `target` with the scenarios of `data` (a new run) in them: a scenario of
+    the same id is replaced where it was, a new one appended; the others, the machine facts and the
+    original run's meta are kept, and meta["merged"] says what was merged, when and how."""
+    with open(target) as f:
+        base = json.load(f)
+    new = {s["id"]: s for s in data["scenarios"]}
+    kept = [new.pop(s["id"]) if s["id"] in new else s for s in base["scenarios"]]
+    base["scenarios"] = kept + list(new.values())
+    base["meta"]["results_path"] = shown(target)
+    merged = [m for m in base["meta"].get("merged", []) if not set(m["scenarios"]) <= {s["id"] for s in data["scenarios"]}]
+    merged.append({"scenarios": [s["id"] for s in data["scenarios"]], "command": data["meta"]["command"],
+                   "date": data["machine"].get("date"), "seconds": data["meta"].get("seconds"),
+                   "versions": data["machine"].get("versions"),
+                   "load_average_start": data["machine"].get("load_average_start"),
+                   "load_average_end": data["machine"].get("load_average_end")})
+    base["meta"]["merged"] = merged
+    return base
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m benchmarks.cluster.run",
                                 description=__doc__.split("\n\n")[0],
@@ -194,7 +240,13 @@ def main(argv=None):
     p.add_argument("--img-dir", default=None, help="plots (default: img/ beside the markdown)")
     p.add_argument("--report-only", action="store_true",
                    help="do not run: rewrite the JSON's derived parts, plots and markdown from --out's raw results")
+    p.add_argument("--merge-into", default=None, metavar="RESULTS_JSON",
+                   help="after the run, put its scenarios into these saved results (replacing scenarios of the "
+                        "same id, the others kept as they were) and rewrite their report (markdown and plots "
+                        "beside them, as --report-only would): one scenario again without re-running the rest")
     args = p.parse_args(argv)
+    if args.merge_into and args.report_only:
+        p.error("--merge-into runs scenarios; it cannot go with --report-only")
     out_json = os.path.abspath(args.out)
     out_dir = os.path.dirname(out_json)
     markdown = os.path.abspath(args.markdown or os.path.join(report_dir_for(out_json), "benchmarks_cluster.md"))
@@ -214,6 +266,11 @@ def main(argv=None):
             os.chmod(workdir, 0o755)
             data = run(args.preset, args.scenarios, out_json, workdir)
     paths = write_outputs(data, out_json, markdown, img_dir)
+    if args.merge_into:
+        target = os.path.abspath(args.merge_into)
+        merged = merge_results(target, data)
+        md = os.path.join(report_dir_for(target), "benchmarks_cluster.md")
+        paths += write_outputs(merged, target, md, os.path.join(os.path.dirname(md), "img"))
     for path in paths:
         print(path)
     failed = [f"{s['id']}/{l['id']}" for s in data["scenarios"] for l in s["launches"] if not l["ok"]]

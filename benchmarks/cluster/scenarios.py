@@ -11,9 +11,12 @@ made of launches (one horovodrun each, with its knobs and the worker tasks it ru
     psld    PSLD: one of four server hosts behind a link of a quarter of the others' rate; static
             shares vs HERRING_BALANCER=psld, step time and time to rebalance
     psld-cpu  the same with the slow server made slow by HERRING_SLOWDOWN (a loaded CPU)
+    latency the issue's latency goal: 2 worker hosts at 1 Gbit/s; one small allreduce at a time
+            (4 KiB, 16 KiB, 64 KiB; herring defaults, 1 and 2 ranks per host) next to the TCP round
+            trip between the two hosts, measured in the same cluster before and after the launches
 
 Presets: `full` (the report's run) and `smoke` (the test suite's: tiny sizes, every task kind, one
-small cluster, about a minute)."""
+small cluster shared by all three scenarios, about a minute)."""
 
 import copy
 from dataclasses import dataclass, field
@@ -47,6 +50,9 @@ class Scenario:
     # Run in the previous scenario's cluster when the specs are identical (the smoke preset: a
     # cluster costs seconds the test suite does not have); the full run builds one per scenario.
     reuse_cluster: bool = False
+    # TCP ping-pong between two hosts (benchmarks/cluster/rtt.py), before and after the launches:
+    # {"src": host index, "dst": host index, "sizes": [message bytes], "iters": n, "warmup": n}
+    rtt: Optional[dict] = None
 
 
 def _hosts(workers, servers, rate="1gbit", server_rates=None):
@@ -156,6 +162,23 @@ def psld_cpu(widths, steps, interval, us_per_mib, rate="1gbit", workers=4, serve
         _hosts(workers, servers, rate), launches, links=[])
 
 
+KiB = 1 << 10
+LATENCY_SIZES = [4 * KiB, 16 * KiB, 64 * KiB]
+
+
+def latency(iters, sizes=LATENCY_SIZES, two_slots=True, rtt_iters=2000, spec=None):
+    """One small allreduce at a time between 2 worker hosts, herring's defaults (colocated servers),
+    next to the TCP round trip between the same hosts. `spec`: another cluster to run in (the smoke
+    preset reuses its cluster, whose extra server hosts stay idle here)."""
+    # No per-iteration windows: iterations far shorter than the link sampler's period.
+    ar = [dict(_allreduce(sizes, 20, iters), windows=False)]
+    launches = [Launch("herring", "herring, defaults (colocated servers)", {}, ar)]
+    if two_slots:
+        launches.append(Launch("herring-2", "herring, defaults, 2 ranks per host", {}, ar, slots_per_host=2))
+    return Scenario("latency", "Small-message latency: 2 worker hosts at 1 Gbit/s", spec or _hosts(2, 0),
+                    launches, rtt={"src": 1, "dst": 0, "sizes": [1, 4 * KiB], "iters": rtt_iters, "warmup": 200})
+
+
 def _full():
     return [
         goal([16 * MiB, 64 * MiB, 128 * MiB], iters=7,
@@ -166,11 +189,12 @@ def _full():
                slow_factors=[1.5, 3.0], interval=10),
         psld([1024, 2048, 2048, 1024], steps=80, interval=10),
         psld_cpu([1024, 2048, 2048, 1024], steps=60, interval=10, us_per_mib=50000),
+        latency(iters=400),
     ]
 
 
 def _smoke():
-    # One small cluster (2 worker + 2 server hosts) shared by two scenarios and three launches,
+    # One small cluster (2 worker + 2 server hosts) shared by three scenarios and four launches,
     # covering every task kind, the link sampler and the analysis, in about a minute.
     hetero_task = {"id": "hetero-x3", "kind": "hetero", "widths": [16, 32, 4], "steps": 6, "global_batch": 8,
                    "sample_seconds": 0.002, "slow_factor": 3.0, "slow_ranks": [1], "interval": 2}
@@ -179,7 +203,10 @@ def _smoke():
     p = psld_cpu([64, 256, 64], steps=8, interval=2, us_per_mib=200000, workers=2, servers=2, static=False,
                  extra_tasks=[hetero_task])
     p.reuse_cluster = True
-    return [g, p]
+    # The latency scenario in the same cluster (its server hosts idle): one launch, a few seconds.
+    lat = latency(iters=30, sizes=[4 << 10], two_slots=False, rtt_iters=300, spec=g.spec)
+    lat.reuse_cluster = True
+    return [g, p, lat]
 
 
 PRESETS = {"full": _full, "smoke": _smoke}

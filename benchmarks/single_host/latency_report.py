@@ -1,7 +1,8 @@
 """The latency report (docs/benchmarks_latency.md and its plots) from a run of the `latency` preset:
 one allreduce at a time after a barrier, 4 KiB to 4 MiB, and the 1000-tiny-tensors step, for
 herring (and its first-round control plane, the `tcp-control` variant) beside torch-gloo,
-Horovod-gloo and Open MPI, with the latency goals' verdicts.
+Horovod-gloo and Open MPI, the SyncBatchNorm-bound training step (herring beside DDP on gloo), with
+the latency goals' verdicts.
 
     .venv/bin/python -m benchmarks.single_host.run --preset latency --out docs/benchmarks_latency.md \\
         --results benchmarks/results/latency.json
@@ -83,7 +84,12 @@ def verdict(measured, target, higher_is_better):
     return measured, "met" if ok else "not met"
 
 
-def goals(lat, tiny, nps, sizes):
+def by_np(results, stack):
+    """{np: median} of one stack's records in a medians() table (one record size per workload)."""
+    return {k[2]: t for k, t in results.items() if k[0] == stack and k[1] == ""}
+
+
+def goals(lat, tiny, syncbn, nps, sizes):
     rows = ["| Goal | Target | Measured | Verdict |", "| --- | --- | --- | --- |"]
 
     def add(goal, target, measured, shown, higher_is_better):
@@ -106,17 +112,60 @@ def goals(lat, tiny, nps, sizes):
         peer, ours = tiny.get(("horovod-gloo", "", np, 4)), tiny.get(("herring", "", np, 4))
         add(f"1000 tiny tensors per step, np={np}: herring faster than horovod-gloo", 3.0,
             peer / ours if peer and ours else None, lambda x: f"{x:.2f}x", True)
+    peer, ours = by_np(syncbn, "torch-gloo"), by_np(syncbn, "herring")
+    for np in sorted(set(peer) & set(ours)):
+        add(f"SyncBatchNorm-bound training step, np={np}: hvd.SyncBatchNorm on herring faster than DDP with "
+            "nn.SyncBatchNorm's algorithm on gloo", 2.0, peer[np] / ours[np], lambda x: f"{x:.2f}x", True)
     return "\n".join(rows)
+
+
+def syncbn_part(data, syncbn, doc_dir, img_dir):
+    """The SyncBatchNorm step's table and plot."""
+    peer, ours = by_np(syncbn, "torch-gloo"), by_np(syncbn, "herring")
+    rec = next(r for r in data["records"] if r.get("workload") == "syncbn" and "median" in r)
+    nps = sorted(set(peer) | set(ours))
+    img = os.path.join(img_dir, "latency_syncbn.png")
+    fig, ax = plt.subplots(figsize=(6, 4))
+    width = 0.38
+    for i, (label, stack, times) in enumerate((("herring: hvd.SyncBatchNorm", "herring", ours),
+                                               ("torch-gloo: DDP + SyncBatchNorm", "torch-gloo", peer))):
+        xs = [j + (i - 0.5) * width for j, np in enumerate(nps) if np in times]
+        ax.bar(xs, [times[np] * 1e3 for np in nps if np in times], width, label=label, color=COLORS.get(stack))
+    ax.set_xticks(range(len(nps)))
+    ax.set_xticklabels([f"np={np}" for np in nps])
+    ax.set_ylabel("median step time (ms)")
+    ax.set_title(f"SyncBatchNorm-bound step ({rec['model']}, batch {rec['batch']} per rank)")
+    ax.legend(fontsize=8)
+    ax.grid(True, axis="y", alpha=0.3)
+    os.makedirs(os.path.dirname(img), exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(img, dpi=110)
+    plt.close(fig)
+    rows = ["### SyncBatchNorm-bound training step\n",
+            f"A small convolutional net ({rec['model']}: three 3x3 convolutions, each followed by the stack's "
+            f"synchronized batch norm and a ReLU; {rec['params']} parameters) on {rec['batch']} images of "
+            f"{rec['image']}x{rec['image']} per rank; a step is forward, backward and SGD. herring runs "
+            "`hvd.SyncBatchNorm` under Horovod's DistributedOptimizer; torch-gloo runs DDP with the algorithm of "
+            "`nn.SyncBatchNorm` (one all_gather_into_tensor forward and one all_reduce backward per layer: torch's "
+            "module itself refuses CPU tensors) on the same CPU batch-norm primitives. Median step time.\n",
+            "| np | herring | torch-gloo (DDP) | gloo / herring |", "| --- | --- | --- | --- |"]
+    for np in nps:
+        h, g = ours.get(np), peer.get(np)
+        rows.append(f"| {np} | {fmt_time(h) if h else '-'} | {fmt_time(g) if g else '-'} | "
+                    f"{f'{g / h:.2f}x' if h and g else '-'} |")
+    rows += ["", f"![SyncBatchNorm step]({os.path.relpath(img, doc_dir)})\n"]
+    return rows
 
 
 def section(data, doc_dir, img_dir):
     """The goals, the tables and the plot as markdown (for docs/benchmarks_latency.md and, through
     benchmarks/single_host/report.py, for docs/benchmarks.md); image links relative to doc_dir."""
-    lat, tiny = medians(data, "allreduce"), medians(data, "tiny")
+    lat, tiny, syncbn = medians(data, "allreduce"), medians(data, "tiny"), medians(data, "syncbn")
     nps = sorted({k[2] for k in lat})
     sizes = sorted({k[3] for k in lat})
     img = os.path.join(img_dir, "latency_allreduce.png")
-    plot(lat, nps, sizes, img)
+    if lat:  # a run of some workloads only (--workloads) may have no allreduce
+        plot(lat, nps, sizes, img)
     m, meta = data["machine"], data["meta"]
     parts = [
         f"From `{meta['command']}` on {m.get('date', '?')} (load average {m.get('load_average_start')} at the "
@@ -126,11 +175,12 @@ def section(data, doc_dir, img_dir):
         "is the same engine with `HERRING_CONTROL_PLANE=tcp HERRING_SMALL_MESSAGE_BYTES=0` (bit vectors through "
         "rank 0 over TCP, staged two-step shared-memory reduction): the path of the first round, in the same run. "
         "Ratios are the stack's time over herring's (above 1: herring is faster).\n",
-        "### Latency goals\n", goals(lat, tiny, nps, sizes), "",
+        "### Latency goals\n", goals(lat, tiny, syncbn, nps, sizes), "",
     ]
     for np in nps:
         parts += [f"### Allreduce, np={np}\n", latency_table(lat, np, sizes), ""]
-    parts.append(f"![latency]({os.path.relpath(img, doc_dir)})\n")
+    if lat:
+        parts.append(f"![latency]({os.path.relpath(img, doc_dir)})\n")
     if tiny:
         count = next((r.get("count") for r in data["records"] if r.get("workload") == "tiny"), "?")
         parts += [f"### {count} tiny tensors per step\n",
@@ -146,6 +196,8 @@ def section(data, doc_dir, img_dir):
                 cells.append("-" if t is None else fmt_time(t) + (f" ({t / ours:.2f}x)" if shown_ratio else ""))
             parts.append(f"| {np} | " + " | ".join(cells) + " |")
         parts.append("")
+    if syncbn:
+        parts += syncbn_part(data, syncbn, doc_dir, img_dir)
     failed = [l for l in data["launches"] if not l["ok"]]
     if failed:
         parts += ["### Launches that failed\n"] + [f"- {l['stack']} {l['variant'] or ''} np={l['np']}: "

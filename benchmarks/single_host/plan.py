@@ -66,6 +66,8 @@ def _smoke():
              "variants": ["cache-off"], "timing": _timing(1, 3, 3, 0.1), "timeout": 60},
             {"id": "train", "kind": "train", "widths": [256, 512, 256], "batch": 4,
              "timing": _timing(1, 3, 3, 0.1), "baseline_timing": _timing(1, 2, 2, 0.1), "timeout": 60},
+            {"id": "syncbn", "kind": "syncbn", "batch": 4, "image": 8, "widths": [4, 8],
+             "stacks": ["herring", "torch-gloo"], "timing": _timing(1, 3, 3, 0.1), "timeout": 60},
         ])
 
 
@@ -80,6 +82,10 @@ def _latency():
              "variants": ["tcp-control"], "timing": _timing(20, 100, 400, 1.0), "timeout": 400},
             {"id": "tiny", "kind": "tiny", "count": 1000, "elements": 1, "stacks": TINY_STACKS,
              "variants": ["tcp-control"], "timing": _timing(3, 10, 50, 2.0), "timeout": 300},
+            # hvd.SyncBatchNorm on herring against DDP with nn.SyncBatchNorm's algorithm on gloo
+            # (Horovod-gloo's SyncBatchNorm and torch's need a GPU).
+            {"id": "syncbn", "kind": "syncbn", "batch": 8, "image": 32, "widths": [16, 32, 32],
+             "stacks": ["herring", "torch-gloo"], "timing": _timing(3, 10, 60, 3.0), "timeout": 300},
         ])
 
 

@@ -64,6 +64,7 @@ def allreduce(comm, spec, emit):
     for nbytes in spec["sizes"]:
         buf = comm.make(nbytes // 4)
         times, windows = [], []
+        before = _counters(comm)
         for i in range(warmup + iters):
             buf.fill_(comm.rank + 1)
             comm.barrier()
@@ -73,9 +74,16 @@ def allreduce(comm, spec, emit):
             if i >= warmup:
                 times.append(took)
                 windows.append([wall, wall + took])
+        after = _counters(comm)
         workloads._check_all_equal(buf, expected, f"rank {comm.rank}: allreduce of {nbytes} bytes")
+        # Rank 0's engine counters over all iterations (warm-ups included), each of which is three
+        # collectives: the barrier, the allreduce and the max of the times.
+        delta = {k: after[k] - before.get(k, 0) for k in after if k != "partition_map_version"}
+        # Wall-clock windows only for the link sampler: sub-millisecond iterations are shorter than
+        # its period (the latency scenario turns them off).
         emit(dict(kind="allreduce", bytes=nbytes, times=times, median=statistics.median(times),
-                  windows=windows))
+                  windows=windows if spec.get("windows", True) else [], counters_delta=delta, counted_iterations=warmup + iters,
+                  collectives_per_iteration=3))
         del buf
         gc.collect()
 

@@ -7,8 +7,9 @@ the same code on every stack:
 
 Each Comm offers: rank, size, barrier(), max_of(value), allreduce_(buffer) (sum in place),
 allreduce_many_(tensors) (submit all asynchronously, then wait for all), distribute(model,
-optimizer) (wrap a model the way a user of that stack would for data-parallel training) and
-counters() (engine counters, herring only)."""
+optimizer) (wrap a model the way a user of that stack would for data-parallel training),
+sync_batch_norm(num_features) (the stack's synchronized batch norm; not on mpi) and counters()
+(engine counters, herring only)."""
 
 import datetime
 import os
@@ -67,6 +68,10 @@ class HorovodComm:
         opt = self.hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
         return Distributed(model, opt.step)
 
+    def sync_batch_norm(self, num_features):
+        # hvd.SyncBatchNorm: on herring it trains on CPU tensors; Horovod's own needs a GPU.
+        return self.hvd.SyncBatchNorm(num_features)
+
     def counters(self):
         if self.backend != "herring":
             return None
@@ -116,6 +121,11 @@ class TorchComm:
         bucket_view = os.environ.get("HERRING_BENCH_DDP_BUCKET_VIEW") == "1"   # the bucket-view variant
         ddp = DistributedDataParallel(model, gradient_as_bucket_view=bucket_view)
         return Distributed(ddp, optimizer.step)
+
+    def sync_batch_norm(self, num_features):
+        # nn.SyncBatchNorm's algorithm and collectives; torch's module itself refuses CPU tensors.
+        import torch_sync_batch_norm
+        return torch_sync_batch_norm.SyncBatchNorm(num_features)
 
     def counters(self):
         return None

@@ -186,4 +186,43 @@ def mlp_training(comm, spec, emit):
     emit(rec)
 
 
-WORKLOADS = {"allreduce": allreduce_sweep, "tiny": tiny_tensors, "gradset": gradient_set, "train": mlp_training}
+def sync_batch_norm_training(comm, spec, emit):
+    """A step bound by synchronized batch norm: a small convolutional net whose three batch-norm
+    layers are the stack's SyncBatchNorm, on a small batch per rank (one small collective per
+    layer forward, one backward, and the gradients' allreduce). Parameters and running statistics
+    must stay identical on every rank."""
+    torch = _torch()
+    batch, image, widths = int(spec.get("batch", 8)), int(spec.get("image", 32)), spec.get("widths", [16, 32, 32])
+
+    def make_model():
+        layers, channels = [], 3
+        for i, width in enumerate(widths):
+            layers += [torch.nn.Conv2d(channels, width, 3, stride=1 if i == 0 else 2, padding=1, bias=False),
+                       comm.sync_batch_norm(width), torch.nn.ReLU()]
+            channels = width
+        layers += [torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(channels, 10)]
+        return torch.nn.Sequential(*layers)
+
+    def make_batch():
+        g = torch.Generator().manual_seed(2000 + comm.rank)   # each rank its own samples
+        return torch.randn(batch, 3, image, image, generator=g), torch.randint(0, 10, (batch,), generator=g)
+
+    loss_of = lambda forward, xy: torch.nn.functional.cross_entropy(forward(xy[0]), xy[1])  # noqa: E731
+    times, model, d = _measure_training(comm, make_model, make_batch, loss_of, spec.get("timing", {}), True,
+                                        momentum=0.9)
+    state = list(model.parameters()) + [b for b in model.buffers() if b.is_floating_point()]
+    checksum = sum(float(t.detach().double().sum()) for t in state)
+    hi, lo = comm.max_of(checksum), -comm.max_of(-checksum)
+    if abs(hi - lo) > 1e-6 * max(1.0, abs(hi)):
+        raise RuntimeError(f"rank {comm.rank}: parameters or running statistics diverged across ranks "
+                           f"(sums range from {lo!r} to {hi!r})")
+    params = sum(p.numel() for p in model.parameters())
+    rec = dict(kind="syncbn", model="conv-" + "-".join(map(str, widths)), params=params, batch=batch,
+               image=image, bytes=4 * params, **_summary(times))
+    del model, d
+    gc.collect()
+    emit(rec)
+
+
+WORKLOADS = {"allreduce": allreduce_sweep, "tiny": tiny_tensors, "gradset": gradient_set, "train": mlp_training,
+             "syncbn": sync_batch_norm_training}

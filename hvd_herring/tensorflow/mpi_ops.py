@@ -78,15 +78,23 @@ def _check_not_xla(what):
 
 
 def _naming(prefix, tensors, name, ignore_name_scope):
-    """The op arguments that name a collective (see the module docstring)."""
+    """The op arguments that name a collective (see the module docstring), and its engine's."""
     if tf.executing_eagerly():
-        return {"auto_name": True} if name is None else {"tensor_name": str(name)}
+        return {"auto_name": True, **_engine()} if name is None else {"tensor_name": str(name), **_engine()}
     if name is None:
         if len(tensors) == 1:
             name = f"{prefix}_{_normalize_name(tensors[0].name)}"
         else:
             name = _normalize_name(f"{prefix}_{tensors[0].name}_{tensors[-1].name}")
-    return {"name": name, "ignore_name_scope": ignore_name_scope}
+    return {"name": name, "ignore_name_scope": ignore_name_scope, **_engine()}
+
+
+def _engine():
+    """The attributes by which a herring op finds the engine when it runs (engine_slot.h): a
+    reference to hvd_herring.basics' slot, which always holds the engine of the current round, so
+    a tf.function traced before an elastic reset uses the engine created after it."""
+    slot, owner = _basics.engine_reference()
+    return {"engine_slot": slot, "engine_owner": owner}
 
 
 def _as_tensor(value):
@@ -222,39 +230,39 @@ def join():
     """This rank has no more data: until every rank joined, it takes part in the others'
     allreduces with zeros. Returns (a tensor holding) the rank that joined last."""
     _check_not_xla("join")
-    return _LIB.herring_join()
+    return _LIB.herring_join(**_engine())
 
 
 def barrier(process_set=global_process_set):
     """Completes when every member of the process set reached it."""
     _check_not_xla("barrier")
-    return _LIB.herring_barrier(process_set_id=process_set.process_set_id)
+    return _LIB.herring_barrier(process_set_id=process_set.process_set_id, **_engine())
 
 
 def size_op(process_set_id=0, name=None):
     """The number of ranks in the process set, read when the graph runs."""
-    return _LIB.herring_size(process_set_id=process_set_id, name=name)
+    return _LIB.herring_size(process_set_id=process_set_id, name=name, **_engine())
 
 
 def local_size_op(name=None):
     """The number of ranks on this host, read when the graph runs."""
-    return _LIB.herring_local_size(name=name)
+    return _LIB.herring_local_size(name=name, **_engine())
 
 
 def rank_op(name=None):
     """This process's rank, read when the graph runs."""
-    return _LIB.herring_rank(name=name)
+    return _LIB.herring_rank(name=name, **_engine())
 
 
 def local_rank_op(name=None):
     """This process's rank on its host, read when the graph runs."""
-    return _LIB.herring_local_rank(name=name)
+    return _LIB.herring_local_rank(name=name, **_engine())
 
 
 def process_set_included_op(process_set_id=0, name=None):
     """1 if this rank belongs to the process set, 0 if not; -1 before init, -3 for an unknown set
     (Horovod's codes)."""
-    return _LIB.herring_process_set_included(process_set_id=process_set_id, name=name)
+    return _LIB.herring_process_set_included(process_set_id=process_set_id, name=name, **_engine())
 
 
 for _op_type in ("HerringSize", "HerringLocalSize", "HerringRank", "HerringLocalRank", "HerringProcessSetIncluded",

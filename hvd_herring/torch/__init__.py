@@ -47,7 +47,7 @@ from hvd_herring.torch.batch_tuner import BatchSizeTuner  # noqa: E402,F401  (he
 from hvd_herring.torch.r2sp import R2SPTrainer  # noqa: E402,F401  (herring's own: R2SP training mode)
 from hvd_herring.torch.zero_copy import (  # noqa: E402,F401  (herring's own: zero-copy memory)
     zero_copy_empty, zero_copy_like, zero_copy_gradients, in_zero_copy_memory)
-from horovod.torch.sync_batch_norm import SyncBatchNorm  # noqa: E402,F401
+from hvd_herring.torch.sync_batch_norm import SyncBatchNorm  # noqa: E402,F401  (Horovod's, on CPU too)
 
 
 def _check_has_gpu():

@@ -1,7 +1,8 @@
 """Horovod's torch collectives (the API of horovod.torch.mpi_ops) on the herring engine.
 
-Adapters only enqueue: each function hands tensor addresses to the engine and gets a handle;
-synchronize() waits without the GIL. The tensors are kept alive in _handle_map until then.
+Adapters only enqueue: each function hands tensor addresses to the engine and gets a handle, an
+integer naming a native Work (native/bindings/work_handle.h) that keeps the tensors alive and
+holds the result; synchronize() waits on it without the GIL.
 """
 
 import torch
@@ -13,6 +14,7 @@ from horovod.common.process_sets import _setup as _setup_process_sets
 from horovod.common.util import get_average_backwards_compatibility_fun
 from horovod.torch.compression import Compression
 
+from hvd_herring import _native
 from hvd_herring.dtype_groups import split_by_dtype
 from hvd_herring.torch import zero_copy as _zero_copy
 from hvd_herring.basics import basics as _basics, export_basics as _export_basics, DTYPES as _DTYPES
@@ -30,14 +32,14 @@ _export_basics(globals())
 handle_average_backwards_compatibility = get_average_backwards_compatibility_fun(_basics)
 _setup_process_sets(_basics)
 
-# handle -> (inputs kept alive, outputs or a function building them from the engine's result)
-_handle_map = {}
+# Horovod's handles are integers (its DistributedOptimizer keeps them, tests pass them around):
+# handle -> the _native.Work that owns the request (its tensors, outputs, result, engine handles).
+_works = {}
 
 
 def init(*args, **kwargs):
-    global _handle_map, _mixed_groups
-    _handle_map = {}
-    _mixed_groups = {}
+    global _works
+    _works = {}
     _basics.init(*args, **kwargs)
     _setup_process_sets(_basics)
 
@@ -82,51 +84,40 @@ def _common_dtype(tensors):
     return codes.pop()
 
 
-# Groups whose tensors differ in dtype run as one grouped collective per dtype (hvd_herring.dtype_groups,
-# the rule TensorFlow follows too): handle -> [(sub handle, positions in the group)].
-_mixed_groups = {}
-_next_mixed_handle = -1
-
-
-def _enqueue_by_dtype(op_type, name, tensors, outputs, process_set, op, prescale, postscale, finish, result):
-    global _next_mixed_handle
-    parts = []
-    for sub_name, positions in split_by_dtype([_TORCH_DTYPES.get(t.dtype, str(t.dtype)) for t in tensors], name):
-        sub_outputs = [outputs[i] for i in positions] if outputs is not None else None
-        sub_result = [result[i] for i in positions] if result is not None else None
-        parts.append((_enqueue(op_type, sub_name, [tensors[i] for i in positions], sub_outputs, process_set, op,
-                               prescale, postscale, finish=finish, result=sub_result), positions))
-    handle, _next_mixed_handle = _next_mixed_handle, _next_mixed_handle - 1
-    _mixed_groups[handle] = parts
-    return handle
-
-
 def _enqueue(op_type, name, tensors, outputs, process_set, op=None, prescale=1.0, postscale=1.0,
              root=-1, splits=None, finish=None, result=None):
-    """Queues one (possibly grouped) collective and records what synchronize() returns: `result`
-    when the outputs are the caller's (finish is None), else finish(capsules, splits, value)."""
-    if len(tensors) > 1 and splits is None and len({t.dtype for t in tensors}) > 1:
-        return _enqueue_by_dtype(op_type, name, tensors, outputs, process_set, op, prescale, postscale, finish,
-                                 result)
+    """Queues one (possibly grouped) collective; returns its handle. synchronize() returns `result`
+    when the outputs are the caller's (finish is None), else finish(capsules, splits, value).
+    The Work keeps `tensors` and `outputs` alive until then: the engine holds their addresses."""
+    work = _native.Work(_basics.engine(), (tensors, outputs), result, finish)
+    op = Sum if op is None else op
     if len(tensors) == 1 and splits is None and outputs is not None:
         t = tensors[0]
         code = _DTYPE_CODES.get(t.dtype)
         if code is None:
             raise ValueError(f"Tensor type {t.type()} is not supported.")
-        handle = _basics.enqueue_one(op_type, name, process_set.process_set_id, code, Sum if op is None else op,
-                                     prescale, postscale, root, t.data_ptr(), outputs[0].data_ptr(), t.shape)
+        work.add(_basics.enqueue_one(op_type, name, process_set.process_set_id, code, op, prescale, postscale,
+                                     root, t.data_ptr(), outputs[0].data_ptr(), t.shape), code)
     else:
-        code = _common_dtype(tensors)
-        args = []
-        for i, t in enumerate(tensors):
-            out = outputs[i] if outputs is not None else None
-            args.append((t.data_ptr(), out.data_ptr() if out is not None else 0, list(t.shape),
-                         list(splits[i]) if splits is not None else []))
-        handle = _basics.enqueue(op_type, name, process_set.process_set_id, code,
-                                 Sum if op is None else op, prescale, postscale, root, args)
-    # Keep inputs and outputs alive until synchronize(): the engine holds their addresses.
-    _handle_map[handle] = (tensors, outputs, code, finish, result)
-    return handle
+        # A group whose tensors differ in dtype runs as one grouped collective per dtype
+        # (hvd_herring.dtype_groups, the rule TensorFlow follows too): one Work, a part per dtype.
+        if len(tensors) > 1 and splits is None:
+            parts = split_by_dtype([_TORCH_DTYPES.get(t.dtype, str(t.dtype)) for t in tensors], name)
+        else:
+            parts = [(name, range(len(tensors)))]
+        # Every part's dtype is checked before the first is queued: a part in flight on its own
+        # could never be matched on the other ranks.
+        codes = [_common_dtype([tensors[i] for i in positions]) for _, positions in parts]
+        for (part_name, positions), code in zip(parts, codes):
+            args = []
+            for i in positions:
+                out = outputs[i] if outputs is not None else None
+                args.append((tensors[i].data_ptr(), out.data_ptr() if out is not None else 0,
+                             list(tensors[i].shape), list(splits[i]) if splits is not None else []))
+            work.add(_basics.enqueue(op_type, part_name, process_set.process_set_id, code, op, prescale, postscale,
+                                     root, args), code, list(positions) if len(parts) > 1 else [])
+    _works[work.handle] = work
+    return work.handle
 
 
 def _tensors_from(capsules):
@@ -135,31 +126,25 @@ def _tensors_from(capsules):
 
 def poll(handle):
     """True once the collective behind `handle` completed (synchronize() will not block)."""
-    if handle in _mixed_groups:
-        return all(_basics.poll(h) for h, _ in _mixed_groups[handle])
-    return _basics.poll(handle)
+    work = _works.get(handle)
+    if work is None:
+        raise ValueError(f"unknown handle {handle}")
+    return work.poll()
 
 
 def synchronize(handle):
     """Waits for the collective and returns its output (a tensor, or a list for groups)."""
-    if handle in _mixed_groups:
-        parts = _mixed_groups.pop(handle)
-        out = [None] * sum(len(positions) for _, positions in parts)
-        for sub, positions in parts:
-            for i, t in zip(positions, synchronize(sub)):
-                out[i] = t
-        return out
-    if handle not in _handle_map:
+    work = _works.get(handle)
+    if work is None:
         return None
-    _, outputs, dtype, finish, result = _handle_map[handle]
     try:
-        if finish is None:
-            _basics.wait_simple(handle)
-            return result
-        capsules, shapes, received_splits, value = _basics.wait(handle, dtype)
+        work.wait()  # Ctrl-C or a timeout leaves the handle valid
+        return work.take()
+    except _native.HerringError as e:
+        raise HorovodInternalError(str(e)) from e
     finally:
-        _handle_map.pop(handle, None)
-    return finish(capsules, received_splits, value)
+        if work.is_completed():
+            _works.pop(handle, None)
 
 
 # --- allreduce -----------------------------------------------------------------------------------
@@ -538,11 +523,10 @@ def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=A
 def join(device=-1) -> int:
     """Declares that this rank has no more data: until every rank joined, it takes part in the
     others' allreduces with zeros. Returns the rank that joined last."""
-    handle = _basics.enqueue("join", "join", 0, _DTYPES["uint8"], Sum, 1.0, 1.0, -1, [])
-    return int(_basics.wait(handle)[3])
+    return synchronize(_enqueue("join", "join", [], None, global_process_set,
+                                finish=lambda caps, splits, last_rank: int(last_rank)))
 
 
 def barrier(process_set=global_process_set):
     """Blocks until every member of the process set reached the barrier."""
-    handle = _basics.enqueue("barrier", "", process_set.process_set_id, _DTYPES["uint8"], Sum, 1.0, 1.0, -1, [])
-    _basics.wait(handle)
+    synchronize(_enqueue("barrier", "", [], None, process_set, result=None))

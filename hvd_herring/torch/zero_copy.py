@@ -16,8 +16,7 @@ here does the engine take this path (otherwise it stages them as usual).
 import torch
 import torch.utils.dlpack
 
-from hvd_herring import _native
-from hvd_herring.basics import DTYPES as _DTYPES
+from hvd_herring.basics import DTYPES as _DTYPES, basics as _basics
 
 _used = False  # set by the first allocation: until then no tensor can be in zero-copy memory
 
@@ -36,7 +35,7 @@ def zero_copy_empty(*size, dtype=torch.float32):
     global _used
     if len(size) == 1 and isinstance(size[0], (tuple, list, torch.Size)):
         size = tuple(size[0])
-    capsule = _native.zero_copy_empty([int(d) for d in size], _dtype_code(dtype))
+    capsule = _basics.zero_copy.empty([int(d) for d in size], _dtype_code(dtype))
     _used = True
     return torch.utils.dlpack.from_dlpack(capsule)
 
@@ -80,7 +79,7 @@ def in_zero_copy_memory(tensor):
     """True when every byte of `tensor` lies in this process's zero-copy memory."""
     if not _used or tensor.device.type != "cpu":
         return False
-    return _native.in_zero_copy_memory(tensor.data_ptr(), tensor.numel() * tensor.element_size())
+    return _basics.zero_copy.contains(tensor.data_ptr(), tensor.numel() * tensor.element_size())
 
 
 def empty_output_like(tensor):

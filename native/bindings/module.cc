@@ -1,15 +1,19 @@
 // The Python module `hvd_herring._native`: the engine object and every constant Python needs
-// (dtypes, reduce ops, op types, knobs), so that none is written twice.
+// (dtypes, reduce ops, op types, knobs), so that none is written twice. Horovod's handles are
+// Work objects (work_handle.h).
 #include <pybind11/functional.h>
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
 #include "bindings/dlpack_export.h"
+#include "bindings/work_handle.h"
 #include "common/dtype.h"
 #include "common/knobs.h"
 #include "common/reduce_op.h"
+#include "common/pid_namespace.h"
 #include "engine/engine.h"
+#include "engine/engine_slot.h"
 #include "transport/zero_copy_pool.h"
 
 namespace py = pybind11;
@@ -27,7 +31,7 @@ using TensorArg = std::tuple<uintptr_t, uintptr_t, std::vector<int64_t>, std::ve
 int64_t EnqueueFromPython(Engine& e, int op_type, const std::string& name, int process_set, int dtype,
                           int reduce_op, double prescale, double postscale, int root,
                           const std::vector<TensorArg>& tensors, const std::vector<int32_t>& set_ranks,
-                          int set_id) {
+                          int set_id, bool in_program_order) {
   if (op_type < 0 || op_type >= kNumOpTypes) throw Error(Status::InvalidArgument("bad op type"));
   if (!IsValidDataType(dtype)) throw Error(Status::InvalidArgument("bad dtype"));
   if (!IsValidReduceOp(reduce_op)) throw Error(Status::InvalidArgument("bad reduce op"));
@@ -42,6 +46,7 @@ int64_t EnqueueFromPython(Engine& e, int op_type, const std::string& name, int p
   req.meta.root = root;
   req.meta.set_ranks = set_ranks;
   req.meta.set_id = set_id;
+  req.in_program_order = in_program_order;
   for (const auto& t : tensors) {
     req.meta.tensors.push_back({std::get<2>(t), std::get<3>(t)});
     req.buffers.push_back({reinterpret_cast<const void*>(std::get<0>(t)), reinterpret_cast<void*>(std::get<1>(t))});
@@ -54,28 +59,16 @@ int64_t EnqueueOne(Engine& e, int op_type, const std::string& name, int process_
                    double prescale, double postscale, int root, uintptr_t input, uintptr_t output,
                    const std::vector<int64_t>& shape) {
   return EnqueueFromPython(e, op_type, name, process_set, dtype, reduce_op, prescale, postscale, root,
-                           {TensorArg{input, output, shape, {}}}, {}, -1);
+                           {TensorArg{input, output, shape, {}}}, {}, -1, false);
 }
 
-// Waits for a collective without the GIL, in slices between which Python's signal handlers run:
-// Ctrl-C, and pytest-timeout's alarm, interrupt a wait the way they interrupt time.sleep().
-Status WaitServingSignals(Engine& e, int64_t handle, double timeout_seconds) {
-  const Deadline deadline = timeout_seconds < 0 ? Deadline::Never() : Deadline::AfterSeconds(timeout_seconds);
-  while (true) {
-    Status s;
-    {
-      py::gil_scoped_release release;
-      s = e.Wait(handle, Deadline::Earlier(Deadline::AfterSeconds(0.2), deadline));
-    }
-    if (s.code() != StatusCode::kTimeout || deadline.Expired()) return s;
-    if (PyErr_CheckSignals() != 0) throw py::error_already_set();
-  }
-}
-
+// Engine.wait / wait_and_take: raw engine handles, for the torch.distributed backend's Work
+// (hvd_herring/torch/distributed/work.py). Horovod's handle API uses _native.Work (work_handle.h).
+//
 // Waits for a collective whose outputs the caller provided; returns its value (join: the last
 // rank; process sets: the id) or raises its error.
 int64_t WaitSimple(Engine& e, int64_t handle, double timeout_seconds) {
-  Status s = WaitServingSignals(e, handle, timeout_seconds);
+  Status s = WaitServingSignals(e, handle, WaitDeadline(timeout_seconds));
   if (!s.ok()) throw Error(s);
   OpResult r = e.Take(handle);
   if (!r.status.ok()) throw Error(r.status);
@@ -85,7 +78,7 @@ int64_t WaitSimple(Engine& e, int64_t handle, double timeout_seconds) {
 // Waits (see WaitServingSignals), then returns (outputs as DLPack capsules, shapes, received splits,
 // value) or raises the operation's error.
 py::tuple WaitAndTake(Engine& e, int64_t handle, double timeout_seconds, int dtype) {
-  Status s = WaitServingSignals(e, handle, timeout_seconds);
+  Status s = WaitServingSignals(e, handle, WaitDeadline(timeout_seconds));
   if (!s.ok()) throw Error(s);  // still pending: the handle stays valid
   OpResult r = e.Take(handle);
   if (!r.status.ok()) throw Error(r.status);
@@ -101,24 +94,7 @@ py::tuple WaitAndTake(Engine& e, int64_t handle, double timeout_seconds, int dty
 PYBIND11_MODULE(_native, m) {
   m.doc() = "hvd_herring native core";
 
-  static py::exception<Error> herring_error(m, "HerringError", PyExc_RuntimeError);
-  py::register_exception_translator([](std::exception_ptr p) {
-    try {
-      if (p) std::rethrow_exception(p);
-    } catch (const Error& e) {
-      const Status& s = e.status();
-      if (s.code() == StatusCode::kInvalidArgument) {
-        PyErr_SetString(PyExc_ValueError, s.message().c_str());
-      } else if (s.code() == StatusCode::kTimeout && s.message().rfind("handle ", 0) == 0) {
-        PyErr_SetString(PyExc_TimeoutError, s.message().c_str());
-      } else {
-        py::object exc = herring_error;
-        py::object instance = exc(s.message());
-        instance.attr("code") = StatusCodeName(s.code());
-        PyErr_SetObject(herring_error.ptr(), instance.ptr());
-      }
-    }
-  });
+  BindErrors(m);  // HerringError, and Error -> ValueError / TimeoutError / HerringError
 
   py::dict dtypes;
   for (int i = 0; i < kNumDataTypes; ++i) dtypes[DataTypeName(static_cast<DataType>(i))] = i;
@@ -142,33 +118,49 @@ PYBIND11_MODULE(_native, m) {
   m.attr("KNOBS") = knobs;
   m.def("resolved_knobs", [] { return Config::FromProcessEnvironment().resolved; },
         "Every knob's value as this process would use it.");
-  m.def("zero_copy_empty",
-        [](const std::vector<int64_t>& shape, int dtype) {
-          if (!IsValidDataType(dtype)) throw Error(Status::InvalidArgument("bad dtype"));
-          int64_t elements = 1;
-          for (int64_t d : shape) {
-            if (d < 0) throw Error(Status::InvalidArgument("zero_copy_empty: negative dimension in the shape"));
-            elements *= d;
-          }
-          const DataType t = static_cast<DataType>(dtype);
-          // The knob is read once, when the first tensor creates the pool.
-          ZeroCopyPool* pool = ZeroCopyPool::IfCreated();
-          if (pool == nullptr) pool = &ZeroCopyPool::Instance(Config::FromProcessEnvironment().zero_copy_bytes);
-          return ExportDLPack(pool->Allocate(elements * ElementSize(t)), shape, t);
-        },
-        py::arg("shape"), py::arg("dtype"),
-        "A zeroed tensor (DLPack capsule) in this process's zero-copy memory.");
-  m.def("in_zero_copy_memory",
-        [](uintptr_t address, size_t bytes) {
-          ZeroCopyPool* pool = ZeroCopyPool::IfCreated();
-          uint64_t offset;
-          return pool != nullptr && pool->Locate(reinterpret_cast<const void*>(address), bytes, &offset);
-        },
-        py::arg("address"), py::arg("bytes"), "True when these bytes lie in zero-copy memory.");
-  m.def("zero_copy_bytes_in_use", [] {
-    ZeroCopyPool* pool = ZeroCopyPool::IfCreated();
-    return pool ? pool->bytes_in_use() : size_t{0};
-  });
+  // This process's zero-copy memory: the Python front owns one (hvd_herring.basics), creates the
+  // pool with its first tensor and hands it to every engine it creates (Engine(zero_copy=...)).
+  py::class_<ZeroCopyMemory, std::shared_ptr<ZeroCopyMemory>>(m, "ZeroCopyMemory")
+      .def(py::init<>())
+      .def("empty",
+           [](ZeroCopyMemory& memory, const std::vector<int64_t>& shape, int dtype) {
+             if (!IsValidDataType(dtype)) throw Error(Status::InvalidArgument("bad dtype"));
+             int64_t elements = 1;
+             for (int64_t d : shape) {
+               if (d < 0) throw Error(Status::InvalidArgument("zero_copy_empty: negative dimension in the shape"));
+               elements *= d;
+             }
+             const DataType t = static_cast<DataType>(dtype);
+             // The knob is read once, when the first tensor creates the pool.
+             ZeroCopyPool* pool = memory.pool();
+             if (pool == nullptr) pool = &memory.GetOrCreate(Config::FromProcessEnvironment().zero_copy_bytes);
+             return ExportDLPack(pool->Allocate(elements * ElementSize(t)), shape, t);
+           },
+           py::arg("shape"), py::arg("dtype"),
+           "A zeroed tensor (DLPack capsule) in this zero-copy memory; it keeps the memory alive.")
+      .def("contains",
+           [](const ZeroCopyMemory& memory, uintptr_t address, size_t bytes) {
+             const ZeroCopyPool* pool = memory.pool();
+             uint64_t offset;
+             return pool != nullptr && pool->Locate(reinterpret_cast<const void*>(address), bytes, &offset);
+           },
+           py::arg("address"), py::arg("bytes"), "True when these bytes lie in this zero-copy memory.")
+      .def("bytes_in_use", [](const ZeroCopyMemory& memory) {
+        const ZeroCopyPool* pool = memory.pool();
+        return pool ? pool->bytes_in_use() : size_t{0};
+      });
+
+  // Where the TensorFlow kernels find the engine (engine/engine_slot.h): the Python front owns the
+  // slot and puts its engine in it; TF ops carry (address, process_identity()).
+  py::class_<EngineSlot, std::shared_ptr<EngineSlot>>(m, "EngineSlot")
+      .def(py::init<>())
+      .def("set", &EngineSlot::Set, py::arg("engine"), py::call_guard<py::gil_scoped_release>())
+      .def("clear_if", [](EngineSlot& slot, const Engine* engine) { slot.ClearIf(engine); }, py::arg("engine"),
+           py::call_guard<py::gil_scoped_release>(), "Empties the slot if it still holds `engine`.")
+      .def_property_readonly("engine", &EngineSlot::Get)
+      .def_property_readonly("address", [](const EngineSlot& slot) { return reinterpret_cast<uintptr_t>(&slot); });
+  m.def("process_identity", &ProcessIdentity,
+        "This process among all processes of all machines (boot id, pid namespace, pid, start time).");
 
   // R2SP's arrays: contiguous float32, never converted (a converted copy would silently swallow
   // the parameters written back in place).
@@ -182,24 +174,19 @@ PYBIND11_MODULE(_native, m) {
   };
   py::class_<Engine, std::shared_ptr<Engine>>(m, "Engine")
       .def(py::init([](std::vector<std::vector<int>> process_sets, int epoch,
-                       std::function<std::vector<std::string>(const std::string&)> exchange, bool join) {
+                       std::function<std::vector<std::string>(const std::string&)> exchange, bool join,
+                       std::shared_ptr<ZeroCopyMemory> zero_copy) {
              EngineOptions o;
              o.process_sets = std::move(process_sets);
              o.epoch = epoch;
              o.exchange = std::move(exchange);
              o.join_running_job = join;
-             auto engine = std::make_shared<Engine>(std::move(o));
-             SetCurrentEngine(engine);  // other native modules (TF kernels) find it here
-             return engine;
+             o.zero_copy = std::move(zero_copy);
+             return std::make_shared<Engine>(std::move(o));
            }),
            py::arg("process_sets"), py::arg("epoch"), py::arg("exchange") = nullptr, py::arg("join") = false,
-           py::call_guard<py::gil_scoped_release>())
-      .def("shutdown",
-           [](Engine& e) {
-             e.Shutdown();
-             if (CurrentEngine().get() == &e) SetCurrentEngine(nullptr);
-           },
-           py::call_guard<py::gil_scoped_release>())
+           py::arg("zero_copy") = nullptr, py::call_guard<py::gil_scoped_release>())
+      .def("shutdown", &Engine::Shutdown, py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("running", &Engine::running)
       .def_property_readonly("is_dedicated_server", &Engine::is_dedicated_server)
       .def("serve_until_shutdown",
@@ -233,7 +220,8 @@ PYBIND11_MODULE(_native, m) {
                              })
       .def("enqueue", &EnqueueFromPython, py::arg("op_type"), py::arg("name"), py::arg("process_set"),
            py::arg("dtype"), py::arg("reduce_op"), py::arg("prescale"), py::arg("postscale"), py::arg("root"),
-           py::arg("tensors"), py::arg("set_ranks") = std::vector<int32_t>(), py::arg("set_id") = -1)
+           py::arg("tensors"), py::arg("set_ranks") = std::vector<int32_t>(), py::arg("set_id") = -1,
+           py::arg("in_program_order") = false)
       .def("enqueue_one", &EnqueueOne)
       .def("wait", &WaitSimple, py::arg("handle"), py::arg("timeout_seconds") = -1.0)
       .def("poll", &Engine::Poll)
@@ -281,4 +269,5 @@ PYBIND11_MODULE(_native, m) {
       .def("counters", &Engine::CountersSnapshot)
       .def("failure", [](const Engine& e) { return e.failure().message(); });
   BindP2p(m);
+  BindWork(m);
 }

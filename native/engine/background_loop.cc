@@ -385,7 +385,8 @@ void Engine::ReportBlocked(bool new_work) {
   std::vector<AwaitedCollective> awaited;
   if (!new_work && quiet_for >= config_.deadlock_seconds / 2) {
     for (const auto& kv : pending_) {
-      if (handles_.Awaited(kv.second.handle)) {
+      // A request held behind this one (same name, program order) waits for it too.
+      if (handles_.Awaited(kv.second.handle) || HeldRequestAwaited(kv.first)) {
         awaited.push_back({kv.first.first, kv.first.second, kv.second.request.meta.type});
       }
     }

@@ -11,25 +11,11 @@
 
 namespace herring {
 
-namespace {
-std::mutex g_current_mu;
-std::shared_ptr<Engine> g_current;
-}  // namespace
-
-std::shared_ptr<Engine> CurrentEngine() {
-  std::lock_guard<std::mutex> lock(g_current_mu);
-  return g_current;
-}
-
-void SetCurrentEngine(std::shared_ptr<Engine> engine) {
-  std::lock_guard<std::mutex> lock(g_current_mu);
-  g_current = std::move(engine);
-}
-
 Engine::Engine(EngineOptions options)
     : config_(Config::FromEnvironment(GivenOrProcessEnvironment(options.env))),
       launch_(DetectLaunch(GivenOrProcessEnvironment(options.env))),
       epoch_(options.epoch),
+      zero_copy_(options.zero_copy),
       cache_(static_cast<uint32_t>(config_.cache_capacity)),
       stall_(config_),
       faults_(config_.fault, launch_.rank) {
@@ -368,6 +354,11 @@ int64_t Engine::Enqueue(Request request) {
                std::to_string(++auto_names_[{static_cast<int>(m.type), m.process_set}]);
     }
     Key key{m.process_set, m.name};
+    if (in_flight_.count(key) && request.in_program_order) {
+      handle = handles_.Create(std::move(request.on_complete));
+      held_[key].emplace_back(std::move(request), handle);
+      return handle;  // the loop is busy with its name: nothing to wake
+    }
     if (in_flight_.count(key)) {
       throw Error(Status::InvalidArgument(std::string(OpTypeName(m.type)) + " '" + m.name + "' on rank " +
                                           std::to_string(rank()) +

@@ -1,5 +1,6 @@
 // Engine: one per process, owned by whoever created it (the Python front holds it; nothing in the
-// core is a process-global singleton). It rendezvouses with the other ranks, connects the mesh,
+// core is a process-global singleton: the TensorFlow kernels reach it through an EngineSlot that
+// the front owns, engine/engine_slot.h). It rendezvouses with the other ranks, connects the mesh,
 // and runs one background thread that repeats negotiate -> fuse -> execute -> complete.
 // Adapters (torch, TF) only Enqueue requests and wait on handles.
 #pragma once
@@ -40,6 +41,7 @@
 #include "rendezvous/launch_env.h"
 #include "rendezvous/rendezvous_protocol.h"
 #include "transport/tcp_transport.h"
+#include "transport/zero_copy_pool.h"
 
 namespace herring {
 
@@ -58,6 +60,9 @@ struct EngineOptions {
   // A dedicated server joining a running job (HERRING_ELASTIC_SLOTS) through horovodrun's
   // rendezvous store (HOROVOD_GLOO_RENDEZVOUS_ADDR/PORT in `env`), instead of a launched rank.
   bool join_running_job = false;
+  // The owner's zero-copy memory (hvd.zero_copy_empty), shared by the engines it creates in turn;
+  // null: none. Algorithms see it as ExecContext::zero_copy.
+  std::shared_ptr<ZeroCopyMemory> zero_copy;
 };
 
 // One tensor of a request as the adapter hands it over: the engine reads `input` and writes
@@ -74,15 +79,11 @@ struct Request {
   // If set, the result is pushed here (on the engine's thread) instead of being waited for.
   HandleTable::Callback on_complete;
   int64_t enqueued_us = 0;  // for the timeline
+  // Matched in program order (torch.distributed): a request whose name is still in flight waits
+  // behind it instead of being rejected, so the n-th request of a name pairs with every rank's
+  // n-th. Such names can stay the same from step to step, and so hit the response cache.
+  bool in_program_order = false;
 };
-
-class Engine;
-
-// The engine adapters reach from code that Python does not call directly (TensorFlow kernels run
-// on TensorFlow's threads). The engine itself is an ordinary object owned by the Python front;
-// this slot only lets other native modules of the same process find the one that is running.
-std::shared_ptr<Engine> CurrentEngine();
-void SetCurrentEngine(std::shared_ptr<Engine> engine);
 
 class Engine {
  public:
@@ -225,6 +226,7 @@ class Engine {
   void ApplyProcessSetChange(const Response& response);
   Pending* FindPending(const Response& response);
   void Finish(const Response& response, OpResult result);
+  bool HeldRequestAwaited(const Key& key) const;  // a request held behind `key` is waited on
   ExecContext MakeContext(ProcessSet& set, uint32_t unit);
 
   Config config_;
@@ -233,6 +235,7 @@ class Engine {
   uint64_t job_id_ = 0;
   int epoch_ = 0;
   std::unique_ptr<TcpTransport> transport_;
+  std::shared_ptr<ZeroCopyMemory> zero_copy_;  // from EngineOptions, for ExecContext
   mutable std::mutex sets_mu_;  // guards the table's structure: adapters look sets up
   ProcessSetTable sets_;
   const ProcessSet* global_set_ = nullptr;  // id 0: every worker
@@ -265,6 +268,9 @@ class Engine {
   mutable std::mutex queue_mu_;
   std::deque<std::pair<Request, int64_t>> incoming_;
   std::set<Key> in_flight_;            // names queued or pending: duplicates are rejected
+  // Requests in program order whose name was in flight (Request::in_program_order), oldest first:
+  // the next one enters the queue when the one ahead of it finishes.
+  std::map<Key, std::deque<std::pair<Request, int64_t>>> held_;
   // Per (op type, process set), for requests without a name: only the set's members call it.
   std::map<std::pair<int, int32_t>, uint64_t> auto_names_;
   std::atomic<bool> shutdown_requested_{false};

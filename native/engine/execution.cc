@@ -27,7 +27,7 @@ bool Fusable(const Response& a, const Response& b) {
 
 ExecContext Engine::MakeContext(ProcessSet& set, uint32_t unit) {
   return ExecContext{config_, *transport_, set, topo_, rank(), MakeTagBase(cycle_, unit), counters_,
-                     [this] { return CheckAbort(); }, timeline_.get(), "", &faults_};
+                     [this] { return CheckAbort(); }, timeline_.get(), "", &faults_, {}, zero_copy_.get()};
 }
 
 void Engine::Execute(const std::vector<Response>& ready) {
@@ -104,11 +104,30 @@ void Engine::Finish(const Response& r, OpResult result) {
   int64_t handle = it->second.handle;
   pending_.erase(it);
   {
-    // Free the name before waking the adapter, which may submit the same name right away.
+    // Free the name before waking the adapter, which may submit the same name right away; or
+    // hand it to the request held behind it, which the loop takes with its next cycle.
     std::lock_guard<std::mutex> lock(queue_mu_);
-    in_flight_.erase({r.process_set, r.name});
+    const Key key{r.process_set, r.name};
+    auto held = held_.find(key);
+    if (held == held_.end()) {
+      in_flight_.erase(key);
+    } else {
+      incoming_.push_back(std::move(held->second.front()));
+      held->second.pop_front();
+      if (held->second.empty()) held_.erase(held);
+    }
   }
   handles_.Complete(handle, std::move(result));
+}
+
+bool Engine::HeldRequestAwaited(const Key& key) const {
+  std::lock_guard<std::mutex> lock(queue_mu_);
+  auto held = held_.find(key);
+  if (held == held_.end()) return false;
+  for (const auto& item : held->second) {
+    if (handles_.Awaited(item.second)) return true;
+  }
+  return false;
 }
 
 void Engine::ExecuteAllreduceBatch(const std::vector<const Response*>& responses, uint32_t unit) {

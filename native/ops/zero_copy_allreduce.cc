@@ -31,10 +31,9 @@ struct EntryOffsets {
 constexpr size_t kMaxEntries = (ShmArena::kNoticeBytes - sizeof(NoticeHeader)) / sizeof(EntryOffsets);
 
 // Writes this rank's notice; returns whether the batch can go zero-copy from this rank's side.
-bool WriteNotice(uint8_t* notice, const AllreduceBatch& batch) {
+bool WriteNotice(uint8_t* notice, const AllreduceBatch& batch, const ZeroCopyPool* pool) {
   auto* header = reinterpret_cast<NoticeHeader*>(notice);
   auto* offsets = reinterpret_cast<EntryOffsets*>(notice + sizeof(NoticeHeader));
-  ZeroCopyPool* pool = ZeroCopyPool::IfCreated();
   bool ok = pool != nullptr && batch.entries.size() <= kMaxEntries;
   const size_t esz = ElementSize(batch.dtype);
   for (size_t i = 0; ok && i < batch.entries.size(); ++i) {
@@ -58,12 +57,15 @@ bool AllSaidYes(ShmArena& arena, int flag, uint64_t round) {
   return true;
 }
 
+// This process's pool, from the context (the engine's owner hands it over); null if none yet.
+const ZeroCopyPool* OwnPool(const ExecContext& ctx) { return ctx.zero_copy ? ctx.zero_copy->pool() : nullptr; }
+
 }  // namespace
 
 void ZeroCopyAllreduce::Offer(ExecContext& ctx, const AllreduceBatch& batch) {
   ShmArena& arena = *ctx.set.arena;
   const uint64_t round = ++ctx.set.zero_copy_rounds;
-  const bool mine = WriteNotice(arena.notice(arena.local_index()), batch);
+  const bool mine = WriteNotice(arena.notice(arena.local_index()), batch, OwnPool(ctx));
   arena.Publish(kNoticeFlag, 2 * round + (mine ? 1 : 0));
 }
 
@@ -79,6 +81,7 @@ bool ZeroCopyAllreduce::Run(ExecContext& ctx, AllreduceBatch& batch) {
   // Everyone's tensors are in zero-copy memory: map the others' (once per peer process).
   std::string why;
   bool mapped = true;
+  const ZeroCopyPool* own = OwnPool(ctx);
   peers_.resize(local_size);
   for (int i = 0; i < local_size; ++i) {
     const uint8_t* notice = arena.notice(i);
@@ -93,7 +96,7 @@ bool ZeroCopyAllreduce::Run(ExecContext& ctx, AllreduceBatch& batch) {
                                    std::to_string(batch.entries.size())));
     }
     std::string peer_why;
-    peer.base = pools_.Map(header->pool, &peer_why);
+    peer.base = pools_.Map(header->pool, own, &peer_why);
     if (!peer.base && mapped) {
       mapped = false;
       why = "local rank " + std::to_string(i) + ": " + peer_why;

@@ -18,6 +18,7 @@
 #include "runtime/timeline.h"
 #include "runtime/topology.h"
 #include "transport/transport.h"
+#include "transport/zero_copy_pool.h"
 
 namespace herring {
 
@@ -35,6 +36,9 @@ struct ExecContext {
   FaultInjector* faults = nullptr;
   // Set on rank 0 when the load balancer runs: how long a shard took for `mib` MiB of one chunk.
   std::function<void(int shard, double seconds, double mib)> observe_shard;
+  // This process's zero-copy memory, as its owner handed it to the engine (null: none; its pool is
+  // null until the first tensor is allocated there).
+  const ZeroCopyMemory* zero_copy = nullptr;
 
   static constexpr int kSubTagBits = 20;
   uint64_t Tag(uint64_t sub) const;

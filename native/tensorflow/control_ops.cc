@@ -31,53 +31,57 @@ Request ControlRequest(OpType type, std::string name, int32_t process_set) {
 // allreduces with zeros. Returns the rank that joined last.
 class JoinKernel : public tf::AsyncOpKernel {
  public:
-  explicit JoinKernel(tf::OpKernelConstruction* c) : tf::AsyncOpKernel(c) {}
+  explicit JoinKernel(tf::OpKernelConstruction* c) : tf::AsyncOpKernel(c), engine_(c) {}
 
   void ComputeAsync(tf::OpKernelContext* context, DoneCallback done) override {
     tf::Tensor* last = nullptr;
     OP_REQUIRES_OK_ASYNC(context, context->allocate_output(0, tf::TensorShape({}), &last), done);
-    Submit(context, ControlRequest(OpType::kJoin, "join", 0),
+    Submit(context, engine_, ControlRequest(OpType::kJoin, "join", 0),
            [last](OpResult& result) {
              last->scalar<int32_t>()() = static_cast<int32_t>(result.value);
              return absl::OkStatus();
            },
            std::move(done));
   }
+
+ private:
+  EngineRef engine_;
 };
 
 // HerringBarrier: completes when every member of the process set reached it.
 class BarrierKernel : public tf::AsyncOpKernel {
  public:
-  explicit BarrierKernel(tf::OpKernelConstruction* c) : tf::AsyncOpKernel(c) {
+  explicit BarrierKernel(tf::OpKernelConstruction* c) : tf::AsyncOpKernel(c), engine_(c) {
     OP_REQUIRES_OK(c, c->GetAttr("process_set_id", &process_set_id_));
   }
 
   void ComputeAsync(tf::OpKernelContext* context, DoneCallback done) override {
-    Submit(context, ControlRequest(OpType::kBarrier, "", process_set_id_),
+    Submit(context, engine_, ControlRequest(OpType::kBarrier, "", process_set_id_),
            [](OpResult&) { return absl::OkStatus(); }, std::move(done));
   }
 
  private:
+  EngineRef engine_;
   int process_set_id_ = 0;
 };
 
 // The topology ops: one int32 scalar computed from the running engine.
 class TopologyKernel : public tf::OpKernel {
  public:
-  explicit TopologyKernel(tf::OpKernelConstruction* c) : tf::OpKernel(c) {
+  explicit TopologyKernel(tf::OpKernelConstruction* c) : tf::OpKernel(c), engine_(c) {
     if (c->HasAttr("process_set_id")) OP_REQUIRES_OK(c, c->GetAttr("process_set_id", &process_set_id_));
   }
 
   void Compute(tf::OpKernelContext* context) override {
     tf::Tensor* out = nullptr;
     OP_REQUIRES_OK(context, context->allocate_output(0, tf::TensorShape({}), &out));
-    std::shared_ptr<Engine> engine = CurrentEngine();
+    std::shared_ptr<Engine> engine = engine_.Current();
     const std::string& op = type_string();
     if (op == "HerringProcessSetIncluded") {
       out->scalar<int32_t>()() = Included(engine.get());
       return;
     }
-    OP_REQUIRES_OK(context, RunningEngine(&engine));
+    OP_REQUIRES_OK(context, engine_.Running(&engine));
     int32_t value = 0;
     if (op == "HerringSize") {
       try {
@@ -106,6 +110,7 @@ class TopologyKernel : public tf::OpKernel {
     }
   }
 
+  EngineRef engine_;
   int process_set_id_ = 0;
 };
 
@@ -116,16 +121,39 @@ absl::Status Scalar(tf::shape_inference::InferenceContext* c) {
 
 }  // namespace
 
-REGISTER_OP("HerringJoin").Output("last_joined_rank: int32").SetIsStateful().SetShapeFn(Scalar);
+REGISTER_OP("HerringJoin")
+    HERRING_ENGINE_ATTRS
+    .Output("last_joined_rank: int32")
+    .SetIsStateful()
+    .SetShapeFn(Scalar);
 REGISTER_OP("HerringBarrier")
+    HERRING_ENGINE_ATTRS
     .Attr("process_set_id: int = 0")
     .SetIsStateful()
     .SetShapeFn(tf::shape_inference::NoOutputs);
-REGISTER_OP("HerringSize").Attr("process_set_id: int = 0").Output("size: int32").SetIsStateful().SetShapeFn(Scalar);
-REGISTER_OP("HerringLocalSize").Output("local_size: int32").SetIsStateful().SetShapeFn(Scalar);
-REGISTER_OP("HerringRank").Output("rank: int32").SetIsStateful().SetShapeFn(Scalar);
-REGISTER_OP("HerringLocalRank").Output("local_rank: int32").SetIsStateful().SetShapeFn(Scalar);
+REGISTER_OP("HerringSize")
+    HERRING_ENGINE_ATTRS
+    .Attr("process_set_id: int = 0")
+    .Output("size: int32")
+    .SetIsStateful()
+    .SetShapeFn(Scalar);
+REGISTER_OP("HerringLocalSize")
+    HERRING_ENGINE_ATTRS
+    .Output("local_size: int32")
+    .SetIsStateful()
+    .SetShapeFn(Scalar);
+REGISTER_OP("HerringRank")
+    HERRING_ENGINE_ATTRS
+    .Output("rank: int32")
+    .SetIsStateful()
+    .SetShapeFn(Scalar);
+REGISTER_OP("HerringLocalRank")
+    HERRING_ENGINE_ATTRS
+    .Output("local_rank: int32")
+    .SetIsStateful()
+    .SetShapeFn(Scalar);
 REGISTER_OP("HerringProcessSetIncluded")
+    HERRING_ENGINE_ATTRS
     .Attr("process_set_id: int = 0")
     .Output("included: int32")
     .SetIsStateful()

@@ -48,7 +48,7 @@ class AllgatherKernel : public CollectiveKernel {
     const int n = context->num_inputs();
     OP_REQUIRES_OK_ASYNC(context, AddInputs(context, n, &request), done);
     const tf::DataType dtype = context->input_dtype(0);
-    Submit(context, std::move(request),
+    Submit(context, engine_, std::move(request),
            [context, dtype, n](OpResult& result) -> absl::Status {
              if (static_cast<int>(result.outputs.size()) != n) {
                return absl::InternalError(
@@ -78,7 +78,7 @@ class BroadcastKernel : public CollectiveKernel {
     OP_REQUIRES_OK_ASYNC(context, context->forward_input_or_allocate_output({0}, 0, context->input(0).shape(), &out),
                          done);
     request.buffers[0].output = const_cast<char*>(out->tensor_data().data());
-    Submit(context, std::move(request), [](OpResult&) { return absl::OkStatus(); }, std::move(done));
+    Submit(context, engine_, std::move(request), [](OpResult&) { return absl::OkStatus(); }, std::move(done));
   }
 
  private:
@@ -102,7 +102,7 @@ class AlltoallKernel : public CollectiveKernel {
     auto values = splits.flat<int32_t>();
     for (int64_t i = 0; i < values.size(); ++i) request.meta.tensors[0].splits.push_back(values(i));
     const tf::DataType dtype = context->input_dtype(0);
-    Submit(context, std::move(request),
+    Submit(context, engine_, std::move(request),
            [context, dtype](OpResult& result) -> absl::Status {
              if (result.outputs.size() != 1) {
                return absl::InternalError(absl::StrCat("alltoall returned ", result.outputs.size(), " outputs"));

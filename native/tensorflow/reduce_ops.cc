@@ -82,7 +82,7 @@ class AllreduceKernel : public ReductionKernel {
                            done);
       request.buffers[i].output = const_cast<char*>(out->tensor_data().data());
     }
-    Submit(context, std::move(request), [](OpResult&) { return absl::OkStatus(); }, std::move(done));
+    Submit(context, engine_, std::move(request), [](OpResult&) { return absl::OkStatus(); }, std::move(done));
   }
 };
 
@@ -97,7 +97,7 @@ class ReducescatterKernel : public ReductionKernel {
     OP_REQUIRES_OK_ASYNC(context, BuildRequest(context, &request), done);
     const tf::DataType dtype = context->input_dtype(0);
     const int n = context->num_inputs();
-    Submit(context, std::move(request),
+    Submit(context, engine_, std::move(request),
            [context, dtype, n](OpResult& result) -> absl::Status {
              if (static_cast<int>(result.outputs.size()) != n) {
                return absl::InternalError(

@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/pid_namespace.h"
 #include "tensorflow/core/framework/allocation_description.pb.h"
 #include "tensorflow/core/framework/types.h"
 
@@ -84,8 +85,18 @@ tf::Tensor AdoptEngineOutput(tf::DataType dtype, const std::vector<int64_t>& dim
   return tf::Tensor(dtype, ShapeFromDims(dims), std::move(owned));
 }
 
-absl::Status RunningEngine(std::shared_ptr<Engine>* engine) {
-  *engine = CurrentEngine();
+EngineRef::EngineRef(tf::OpKernelConstruction* context) {
+  int64_t address = 0;
+  std::string owner;
+  if (!context->GetAttr("engine_slot", &address).ok() || !context->GetAttr("engine_owner", &owner).ok()) return;
+  // Only the process that wrote the address may follow it; there the front keeps the slot alive
+  // at least until this reference is taken, and the reference keeps it alive afterwards.
+  if (address == 0 || owner.empty() || owner != ProcessIdentity()) return;
+  slot_ = reinterpret_cast<const EngineSlot*>(static_cast<uintptr_t>(address))->weak_from_this().lock();
+}
+
+absl::Status EngineRef::Running(std::shared_ptr<Engine>* engine) const {
+  *engine = Current();
   if (!*engine) {
     return absl::FailedPreconditionError("Horovod has not been initialized; use hvd.init().");
   }
@@ -93,7 +104,7 @@ absl::Status RunningEngine(std::shared_ptr<Engine>* engine) {
 }
 
 CollectiveKernel::CollectiveKernel(tf::OpKernelConstruction* context, OpType type)
-    : tf::AsyncOpKernel(context), type_(type) {
+    : tf::AsyncOpKernel(context), engine_(context), type_(type) {
   bool auto_name = false;
   bool ignore_name_scope = false;
   std::string tensor_name;
@@ -124,9 +135,13 @@ Request CollectiveKernel::NewRequest() const {
   return request;
 }
 
-void Submit(tf::OpKernelContext* context, Request request, Finish finish, tf::AsyncOpKernel::DoneCallback done) {
+void Submit(tf::OpKernelContext* context, const EngineRef& engine_ref, Request request, Finish finish,
+            tf::AsyncOpKernel::DoneCallback done) {
+  // Held until the request is queued: a shutdown meanwhile fails the request, never frees the
+  // engine under it. The completion callback does not hold it (the engine's own thread must never
+  // drop the last reference).
   std::shared_ptr<Engine> engine;
-  OP_REQUIRES_OK_ASYNC(context, RunningEngine(&engine), done);
+  OP_REQUIRES_OK_ASYNC(context, engine_ref.Running(&engine), done);
   request.on_complete = [context, done, finish = std::move(finish)](OpResult result) {
     absl::Status status = result.status.ok() ? finish(result) : ToTensorFlowStatus(result.status);
     if (!status.ok()) context->SetStatus(status);

@@ -3,8 +3,11 @@
 // error. They never block a TensorFlow thread: each collective is an AsyncOpKernel whose done()
 // is called from the engine's completion callback.
 //
-// This library links libherring_core.so, like the Python module does, so a process that imports
-// both TensorFlow and PyTorch still runs one engine: the kernels find it with CurrentEngine().
+// This library links libherring_core.so, like the Python module does, and its kernels use the
+// engine of the Python front that built their ops: every op names the front's EngineSlot in its
+// attributes (engine/engine_slot.h explains the design), so a process that imports both
+// TensorFlow and PyTorch still runs one engine, and functions traced before an elastic reset use
+// the engine created after it. Nothing here is process-wide state.
 #pragma once
 
 #include <cstdint>
@@ -14,6 +17,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "engine/engine_slot.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/tensor.h"
 #include "tensorflow/core/framework/tensor_shape.h"
@@ -36,13 +40,28 @@ tensorflow::TensorShape ShapeFromDims(const std::vector<int64_t>& dims);
 tensorflow::Tensor AdoptEngineOutput(tensorflow::DataType dtype, const std::vector<int64_t>& dims,
                                      std::shared_ptr<AlignedBuffer> buffer);
 
+// A kernel's way to its engine: the EngineSlot named by its op's engine_slot / engine_owner
+// attributes, taken when TensorFlow constructs the kernel. Empty when the op names no slot or was
+// built by another process (a graph loaded from disk): the address is then never read.
+class EngineRef {
+ public:
+  explicit EngineRef(tensorflow::OpKernelConstruction* context);
+  // The engine the front runs now, or null (before hvd.init(), after hvd.shutdown()).
+  std::shared_ptr<Engine> Current() const { return slot_ ? slot_->Get() : nullptr; }
+  // The same, or FailedPrecondition with Horovod's "not initialized" message.
+  absl::Status Running(std::shared_ptr<Engine>* engine) const;
+
+ private:
+  std::shared_ptr<const EngineSlot> slot_;
+};
+
 // What a kernel does with the engine's result once the collective succeeded.
 using Finish = std::function<absl::Status(OpResult& result)>;
 
-// Hands the request to the running engine; `finish` and done() run on the engine's thread when
-// it completes. Any failure (no engine, rejected request, failed collective) becomes the
-// kernel's status; done() is called exactly once in every case.
-void Submit(tensorflow::OpKernelContext* context, Request request, Finish finish,
+// Hands the request to the engine `engine` names now; `finish` and done() run on the engine's
+// thread when it completes. Any failure (no engine, rejected request, failed collective) becomes
+// the kernel's status; done() is called exactly once in every case.
+void Submit(tensorflow::OpKernelContext* context, const EngineRef& engine, Request request, Finish finish,
             tensorflow::AsyncOpKernel::DoneCallback done);
 
 // Base of every collective kernel. Reads the attributes they share and names the collective:
@@ -59,13 +78,11 @@ class CollectiveKernel : public tensorflow::AsyncOpKernel {
   // A request with this kernel's type, name and process set filled in.
   Request NewRequest() const;
 
+  EngineRef engine_;
   OpType type_;
   std::string name_;      // empty: the engine names it
   int32_t process_set_id_ = 0;
 };
-
-// The running engine, or FailedPrecondition before hvd.init().
-absl::Status RunningEngine(std::shared_ptr<Engine>* engine);
 
 }  // namespace tfops
 }  // namespace herring

@@ -1,9 +1,11 @@
-// Tests of ZeroCopyPool (allocation, reuse, pages given back) and PeerPools (another process maps
+// Tests of ZeroCopyPool (allocation, reuse, pages given back, tensors keeping their pool),
+// ZeroCopyMemory (the owner's lazily created pool) and PeerPools (another process maps
 // the pool through /proc and both see each other's writes; a stale announcement is refused).
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstring>
+#include <memory>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -20,8 +22,10 @@ bool Contains(const std::string& text, const std::string& part) { return text.fi
 }  // namespace
 
 TEST(ZeroCopyPool, ZeroCopyPoolAllocatesWholePagesAndReusesFreedOnes) {
-  ZeroCopyPool& pool = ZeroCopyPool::Instance(kCapacity);
+  std::shared_ptr<ZeroCopyPool> owned = ZeroCopyPool::Create(kCapacity);
+  ZeroCopyPool& pool = *owned;
   const size_t base = pool.bytes_in_use();
+  EXPECT_EQ(base, 0u);
   uint8_t* first;
   {
     auto a = pool.Allocate(100);
@@ -45,10 +49,10 @@ TEST(ZeroCopyPool, ZeroCopyPoolAllocatesWholePagesAndReusesFreedOnes) {
 }
 
 TEST(ZeroCopyPool, ZeroCopyPoolFullIsAClearError) {
-  ZeroCopyPool& pool = ZeroCopyPool::Instance(kCapacity);
+  std::shared_ptr<ZeroCopyPool> pool = ZeroCopyPool::Create(kCapacity);
   std::string message;
   try {
-    pool.Allocate(pool.id().capacity + 1);
+    pool->Allocate(pool->id().capacity + 1);
   } catch (const Error& e) {
     message = e.what();
   }
@@ -56,8 +60,49 @@ TEST(ZeroCopyPool, ZeroCopyPoolFullIsAClearError) {
   EXPECT_TRUE(Contains(message, "HERRING_ZERO_COPY_BYTES"));
 }
 
+TEST(ZeroCopyPool, PoolsAreIndependentAndTensorsKeepTheirPool) {
+  std::shared_ptr<ZeroCopyPool> a = ZeroCopyPool::Create(kCapacity);
+  std::shared_ptr<ZeroCopyPool> b = ZeroCopyPool::Create(kCapacity);
+  EXPECT_NE(a->id().nonce, b->id().nonce);
+  EXPECT_NE(a->base(), b->base());
+  std::shared_ptr<uint8_t> tensor = a->Allocate(4096);
+  uint64_t offset = 0;
+  EXPECT_TRUE(a->Locate(tensor.get(), 4096, &offset));
+  EXPECT_FALSE(b->Locate(tensor.get(), 4096, &offset));
+  EXPECT_EQ(b->bytes_in_use(), 0u);
+  // The last other owner goes (an elastic reset dropping an engine, the front going away): the
+  // tensor still holds its memory, and frees it into its pool when it goes itself.
+  std::weak_ptr<ZeroCopyPool> watch = a;
+  a.reset();
+  ASSERT_FALSE(watch.expired());
+  std::memset(tensor.get(), 3, 4096);
+  EXPECT_EQ(watch.lock()->bytes_in_use(), 4096u);
+  tensor.reset();
+  EXPECT_TRUE(watch.expired());
+}
+
+TEST(ZeroCopyPool, ZeroCopyMemoryCreatesItsPoolOnceOnFirstUse) {
+  ZeroCopyMemory memory;
+  EXPECT_EQ(memory.pool(), nullptr);
+  std::string message;
+  try {
+    memory.GetOrCreate(0);
+  } catch (const Error& e) {
+    message = e.what();
+  }
+  EXPECT_TRUE(Contains(message, "HERRING_ZERO_COPY_BYTES=0"));
+  EXPECT_EQ(memory.pool(), nullptr);  // a failed creation leaves it empty
+  ZeroCopyPool& pool = memory.GetOrCreate(kCapacity);
+  EXPECT_EQ(memory.pool(), &pool);
+  EXPECT_EQ(&memory.GetOrCreate(2 * kCapacity), &pool);  // the capacity counts only the first time
+  EXPECT_EQ(pool.id().capacity, kCapacity);
+  ZeroCopyMemory other;
+  EXPECT_NE(&other.GetOrCreate(kCapacity), &pool);  // two owners, two pools: nothing process-wide
+}
+
 TEST(ZeroCopyPool, PeerPoolsMapAnotherProcessesPoolBothWays) {
-  ZeroCopyPool& pool = ZeroCopyPool::Instance(kCapacity);
+  std::shared_ptr<ZeroCopyPool> owned = ZeroCopyPool::Create(kCapacity);
+  ZeroCopyPool& pool = *owned;
   auto shared = pool.Allocate(8192);
   uint64_t offset = 0;
   EXPECT_TRUE(pool.Locate(shared.get(), 8192, &offset));
@@ -71,7 +116,8 @@ TEST(ZeroCopyPool, PeerPoolsMapAnotherProcessesPoolBothWays) {
     parent.nonce ^= 4;
     PeerPools peers;
     std::string why;
-    uint8_t* base = peers.Map(parent, &why);
+    if (peers.Map(id, &pool, &why) != pool.base()) _exit(15);  // its own pool is served as is
+    uint8_t* base = peers.Map(parent, &pool, &why);
     int status = 0;
     if (base == nullptr) status = 10;
     else if (base == pool.base()) status = 11;  // must be a mapping of its own (not the inherited one)
@@ -80,11 +126,11 @@ TEST(ZeroCopyPool, PeerPoolsMapAnotherProcessesPoolBothWays) {
     ZeroCopyPoolId stale = parent;
     stale.inode ^= 1;
     stale.nonce ^= 1;  // another announcement, so not served from the cache
-    if (status == 0 && (peers.Map(stale, &why) != nullptr || !Contains(why, "no longer"))) status = 13;
+    if (status == 0 && (peers.Map(stale, &pool, &why) != nullptr || !Contains(why, "no longer"))) status = 13;
     ZeroCopyPoolId elsewhere = parent;
     elsewhere.nonce ^= 2;
     elsewhere.pid_namespace ^= 1;
-    if (status == 0 && (peers.Map(elsewhere, &why) != nullptr || !Contains(why, "pid namespace"))) status = 14;
+    if (status == 0 && (peers.Map(elsewhere, &pool, &why) != nullptr || !Contains(why, "pid namespace"))) status = 14;
     _exit(status);
   }
   int status = -1;

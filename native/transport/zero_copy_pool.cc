@@ -18,28 +18,19 @@ constexpr size_t kPage = 4096;
 
 std::string SystemError(const std::string& what, int err) { return what + ": " + std::strerror(err); }
 
-std::mutex& InstanceMutex() {
-  static std::mutex mu;
-  return mu;
-}
-
-ZeroCopyPool*& InstancePointer() {
-  static ZeroCopyPool* pool = nullptr;  // lives until exit: tensors may outlive the engine
-  return pool;
-}
-
 }  // namespace
 
-ZeroCopyPool& ZeroCopyPool::Instance(size_t capacity) {
-  std::lock_guard<std::mutex> lock(InstanceMutex());
-  ZeroCopyPool*& pool = InstancePointer();
-  if (!pool) pool = new ZeroCopyPool(capacity);
-  return *pool;
+std::shared_ptr<ZeroCopyPool> ZeroCopyPool::Create(size_t capacity) {
+  return std::shared_ptr<ZeroCopyPool>(new ZeroCopyPool(capacity));
 }
 
-ZeroCopyPool* ZeroCopyPool::IfCreated() {
-  std::lock_guard<std::mutex> lock(InstanceMutex());
-  return InstancePointer();
+ZeroCopyPool& ZeroCopyMemory::GetOrCreate(size_t capacity) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!owned_) {
+    owned_ = ZeroCopyPool::Create(capacity);
+    pool_.store(owned_.get(), std::memory_order_release);
+  }
+  return *owned_;
 }
 
 ZeroCopyPool::ZeroCopyPool(size_t capacity) {
@@ -99,7 +90,9 @@ std::shared_ptr<uint8_t> ZeroCopyPool::Allocate(size_t bytes) {
     if (left) free_[offset + rounded] = left;
     in_use_ += rounded;
   }
-  return std::shared_ptr<uint8_t>(base_ + offset, [this, offset, rounded](uint8_t*) { Free(offset, rounded); });
+  // The tensor keeps its pool: it may outlive every other owner (the Python front, the engines).
+  return std::shared_ptr<uint8_t>(base_ + offset,
+                                  [pool = shared_from_this(), offset, rounded](uint8_t*) { pool->Free(offset, rounded); });
 }
 
 void ZeroCopyPool::Free(uint64_t offset, size_t bytes) {
@@ -141,10 +134,10 @@ PeerPools::~PeerPools() {
   for (auto& [key, m] : mapped_) munmap(m.base, m.bytes);
 }
 
-uint8_t* PeerPools::Map(const ZeroCopyPoolId& id, std::string* why) {
+uint8_t* PeerPools::Map(const ZeroCopyPoolId& id, const ZeroCopyPool* own, std::string* why) {
   auto key = std::make_pair(id.pid, id.nonce);
   if (auto it = mapped_.find(key); it != mapped_.end()) return it->second.base;
-  if (ZeroCopyPool* own = ZeroCopyPool::IfCreated(); own && own->id().nonce == id.nonce) return own->base();
+  if (own && own->id().nonce == id.nonce) return own->base();
   if (id.pid_namespace == 0 || id.pid_namespace != OwnPidNamespace()) {
     *why = "process " + std::to_string(id.pid) + " is in another pid namespace";
     return nullptr;

@@ -8,13 +8,21 @@
 // its peers map: one memfd per process, sparse, mapped by the other local ranks through
 // /proc/<pid>/fd/<fd> (same user; no name in /dev/shm, so nothing can be left behind).
 //
-// ZeroCopyPool is this process's memfd and a first-fit allocator over it; allocations are whole
-// pages so that freeing one gives its memory back (hole punching). PeerPools maps the pools of the
-// other local ranks on first use and keeps them mapped.
+// ZeroCopyPool is a memfd and a first-fit allocator over it; allocations are whole pages so that
+// freeing one gives its memory back (hole punching). PeerPools maps the pools of the other local
+// ranks on first use and keeps them mapped.
+//
+// Ownership (no process-wide singleton): ZeroCopyMemory is this process's zero-copy memory as its
+// owner holds it. The Python front (hvd_herring.basics) owns one; the first zero_copy_empty creates
+// the pool in it. Every allocation holds a reference to its pool, so the pool lives as long as the
+// front or any tensor allocated from it, whichever is longer (tensors outlive engines across
+// elastic resets). The front hands the same ZeroCopyMemory to every engine it creates
+// (EngineOptions::zero_copy), and algorithms find the pool through ExecContext::zero_copy.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <atomic>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -34,15 +42,14 @@ struct ZeroCopyPoolId {
   int32_t fd = -1;
 };
 
-class ZeroCopyPool {
+class ZeroCopyPool : public std::enable_shared_from_this<ZeroCopyPool> {
  public:
-  // The process's pool, created on the first call with `capacity` bytes of address space (pages
-  // are only used as tensors are allocated). Throws Error if the memfd cannot be created.
-  static ZeroCopyPool& Instance(size_t capacity);
-  // The pool if one exists, else null (the engine asks this on every large local allreduce).
-  static ZeroCopyPool* IfCreated();
+  // A pool of `capacity` bytes of address space (pages are only used as tensors are allocated).
+  // Throws Error if the memfd cannot be created, or InvalidArgument for a capacity of 0.
+  static std::shared_ptr<ZeroCopyPool> Create(size_t capacity);
 
-  // `bytes` (rounded up to whole pages) of zeroed memory; freed when the returned owner goes.
+  // `bytes` (rounded up to whole pages) of zeroed memory; freed when the returned owner goes,
+  // which keeps the pool alive until then.
   // Throws Error (ResourceExhausted-like Internal) naming the capacity knob when full.
   std::shared_ptr<uint8_t> Allocate(size_t bytes);
   // True when [p, p + bytes) lies inside this pool; *offset is p's offset in it.
@@ -66,6 +73,23 @@ class ZeroCopyPool {
   size_t in_use_ = 0;
 };
 
+// This process's zero-copy memory as one owner holds it (see the top of this file): empty until
+// the first GetOrCreate, then that pool for good.
+class ZeroCopyMemory {
+ public:
+  // The pool, created now with `capacity` bytes if there is none yet (`capacity` is ignored
+  // afterwards). Throws what ZeroCopyPool::Create throws, and then stays empty.
+  ZeroCopyPool& GetOrCreate(size_t capacity);
+  // The pool, or null before the first allocation; any thread (the engine asks on every large
+  // local allreduce). Valid as long as this object.
+  ZeroCopyPool* pool() const { return pool_.load(std::memory_order_acquire); }
+
+ private:
+  std::mutex mu_;
+  std::shared_ptr<ZeroCopyPool> owned_;  // guarded by mu_
+  std::atomic<ZeroCopyPool*> pool_{nullptr};
+};
+
 // The pools of the other ranks on this host, mapped on first use, unmapped on destruction.
 class PeerPools {
  public:
@@ -74,10 +98,10 @@ class PeerPools {
   PeerPools(const PeerPools&) = delete;
   PeerPools& operator=(const PeerPools&) = delete;
 
-  // Base address of the pool `id` in this process (this process's own pool included). Returns
-  // null and sets *why when it cannot be mapped (another pid namespace, permissions, the owner
-  // gone).
-  uint8_t* Map(const ZeroCopyPoolId& id, std::string* why);
+  // Base address of the pool `id` in this process (`own`, this process's pool or null, is served
+  // as is). Returns null and sets *why when it cannot be mapped (another pid namespace,
+  // permissions, the owner gone).
+  uint8_t* Map(const ZeroCopyPoolId& id, const ZeroCopyPool* own, std::string* why);
 
  private:
   struct Mapping {

@@ -362,6 +362,53 @@ def gradients_of_collectives():
     assert torch.allclose(x.grad, torch.ones(3, dtype=torch.float64) * (1.0 if R == 0 else 0.0)), x.grad
 
 
+@check
+def sync_batch_norm_uses_the_global_batch_on_cpu():
+    # Rank r holds r + 2 samples; two layers of different widths. Forward outputs, running
+    # statistics and input gradients must equal batch norm over every rank's samples at once, and
+    # the weight gradients, summed over ranks, its weight gradients.
+    counts = [r + 2 for r in range(N)]
+    inputs = [make(r, (counts[r], 3, 4, 2), torch.float64, 820) for r in range(N)]
+    grads = [make(r, (counts[r], 5, 4, 2), torch.float64, 821) for r in range(N)]
+    torch.manual_seed(5)
+    conv = torch.nn.Conv2d(3, 5, 1).double()
+
+    def net(bn_class):
+        torch.manual_seed(6)
+        first, second = bn_class(3).double(), bn_class(5).double()
+        with torch.no_grad():
+            for bn in (first, second):
+                bn.weight.uniform_(0.5, 1.5)
+                bn.bias.uniform_(-0.5, 0.5)
+        return first, second
+
+    def run(first, second, x, gy):
+        x = x.clone().requires_grad_()
+        out = second(conv(first(x)))
+        (out * gy).sum().backward()
+        return out.detach(), x.grad
+
+    ref_first, ref_second = net(torch.nn.BatchNorm2d)
+    want_out, want_grad = run(ref_first, ref_second, torch.cat(inputs), torch.cat(grads))
+    conv.zero_grad()
+    first, second = net(hvd.SyncBatchNorm)
+    out, grad = run(first, second, inputs[R], grads[R])
+    start = sum(counts[:R])
+    assert_close(out, want_out[start:start + counts[R]], "SyncBatchNorm forward")
+    assert_close(grad, want_grad[start:start + counts[R]], "SyncBatchNorm input gradient")
+    for mine, ref, what in ((first, ref_first, "first"), (second, ref_second, "second")):
+        assert_close(mine.running_mean, ref.running_mean, f"SyncBatchNorm {what} running mean")
+        assert_close(mine.running_var, ref.running_var, f"SyncBatchNorm {what} running var")
+        for p, q, name in ((mine.weight, ref.weight, "weight"), (mine.bias, ref.bias, "bias")):
+            total = hvd.allreduce(p.grad, op=hvd.Sum, name=f"syncbn.{what}.{name}")
+            assert_close(total, q.grad, f"SyncBatchNorm {what} {name} gradient summed over ranks")
+    first.eval()
+    x = inputs[R][:1]
+    assert_close(first(x), torch.nn.functional.batch_norm(x, ref_first.running_mean, ref_first.running_var,
+                                                          ref_first.weight, ref_first.bias),
+                 "SyncBatchNorm in eval mode uses the running statistics")
+
+
 # --- synchronization ---------------------------------------------------------------------------
 
 @check
@@ -446,6 +493,66 @@ def bad_input_is_rejected_locally():
 
 
 # --- disagreement between ranks -----------------------------------------------------------------
+
+@check
+def handles_own_their_request():
+    # Horovod's handles are integers naming a native Work (hvd_herring.torch.mpi_ops._works): it
+    # keeps the tensors alive, waits with a deadline, reports its error, hands its result out once.
+    from hvd_herring.torch import mpi_ops
+    from hvd_herring import _native
+    # The engine reads a contiguous copy nobody else references: the Work keeps it alive.
+    h = hvd.allreduce_async(make(R, (6, 4), torch.float32, 500).t(), op=hvd.Sum, name="work.copy")
+    assert isinstance(h, int) and h > 0, h
+    import gc
+    gc.collect()
+    expected = reduce_reference([make(r, (6, 4), torch.float32, 500).t() for r in range(N)], hvd.Sum)
+    assert_close(hvd.synchronize(h), expected, "allreduce of a temporary contiguous copy")
+    assert hvd.synchronize(h) is None, "a handle's result is handed out once"
+    try:
+        hvd.poll(h)
+    except ValueError:
+        pass
+    else:
+        raise AssertionError("poll of a synchronized handle must raise")
+    # A deadline passes while the other ranks are late: TimeoutError, the handle stays valid.
+    if R != 0:
+        time.sleep(0.5)
+    h = hvd.grouped_allgather_async([make(R, (R + 1,), torch.float32, 501), make(R, (2,), torch.int32, 502)],
+                                    name="work.late")
+    work = mpi_ops._works[h]
+    if R == 0:
+        try:
+            work.wait(timeout=0.05)
+        except TimeoutError:
+            pass
+        else:
+            raise AssertionError("wait(timeout) before the other ranks arrived must raise TimeoutError")
+        assert work.exception() is None
+    outs = hvd.synchronize(h)
+    assert_close(outs[0], torch.cat([make(r, (r + 1,), torch.float32, 501) for r in range(N)]), "late part 0")
+    assert_close(outs[1], torch.cat([make(r, (2,), torch.int32, 502) for r in range(N)]), "late part 1")
+    assert h not in mpi_ops._works
+    try:
+        work.take()
+    except ValueError:
+        pass
+    else:
+        raise AssertionError("a Work's result is taken once")
+    # A failed request: exception() returns the engine's error, synchronize() raises it.
+    odd = 1 % N
+    h = hvd.allreduce_async(torch.ones((4,) if R == odd else (3,)), name="work.mismatch")
+    work = mpi_ops._works[h]
+    while not hvd.poll(h):
+        time.sleep(0.001)
+    error = work.exception()
+    assert isinstance(error, _native.HerringError) and "'work.mismatch'" in str(error), repr(error)
+    try:
+        hvd.synchronize(h)
+    except hvd.HorovodInternalError as e:
+        assert str(e) == str(error), (str(e), str(error))
+    else:
+        raise AssertionError("synchronize of a failed request must raise")
+
 
 @check
 def mismatches_raise_on_every_rank_then_the_next_collective_works():

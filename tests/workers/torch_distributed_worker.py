@@ -130,6 +130,26 @@ def all_reduce_async_work_and_future():
 
 
 @check
+def same_collectives_in_flight_pair_in_program_order_and_hit_the_cache():
+    # Collectives are named by what they are, so the same one repeats its name: several in flight
+    # at once must pair in the order each rank issued them, whatever order they are waited in.
+    import hvd_herring
+    before = hvd_herring.counters().get("cache_hits", 0)
+    for step in range(3):
+        inputs = [[make(r, (32,), torch.float32, 40 + step * 10 + i) for r in range(N)] for i in range(4)]
+        tensors = [inputs[i][R].clone() for i in range(4)]
+        works = [dist.all_reduce(t, async_op=True) for t in tensors]
+        barrier = dist.barrier(async_op=True)
+        for i in reversed(range(4)):
+            works[i].wait()
+            assert_close(tensors[i], reference(inputs[i], "sum"), f"step {step}, all_reduce {i} of 4 in flight")
+        barrier.wait()
+    # Steps 2 and 3 repeat step 1's collectives: each one's name is cached (one bit, no coordinator).
+    hits = hvd_herring.counters().get("cache_hits", 0) - before
+    assert hits >= 2 * 5, f"the response cache served {hits} of the 10 repeated collectives"
+
+
+@check
 def broadcast_from_every_root_and_dtype():
     for dtype in DTYPES + [torch.bool]:
         for root in range(N):

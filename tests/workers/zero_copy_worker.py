@@ -15,7 +15,7 @@ import traceback
 import torch
 
 import horovod.torch as hvd
-from hvd_herring import _native
+from hvd_herring.basics import basics
 
 from collectives_worker import assert_close, hvd_counters, make, reduce_reference
 
@@ -156,12 +156,12 @@ def distributed_optimizer_with_zero_copy_gradients_matches_ordinary_ones():
 
 @check
 def memory_is_given_back():
-    base = _native.zero_copy_bytes_in_use()
+    base = basics.zero_copy.bytes_in_use()
     t = hvd.zero_copy_empty(3, 1000, dtype=torch.float64)
     assert t.shape == (3, 1000) and t.dtype == torch.float64 and torch.count_nonzero(t) == 0
-    assert _native.zero_copy_bytes_in_use() == base + 24_576, _native.zero_copy_bytes_in_use() - base
+    assert basics.zero_copy.bytes_in_use() == base + 24_576, basics.zero_copy.bytes_in_use() - base
     del t
-    assert _native.zero_copy_bytes_in_use() == base
+    assert basics.zero_copy.bytes_in_use() == base
 
 
 @check

@@ -2,7 +2,10 @@
 
 The engine pairs the ranks' collectives by name. The application's threads (the main thread,
 and the autograd thread during backward while the main thread waits in it) issue collectives in
-program order, named by one counter per process set. Callbacks of futures (DDP comm hooks:
+program order, named by what they are (operation, dtype, shapes, reduce op, root): the engine
+matches the n-th collective of a name with every rank's n-th (in program order), and since a
+training step issues the same collectives every step, their names repeat and hit the response
+cache (one bit per collective instead of a coordinator round). Callbacks of futures (DDP comm hooks:
 PowerSGD issues collectives inside them) run wherever the future's result is set, or inline when
 a callback is chained to a future already set: which thread that is, and when, differs between
 ranks. So a callback's collectives are named after the chain it belongs to instead (the root
@@ -27,22 +30,24 @@ class _Scope:
         return f"{self.prefix}/{n}"
 
 
-def collective_name(process_set):
-    """The name of the next collective issued on this thread; remembered for last_name()."""
+def collective_name(process_set, signature):
+    """The name of the next collective issued on this thread, `signature` saying what it is. Also
+    gives it a chain id, unique in the job, for last_chain(): a future's callbacks name their
+    collectives after it, so two collectives of one name never share a chain."""
     scope = getattr(_local, "scope", None)
     if scope is not None:
-        name = scope.next_name()
+        name = chain = scope.next_name()
     else:
         with _counters_lock:
             n = _counters.get(process_set, 0)
             _counters[process_set] = n + 1
-        name = f"torch.{n}"
-    _local.last = name
+        name, chain = f"torch.{signature}", f"torch.{n}"
+    _local.last = chain
     return name
 
 
-def last_name():
-    """The name collective_name() last gave on this thread (the chain a Work's future roots)."""
+def last_chain():
+    """The chain id collective_name() last gave on this thread (the chain a Work's future roots)."""
     return getattr(_local, "last", "torch")
 
 

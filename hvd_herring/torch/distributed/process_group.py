@@ -7,13 +7,15 @@ composed from its own where that is exact: reduce = allreduce kept by the root; 
 kept by the root; scatter = alltoall in which only the root sends; reduce_scatter with uneven
 pieces = allreduce then this rank's piece. send/recv are the engine's point-to-point transfers."""
 
+import hashlib
+
 import torch
 import torch.distributed as dist
 from torch.distributed import ReduceOp
 
 from hvd_herring import _native
 from hvd_herring.basics import basics, DTYPES
-from hvd_herring.torch.distributed.naming import collective_name, last_name
+from hvd_herring.torch.distributed.naming import collective_name, last_chain
 from hvd_herring.torch.distributed.work import CompletedWork, EnginePart, HerringWork, TransferPart, _seconds
 
 _TORCH_DTYPES = {  # torch dtype -> the engine's dtype code
@@ -47,6 +49,27 @@ def _engine_op(reduce_op, dtype):
     if kind not in ops:
         raise ValueError(f"herring: ReduceOp {kind} is not supported (SUM, AVG, PRODUCT, MIN, MAX, PREMUL_SUM)")
     return ops[kind], 1.0
+
+
+_DTYPE_NAMES = {code: name for name, code in DTYPES.items()}
+_REDUCE_OP_NAMES = {code: name.lower() for name, code in _native.REDUCE_OPS.items()}
+
+
+def _signature(op_type, dtype_code, reduce_op, root, args):
+    """What a collective is, for its name (naming.py): the same collective in every step gets the
+    same name. Only what every rank has in common: allgather and alltoall inputs may differ in
+    their first dimension (and splits) from rank to rank. A group of many tensors is summarised by
+    a digest of its shapes."""
+    ragged = op_type in ("allgather", "alltoall")
+    shapes = [("*",) + tuple(shape[1:]) if ragged else tuple(shape) for _, _, shape, _ in args]
+    if len(shapes) == 1:
+        what = "x".join(map(str, shapes[0])) or "scalar"
+    else:
+        what = f"{len(shapes)}t.{hashlib.blake2b(repr(shapes).encode(), digest_size=6).hexdigest()}"
+    signature = f"{op_type}.{_DTYPE_NAMES[dtype_code]}.{what}"
+    if op_type in ("allreduce", "reducescatter"):
+        signature += f".{_REDUCE_OP_NAMES[reduce_op]}"
+    return signature + (f".root{root}" if root >= 0 else "")
 
 
 def _flat(tensor):
@@ -100,12 +123,14 @@ class HerringProcessGroup(dist.ProcessGroup):
         """entries: [(input tensor, output tensor or None, splits or None)] -> engine handle."""
         args = [(i.data_ptr(), 0 if o is None else o.data_ptr(), list(i.shape), list(s) if s else [])
                 for i, o, s in entries]
-        return basics.enqueue(op_type, collective_name(self._set), self._set, dtype_code,
-                              basics.Sum if reduce_op is None else reduce_op, prescale, 1.0, root, args)
+        reduce_op = basics.Sum if reduce_op is None else reduce_op
+        name = collective_name(self._set, _signature(op_type, dtype_code, reduce_op, root, args))
+        return basics.enqueue(op_type, name, self._set, dtype_code, reduce_op, prescale, 1.0, root, args,
+                              in_program_order=True)
 
     def _work(self, op, parts, finish, result, opts, keep_alive):
         return HerringWork(self._what(op), parts, finish, result, self._timeout_of(opts), keep_alive,
-                           chain=last_name())
+                           chain=last_chain())
 
     def _by_dtype(self, tensors):
         groups = {}
@@ -402,8 +427,8 @@ class HerringProcessGroup(dist.ProcessGroup):
 
     def barrier(self, opts=None):
         opts = opts if opts is not None else dist.BarrierOptions()
-        handle = basics.enqueue("barrier", collective_name(self._set), self._set, DTYPES["uint8"], basics.Sum,
-                                1.0, 1.0, -1, [])
+        handle = basics.enqueue("barrier", collective_name(self._set, "barrier"), self._set, DTYPES["uint8"],
+                                basics.Sum, 1.0, 1.0, -1, [], in_program_order=True)
         return self._work("barrier", [EnginePart(handle, DTYPES["uint8"])], lambda values: None, [], opts, [])
 
     # --- point to point ------------------------------------------------------------------------
@@ -436,9 +461,13 @@ class HerringProcessGroup(dist.ProcessGroup):
 
 def _run_eagerly(cls):
     """torch.compile must call the collectives, not trace into them: Dynamo treats a process
-    group as an opaque object (DDP's forward broadcasts buffers from inside a compiled frame)."""
+    group as an opaque object (DDP's forward broadcasts buffers from inside a compiled frame).
+    Only the entry points torch calls are wrapped: what they call runs eagerly with them
+    (recursive), and each wrapper costs microseconds per call."""
+    torch_calls = {"_allgather_base", "_reduce_scatter_base"}  # the entry points with a leading _
     for name, fn in list(vars(cls).items()):
-        if callable(fn) and not name.startswith("__") and not isinstance(fn, property):
+        entry = not name.startswith("_") or name in torch_calls
+        if callable(fn) and entry and not isinstance(fn, property):
             setattr(cls, name, torch.compiler.disable(fn, recursive=True))
     return cls
 
