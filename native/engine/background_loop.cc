@@ -39,11 +39,11 @@ void Engine::DrainControl() {
       continue;
     }
     if (m.type == kR2spSessionMessage) {
-      StartR2spServer(DecodeR2spSession(m.payload));
+      r2sp_->StartServer(DecodeR2spSession(m.payload));
       continue;
     }
     if (m.type == kR2spEndMessage) {
-      StopR2spServer(DecodeR2spEnd(m.payload));
+      r2sp_->StopServer(DecodeR2spEnd(m.payload));
       continue;
     }
     if (m.type == kBlockedReport) {
@@ -78,7 +78,7 @@ bool Engine::WaitForTrigger() {
       if (m.type == invitation && CycleOf(m.payload) == cycle_ + 1) return true;
     }
     const bool invited = shm_bits_ && shm_bits_->SomeonePosted(cycle_ + 1);
-    bool new_work = reannounce_ || shutdown_requested_.load() || !pending_membership_.empty();
+    bool new_work = reannounce_ || shutdown_requested_.load() || membership_.HasPending();
     if (!new_work) {
       std::lock_guard<std::mutex> lock(queue_mu_);
       new_work = !incoming_.empty();
@@ -259,14 +259,13 @@ std::vector<uint64_t> Engine::AgreeOnBitsInSharedMemory(const std::vector<uint64
 }
 
 std::vector<uint64_t> Engine::AgreeOnBits(const std::vector<uint64_t>& mine) {
-  if (world_.size() == 1) return mine;
+  if (membership_.world().size() == 1) return mine;
   if (shm_bits_) return AgreeOnBitsInSharedMemory(mine);
   if (rank() != 0) {
-    transport_->SendControl(0, kContributeMessage, EncodeContribution(cycle_, mine, shard_samples_));
-    shard_samples_.clear();
+    transport_->SendControl(0, kContributeMessage, EncodeContribution(cycle_, mine, psld_->TakeSamples()));
     uint64_t c;
     std::vector<MapUpdate> maps;
-    auto agreed = DecodeResult(AwaitControl(0, kResultMessage).payload, &c, &maps, &membership_now_);
+    auto agreed = DecodeResult(AwaitControl(0, kResultMessage).payload, &c, &maps, membership_.announced());
     if (agreed.size() != mine.size()) throw Error(Status::Internal("rank 0 answered with a bit vector of another size"));
     for (const auto& m : maps) ApplyMapUpdate(m);
     return agreed;
@@ -276,30 +275,25 @@ std::vector<uint64_t> Engine::AgreeOnBits(const std::vector<uint64_t>& mine) {
   for (const auto& m : inbox_) {
     if (m.type == kContributeMessage && CycleOf(m.payload) == cycle_) contributed.insert(m.from);
   }
-  for (int r : world_) {
+  for (int r : membership_.world()) {
     if (r != 0 && !contributed.count(r)) transport_->SendControl(r, kBeginMessage, EncodeCycle(cycle_));
   }
   std::vector<uint64_t> agreed = mine;
-  for (int r : world_) {
+  for (int r : membership_.world()) {
     if (r == 0) continue;
     uint64_t c;
     std::vector<ShardSample> samples;
     auto theirs = DecodeContribution(AwaitControl(r, kContributeMessage).payload, &c, &samples);
-    if (balancer_) {
-      for (const auto& s : samples) balancer_->Observe(s.shard, s.seconds, s.mib);
-    }
+    psld_->Receive(samples);
     if (theirs.size() != agreed.size()) {
       throw Error(Status::Internal("rank " + std::to_string(r) + " contributed a bit vector of another size"));
     }
     for (size_t w = 0; w < agreed.size(); ++w) agreed[w] &= theirs[w];
   }
   std::vector<MapUpdate> maps;
-  if (pending_map_) maps.push_back(*pending_map_);
-  pending_map_.reset();
-  membership_now_.swap(pending_membership_);
-  pending_membership_.clear();
-  const std::string result = EncodeResult(cycle_, agreed, maps, membership_now_);
-  for (int r : world_) {
+  if (auto decided = psld_->TakeDecision()) maps.push_back(std::move(*decided));
+  const std::string result = EncodeResult(cycle_, agreed, maps, membership_.AnnouncePending());
+  for (int r : membership_.world()) {
     if (r != 0) transport_->SendControl(r, kResultMessage, result);
   }
   for (const auto& m : maps) ApplyMapUpdate(m);
@@ -316,7 +310,7 @@ void Engine::CoordinatorRound(const std::vector<RequestMeta>& uncached, const st
   }
   std::set<uint32_t> evicted(stale.begin(), stale.end());
   for (const auto& q : uncached) coordinator_->Submit(q);
-  for (int r : world_) {
+  for (int r : membership_.world()) {
     if (r == 0) continue;
     uint64_t c;
     std::vector<RequestMeta> theirs;
@@ -331,7 +325,7 @@ void Engine::CoordinatorRound(const std::vector<RequestMeta>& uncached, const st
   *responses = coordinator_->TakeReady();
   evict->assign(evicted.begin(), evicted.end());
   const std::string message = EncodeResponses(cycle_, *responses, *evict);
-  for (int r : world_) {
+  for (int r : membership_.world()) {
     if (r != 0) transport_->SendControl(r, kResponsesMessage, message);
   }
 }
@@ -386,7 +380,7 @@ void Engine::UncacheStalled() {
 }
 
 void Engine::ReportBlocked(bool new_work) {
-  if (config_.deadlock_seconds <= 0 || world_.size() == 1) return;
+  if (config_.deadlock_seconds <= 0 || membership_.world().size() == 1) return;
   const auto quiet_for = std::chrono::duration<double>(Clock::now() - last_activity_).count();
   std::vector<AwaitedCollective> awaited;
   if (!new_work && quiet_for >= config_.deadlock_seconds / 2) {
@@ -501,9 +495,7 @@ void Engine::RunCycleSteps() {
   }
   Execute(ready);
   // Servers join and leave between two steps: after this cycle's collectives, on every rank.
-  std::vector<MembershipChange> changes;
-  changes.swap(membership_now_);
-  for (const auto& c : changes) ApplyMembership(c);
+  for (const auto& c : membership_.TakeAnnounced()) ApplyMembership(c);
 }
 
 }  // namespace herring

@@ -2,69 +2,14 @@
 
 #include <algorithm>
 #include <cmath>
-#include <random>
-#include <sstream>
 
-#include "common/crypto.h"
 #include "common/environment.h"
 #include "common/logging.h"
 #include "ps/shard_server.h"
 #include "kernels/reduce.h"
-#include "rendezvous/http_store.h"
-#include "rendezvous/net_interfaces.h"
+#include "rendezvous/rendezvous_protocol.h"
 
 namespace herring {
-namespace {
-
-// One rank's rendezvous record: what the others need to reach it and to check it is compatible.
-struct Record {
-  std::string hostname, ip, fingerprint, job_id, secret_hex;
-  uint16_t port = 0;
-
-  std::string Encode() const {
-    return hostname + "\n" + ip + "\n" + std::to_string(port) + "\n" + fingerprint + "\n" + job_id + "\n" +
-           secret_hex;
-  }
-  static Record Decode(const std::string& text, int rank) {
-    std::vector<std::string> f;
-    std::stringstream s(text);
-    std::string line;
-    while (std::getline(s, line)) f.push_back(line);
-    while (f.size() < 6) f.push_back("");
-    Record r{f[0], f[1], f[3], f[4], f[5]};
-    try {
-      r.port = static_cast<uint16_t>(std::stoi(f[2]));
-    } catch (...) {
-      throw Error(Status::Internal("rank " + std::to_string(rank) + " published an unreadable rendezvous record"));
-    }
-    return r;
-  }
-};
-
-std::map<std::string, std::string> ParseFingerprint(const std::string& f) {
-  std::map<std::string, std::string> kv;
-  std::stringstream s(f);
-  std::string item;
-  while (std::getline(s, item, ';')) {
-    auto eq = item.find('=');
-    if (eq != std::string::npos) kv[item.substr(0, eq)] = item.substr(eq + 1);
-  }
-  return kv;
-}
-
-std::string FromHex(const std::string& hex) {
-  std::string out;
-  for (size_t i = 0; i + 1 < hex.size(); i += 2) out += static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16));
-  return out;
-}
-
-std::string HexId(uint64_t v) {
-  std::ostringstream s;
-  s << std::hex << v;
-  return s.str();
-}
-
-}  // namespace
 
 Engine::Engine(EngineOptions options)
     : config_(Config::FromEnvironment(GivenOrProcessEnvironment(options.env))),
@@ -78,6 +23,8 @@ Engine::Engine(EngineOptions options)
   if (options.join_running_job) {
     JoinRunningJob(options, deadline);  // takes its rank, the world and the state from the job
     SetLogRank(launch_.rank);
+    StartR2spSessions();
+    psld_ = std::make_unique<PsldPolicy>(config_.psld_balancer, rank() == 0, config_.balance_interval);
     ops_ = std::make_unique<OperationManager>(config_);
     timeline_ = Timeline::Open(config_.timeline, rank());
     last_cycle_start_ = Clock::now();
@@ -85,9 +32,11 @@ Engine::Engine(EngineOptions options)
     return;
   }
   SetLogRank(launch_.rank);
-  workers_ = launch_.size - config_.dedicated_servers;
-  for (int r = 0; r < world_size(); ++r) world_.push_back(r);
+  std::vector<int> launched(world_size());
+  for (int r = 0; r < world_size(); ++r) launched[r] = r;
+  membership_.Reset(launch_.size - config_.dedicated_servers, std::move(launched), {});
   Rendezvous(options, deadline);
+  StartR2spSessions();
   ops_ = std::make_unique<OperationManager>(config_);
   timeline_ = Timeline::Open(config_.timeline, rank());
   if (size() < 1) {
@@ -113,11 +62,7 @@ Engine::Engine(EngineOptions options)
   if (rank() == 0 && config_.deadlock_seconds > 0) {
     deadlock_ = std::make_unique<DeadlockDetector>(config_.deadlock_seconds);
   }
-  if (rank() == 0 && config_.psld_balancer) {
-    BalancerOptions bo;
-    bo.decision_interval = config_.balance_interval;
-    balancer_ = std::make_unique<PsldBalancer>(bo);
-  }
+  psld_ = std::make_unique<PsldPolicy>(config_.psld_balancer, rank() == 0, config_.balance_interval);
   if (config_.elastic_slots > 0) PublishWorld();
   AttachShmControlPlane(deadline);
   last_cycle_start_ = Clock::now();
@@ -134,33 +79,40 @@ Engine::~Engine() {
 }
 
 void Engine::Rendezvous(const EngineOptions& options, Deadline deadline) {
-  std::string iface = !config_.iface.empty() ? config_.iface : launch_.iface;
-  std::string ip;
-  if (!iface.empty()) {
-    ip = InterfaceAddress(iface);
-  } else if (launch_.local_size == launch_.size || launch_.launcher == Launcher::kSingle) {
-    ip = "127.0.0.1";  // every rank on this machine
-  } else {
-    throw Error(Status::InvalidArgument(
-        "ranks run on several hosts: set HERRING_IFACE to the network interface they share (e.g. eth0)"));
-  }
-  Record mine{config_.hostname.empty() ? launch_.hostname : config_.hostname, ip, config_.MustMatchFingerprint(),
-              "", "", 0};
-  std::string secret = config_.secret;
-  if (rank() == 0) {
-    std::random_device rd;
-    job_id_ = (static_cast<uint64_t>(rd()) << 32) ^ rd();
-    mine.job_id = HexId(job_id_);
-    if (secret.empty()) {
-      // Handed out through the rendezvous, which only the launched processes are told about.
-      secret = RandomBytes(32);
-      mine.secret_hex = ToHex(reinterpret_cast<const uint8_t*>(secret.data()), secret.size());
-    }
-  }
+  const std::string ip =
+      AdvertisedAddress(!config_.iface.empty() ? config_.iface : launch_.iface,
+                        launch_.local_size == launch_.size || launch_.launcher == Launcher::kSingle);
+  RankRecord mine;
+  mine.hostname = config_.hostname.empty() ? launch_.hostname : config_.hostname;
+  mine.ip = ip;
+  mine.fingerprint = config_.MustMatchFingerprint();
+  JobCredentials issued;
+  if (rank() == 0) issued = IssueJobCredentials(config_.secret, &mine);
+  ConnectTransport(
+      rank(), world_size(), ip,
+      [&](const Endpoint& listening) {
+        mine.port = listening.port;
+        const std::vector<RankRecord> records = ExchangeRecords(mine, options.exchange, launch_, epoch_, deadline);
+        MeshPlan plan;
+        plan.credentials = rank() == 0 ? issued : JobCredentialsFrom(records[0], config_.secret);
+        std::vector<std::string> hostnames;
+        for (const auto& rec : records) {
+          hostnames.push_back(rec.hostname);
+          plan.endpoints.push_back({rec.ip, rec.port});
+        }
+        membership_.set_hostnames(std::move(hostnames));
+        topo_ = Topology(membership_.hostnames());
+        return plan;
+      },
+      deadline);
+}
 
+void Engine::ConnectTransport(int rank, int size, const std::string& ip,
+                              const std::function<MeshPlan(const Endpoint& listening)>& rendezvous,
+                              Deadline deadline) {
   TransportOptions topts;
-  topts.rank = rank();
-  topts.size = world_size();
+  topts.rank = rank;
+  topts.size = size;
   topts.bind_ip = ip;
   topts.data_streams = config_.tcp_streams;
   topts.chunk_bytes = config_.chunk_bytes;
@@ -168,56 +120,36 @@ void Engine::Rendezvous(const EngineOptions& options, Deadline deadline) {
   topts.on_event = [this] { Wake(); };
   topts.abort_control_type = kAbortMessage;
   topts.vacant_slots = config_.elastic_slots;
-  topts.secret = secret;
+  // The job's token and secret are known only after the rendezvous, which needs the port: set
+  // below, before the mesh is connected (nothing is accepted before that).
   transport_ = std::make_unique<TcpTransport>(topts);
-  mine.port = transport_->listen_endpoint().port;
-
-  std::vector<std::string> texts;
-  if (options.exchange) {
-    texts = options.exchange(mine.Encode());
-  } else if (launch_.launcher == Launcher::kHorovodrun) {
-    HttpStore store(launch_.rendezvous_addr, launch_.rendezvous_port, "herring");
-    texts = store.AllGather("e" + std::to_string(epoch_), rank(), world_size(), mine.Encode(), deadline);
-  } else if (world_size() == 1) {
-    texts = {mine.Encode()};
-  } else {
-    throw Error(Status::InvalidArgument(std::string("launched by ") + launcher() +
-                                        " with no way to exchange endpoints (mpirun needs mpi4py)"));
-  }
-  if (static_cast<int>(texts.size()) != world_size()) {
-    throw Error(Status::Internal("rendezvous returned " + std::to_string(texts.size()) + " records for " +
-                                 std::to_string(world_size()) + " processes"));
-  }
-  std::vector<Record> records;
-  for (int r = 0; r < world_size(); ++r) records.push_back(Record::Decode(texts[r], r));
-
-  // Knobs that change what goes on the wire must agree; say which one and who differs.
-  auto reference = ParseFingerprint(records[0].fingerprint);
-  for (int r = 1; r < world_size(); ++r) {
-    auto theirs = ParseFingerprint(records[r].fingerprint);
-    for (const auto& kv : reference) {
-      if (theirs[kv.first] != kv.second) {
-        throw Error(Status::InvalidArgument(kv.first + " differs between ranks: rank 0 has '" + kv.second +
-                                            "', rank " + std::to_string(r) + " has '" + theirs[kv.first] +
-                                            "'; set it the same on every rank"));
-      }
-    }
-  }
-  if (rank() != 0) {
-    job_id_ = std::stoull(records[0].job_id, nullptr, 16);
-    if (secret.empty()) secret = FromHex(records[0].secret_hex);
-  }
-
-  std::vector<Endpoint> endpoints;
-  for (const auto& rec : records) {
-    hostnames_.push_back(rec.hostname);
-    endpoints.push_back({rec.ip, rec.port});
-  }
-  topo_ = Topology(hostnames_);
-  transport_->set_job_token(job_id_);
-  transport_->set_secret(secret);
-  transport_->ConnectMesh(endpoints, deadline);
+  const MeshPlan plan = rendezvous(transport_->listen_endpoint());
+  job_id_ = plan.credentials.job_id;
+  transport_->set_job_token(plan.credentials.job_id);
+  transport_->set_secret(plan.credentials.secret);
+  transport_->ConnectMesh(plan.endpoints, deadline);
 }
+
+void Engine::StartR2spSessions() {
+  r2sp_ = std::make_unique<R2spSessions>(
+      transport_.get(), config_, rank(), [this] { return failure(); },
+      [this](const Status& s) {
+        Fail(s);
+        Wake();
+      });
+}
+
+uint32_t Engine::R2spBegin(const float* initial, int64_t count, double lr, double momentum, double weight_decay) {
+  if (!running()) throw Error(Status::Shutdown("R2SP: the engine is not running (call hvd.init() first)"));
+  if (is_dedicated_server()) throw Error(Status::InvalidArgument("R2SP: only workers train"));
+  return r2sp_->Begin(initial, count, lr, momentum, weight_decay, ProcessSetRanks(0), ProcessSetServers(0));
+}
+
+void Engine::R2spStep(uint32_t session, const float* grad, float* params, int64_t count) {
+  r2sp_->Step(session, grad, params, count);
+}
+
+void Engine::R2spEnd(uint32_t session) { r2sp_->End(session); }
 
 // Horovod's local and cross ranks count workers only (the global process set's layout).
 int Engine::local_rank() const { return is_dedicated_server() ? -1 : global_set_->my_local_index; }
@@ -235,14 +167,14 @@ bool Engine::ServeUntilShutdown(Deadline deadline, Status* outcome) {
 }
 
 std::string Engine::ArenaName(int32_t set_id) const {
-  return "/herring." + HexId(job_id_) + "." + std::to_string(set_id) + "." +
+  return "/herring." + JobIdHex(job_id_) + "." + std::to_string(set_id) + "." +
          std::to_string(topo_.host_of(rank()));
 }
 
 void Engine::CreateProcessSet(int32_t id, const std::vector<int>& ranks, Deadline deadline) {
   auto set = ProcessSetTable::Make(id, ranks, rank(), topo_);
   if (config_.dedicated_servers > 0) {
-    set->servers = ServerLayout::Dedicated(ActiveServers());
+    set->servers = ServerLayout::Dedicated(membership_.ActiveServers());
   } else {
     set->servers = ServerLayout::Colocated(set->hosts, set->ranks, config_.num_servers);
   }
@@ -272,7 +204,7 @@ Status Engine::WorldFailure() const {
   Status f = transport_->FirstFailure();
   if (f.ok() || f.code() != StatusCode::kShutdown) return f;
   // Only goodbyes so far: those of retired servers are expected; any other rank's is not.
-  for (int r : world_) {
+  for (int r : membership_.world()) {
     if (r == rank()) continue;
     Status s = transport_->PeerStatus(r);
     if (!s.ok()) return s;
@@ -476,7 +408,7 @@ void Engine::Fail(const Status& status) {
   stopped_ = true;
   if (transport_) {
     transport_->Abort(status);
-    for (int r : world_) {
+    for (int r : membership_.world()) {
       if (r != rank() && transport_->PeerStatus(r).ok()) transport_->SendControl(r, kAbortMessage, status.message());
     }
   }
@@ -501,14 +433,10 @@ void Engine::Shutdown() {
     loop_.join();
   }
   stopped_ = true;
-  StopAllR2spServers();
+  if (r2sp_) r2sp_->StopAllServers();
   if (transport_) transport_->Close();
-  {
-    // Only now: a receive an R2SP server had posted may have been pending until the close.
-    std::lock_guard<std::mutex> lock(r2sp_mu_);
-    r2sp_servers_.clear();
-    r2sp_clients_.clear();
-  }
+  // Only now: a receive an R2SP server had posted may have been pending until the close.
+  if (r2sp_) r2sp_->Clear();
   handles_.FailAll(Status::Shutdown("Horovod has been shut down"));
   std::lock_guard<std::mutex> lock(sets_mu_);
   for (int32_t id : sets_.ids()) sets_.Remove(id);

@@ -31,13 +31,15 @@
 #include "engine/response_cache.h"
 #include "engine/stall_inspector.h"
 #include "runtime/timeline.h"
-#include "ps/psld_balancer.h"
-#include "ps/r2sp_server.h"
+#include "ps/psld_policy.h"
+#include "engine/r2sp_sessions.h"
+#include "engine/server_membership.h"
 #include <optional>
 #include "runtime/topology.h"
 #include "ops/operation_manager.h"
 #include "rendezvous/http_store.h"
 #include "rendezvous/launch_env.h"
+#include "rendezvous/rendezvous_protocol.h"
 #include "transport/tcp_transport.h"
 #include "transport/zero_copy_pool.h"
 
@@ -97,7 +99,7 @@ class Engine {
 
   int rank() const { return launch_.rank; }
   // Workers: what Horovod calls the job's size. Dedicated servers, if any, come after them.
-  int size() const { return workers_; }
+  int size() const { return membership_.workers(); }
   // The processes launched with the job, workers and dedicated servers (before any joined).
   int world_size() const { return launch_.size; }
   // Asks rank 0 to retire dedicated server `server` (its ranges move to the others between two
@@ -130,7 +132,7 @@ class Engine {
   // The server shards of a process set: their ranks, current shares and map version.
   ServerLayout ProcessSetServers(int32_t id) const;
 
-  // R2SP training mode (r2sp_mode.cc, ps/r2sp_server.h). Every worker calls R2spBegin with the
+  // R2SP training mode (engine/r2sp_sessions.h, ps/r2sp_server.h). Every worker calls R2spBegin with the
   // same initial parameters (float32, `count` elements) and hyper-parameters; the server shards
   // of the global process set take them over. Returns the session id.
   uint32_t R2spBegin(const float* initial, int64_t count, double lr, double momentum, double weight_decay);
@@ -164,6 +166,19 @@ class Engine {
 
   // Init (engine.cc).
   void Rendezvous(const EngineOptions& options, Deadline deadline);
+  // What the rendezvous tells a process that is listening: every rank's endpoint (its own
+  // included) and the job's credentials.
+  struct MeshPlan {
+    std::vector<Endpoint> endpoints;
+    JobCredentials credentials;
+  };
+  // The one way this engine builds its transport, at init and when a server joins a running job:
+  // listen on `ip` as rank `rank` of `size` (plus HERRING_ELASTIC_SLOTS vacant slots), let
+  // `rendezvous` publish the listening endpoint and learn the plan, then connect the mesh.
+  void ConnectTransport(int rank, int size, const std::string& ip,
+                        const std::function<MeshPlan(const Endpoint& listening)>& rendezvous, Deadline deadline);
+  // After the transport exists: the collaborators that need it.
+  void StartR2spSessions();
   void CreateProcessSet(int32_t id, const std::vector<int>& ranks, Deadline deadline);
   std::string ArenaName(int32_t set_id) const;
   void ValidateAndComplete(Request* request) const;
@@ -196,24 +211,12 @@ class Engine {
   void ApplyMembership(const MembershipChange& change);
   std::string EncodeSnapshot() const;
   void RestoreSnapshot(const std::string& payload, Deadline deadline);
-  std::vector<int> ActiveServers() const;
   void DrainControl();
   ControlMessage AwaitControl(int from, uint32_t type);
   void Fail(const Status& status);
   void Wake();
   void WakeForNewWork();
   Status CheckAbort() const;
-
-  // R2SP training mode (r2sp_mode.cc).
-  struct R2spClient {
-    R2spSessionSpec spec;        // every shard of the session
-    std::vector<int> shard_rank;  // the process serving each
-    uint64_t steps = 0;
-    bool in_step = false;
-  };
-  void StartR2spServer(const R2spSessionSpec& spec);
-  void StopR2spServer(uint32_t session);
-  void StopAllR2spServers();
 
   // Execution (execution.cc).
   void Execute(const std::vector<Response>& ready);
@@ -245,24 +248,19 @@ class Engine {
   StallInspector stall_;
   std::unique_ptr<DeadlockDetector> deadlock_;  // rank 0, unless HERRING_DEADLOCK_TIME_SECONDS=0
   FaultInjector faults_;
-  std::unique_ptr<PsldBalancer> balancer_;  // rank 0 with HERRING_BALANCER=psld
+  // PSLD (HERRING_BALANCER=psld): who times the shards and, on rank 0, decides to move ranges.
+  std::unique_ptr<PsldPolicy> psld_;
   // Where the bit vectors meet when the world is on one host (HERRING_CONTROL_PLANE); null: TCP.
   std::unique_ptr<ShmBitsExchange> shm_bits_;
   // The same, for Wake() on other threads (the transport's, the application's): set once, after
   // the attach, before the loop starts.
   std::atomic<ShmBitsExchange*> shm_bell_{nullptr};
-  std::optional<MapUpdate> pending_map_;     // decided, announced with the next cycle's result
-  std::vector<ShardSample> shard_samples_;   // measured here, sent to rank 0 with the next contribution
-  int workers_ = 0;
-  std::vector<int> world_;                   // ranks taking part in negotiation, sorted
-  std::vector<std::string> hostnames_;       // by rank, every rank that ever took part
-  std::vector<MembershipChange> pending_membership_;  // rank 0: to announce with the next result
-  std::vector<MembershipChange> membership_now_;      // announced this cycle: applied after it
-  std::unique_ptr<HttpStore> store_;          // rank 0 of an elastic job: publishes the world
-  std::mutex r2sp_mu_;
-  uint32_t r2sp_sessions_ = 0;                         // sessions begun (ids 1, 2, ...)
-  std::map<uint32_t, R2spClient> r2sp_clients_;        // workers
-  std::map<uint32_t, std::unique_ptr<R2spServer>> r2sp_servers_;  // processes hosting shards
+  // Who takes part: the workers, the world in negotiation, every rank's host, and rank 0's
+  // pending joins and leaves of elastic dedicated servers.
+  ServerMembership membership_;
+  // R2SP training mode: the sessions this worker trains in and the servers this process hosts.
+  // After transport_: destroyed before it (its servers use the transport).
+  std::unique_ptr<R2spSessions> r2sp_;
   std::mutex p2p_mu_;
   std::map<std::tuple<int, uint32_t, bool>, uint64_t> p2p_sequence_;  // (peer, tag, send): messages so far
 

@@ -167,22 +167,8 @@ void Engine::ExecuteAllreduceBatch(const std::vector<const Response*>& responses
     batch.label += (batch.label.empty() ? "" : ", ") + r->name;
   }
   ExecContext ctx = MakeContext(set, unit);
-  if (config_.psld_balancer && set.id == 0) {
-    ctx.observe_shard = [this](int shard, double seconds, double mib) {
-      if (balancer_) {
-        balancer_->Observe(shard, seconds, mib);
-      } else {
-        // One running total per shard: the report to rank 0 stays a few bytes per cycle.
-        for (auto& sample : shard_samples_) {
-          if (sample.shard == shard) {
-            sample.seconds += seconds;
-            sample.mib += mib;
-            return;
-          }
-        }
-        shard_samples_.push_back({shard, seconds, mib});
-      }
-    };
+  if (psld_->Measures(set.id)) {
+    ctx.observe_shard = [this](int shard, double seconds, double mib) { psld_->Observe(shard, seconds, mib); };
   }
   ctx.lane = responses.size() == 1 ? first.name
                                    : "fused: " + first.name + " +" + std::to_string(responses.size() - 1);
@@ -202,11 +188,7 @@ void Engine::ExecuteAllreduceBatch(const std::vector<const Response*>& responses
   }
   counters_.fused_buffers++;
   counters_.allreduce_bytes += batch.total_bytes();
-  if (balancer_ && set.id == 0 && set.hosts.size() > 1) {
-    if (auto next = balancer_->AfterExecution(set.servers.map)) {
-      pending_map_ = MapUpdate{0, next->version(), next->weights()};
-    }
-  }
+  psld_->AfterAllreduce(set.id, set.hosts.size(), set.servers.map);
   for (const Response* r : responses) {
     counters_.responses++;
     Finish(*r, OpResult{});

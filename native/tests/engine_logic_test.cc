@@ -9,10 +9,12 @@
 #include "runtime/fault_injector.h"
 #include "engine/stall_inspector.h"
 #include "engine/response_cache.h"
+#include "engine/server_membership.h"
 #include "runtime/wire.h"
 #include "runtime/partition_map.h"
 #include "runtime/collective.h"
 #include "ps/psld_balancer.h"
+#include "ps/psld_policy.h"
 #include "ps/r2sp_server.h"
 #include "runtime/server_layout.h"
 #include <gtest/gtest.h>
@@ -297,6 +299,77 @@ TEST(EngineLogic, EnginePsldBalancerMovesLoadToTheFastShardAndSettles) {
   EXPECT_TRUE(share1 > 0.17 && share1 < 0.25);
   EXPECT_TRUE(b.settled());
   EXPECT_TRUE(map.version() > 0);
+}
+
+TEST(EngineLogic, EnginePsldPolicyMeasuresTheGlobalSetAndOnlyRankZeroDecides) {
+  PsldPolicy off(false, true, 1);
+  EXPECT_FALSE(off.Measures(0));
+  // Another rank: keeps one running total per shard for its next contribution.
+  PsldPolicy worker(true, false, 1);
+  EXPECT_TRUE(worker.Measures(0));
+  EXPECT_FALSE(worker.Measures(1));
+  worker.Observe(1, 0.5, 2.0);
+  worker.Observe(0, 1.0, 1.0);
+  worker.Observe(1, 0.25, 1.0);
+  auto samples = worker.TakeSamples();
+  EXPECT_EQ(samples.size(), size_t(2));
+  EXPECT_EQ(samples[0].shard, 1);
+  EXPECT_EQ(samples[0].seconds, 0.75);
+  EXPECT_EQ(samples[0].mib, 3.0);
+  EXPECT_TRUE(worker.TakeSamples().empty());
+  worker.AfterAllreduce(0, 2, PartitionMap::Balanced(2));
+  EXPECT_FALSE(worker.TakeDecision().has_value());
+  // Rank 0: its own and the others' samples feed the balancer; only the global set, across hosts.
+  PsldPolicy rank0(true, true, 1);
+  PartitionMap map = PartitionMap::Balanced(2);
+  rank0.Observe(0, 1.0, 1.0);
+  rank0.Receive({{1, 4.0, 1.0}});
+  rank0.AfterAllreduce(1, 2, map);
+  rank0.AfterAllreduce(0, 1, map);
+  EXPECT_FALSE(rank0.TakeDecision().has_value());
+  rank0.AfterAllreduce(0, 2, map);
+  auto decided = rank0.TakeDecision();
+  EXPECT_TRUE(decided.has_value());
+  EXPECT_EQ(decided->process_set, 0);
+  EXPECT_TRUE(decided->weights[0] > decided->weights[1]);  // shard 1 is slower: it owns less
+  EXPECT_FALSE(rank0.TakeDecision().has_value());
+}
+
+TEST(EngineLogic, EngineServerMembershipRosterAndRequests) {
+  // Two workers (0, 1) and two launched dedicated servers (2, 3).
+  ServerMembership m;
+  m.Reset(2, {0, 1, 2, 3}, {"w0", "w1", "s0", "s1"});
+  EXPECT_TRUE(m.ActiveServers() == std::vector<int>({2, 3}));
+  // A worker is not a server; an unreadable request names nobody.
+  m.RequestLeave(1, "1");
+  m.RequestLeave(1, "not-a-rank");
+  EXPECT_FALSE(m.HasPending());
+  m.RequestLeave(0, "3");
+  EXPECT_TRUE(m.HasPending());
+  m.RequestLeave(0, "2");  // would leave no server: ignored
+  // A joiner whose knobs differ is refused with the knob and both ranks named.
+  std::string refused = m.RequestJoin(0, "K=1;", 4, JoinRequest{"s2", "K=2;"});
+  EXPECT_TRUE(refused.find("K differs between ranks: rank 0 has '1', rank 4 has '2'") != std::string::npos);
+  EXPECT_EQ(m.RequestJoin(0, "K=1;", 4, JoinRequest{"s2", "K=1;"}), std::string(""));
+  const auto& announced = m.AnnouncePending();
+  EXPECT_EQ(announced.size(), size_t(2));
+  EXPECT_FALSE(m.HasPending());
+  for (const auto& c : m.TakeAnnounced()) m.Apply(c);
+  EXPECT_TRUE(m.TakeAnnounced().empty());
+  EXPECT_TRUE(m.world() == std::vector<int>({0, 1, 2, 4}));
+  EXPECT_EQ(m.hostnames().size(), size_t(5));
+  EXPECT_EQ(m.hostnames()[4], std::string("s2"));
+  // The roster's part of the join snapshot.
+  WireWriter w;
+  m.EncodeTo(w);
+  std::string bytes = w.Take();
+  WireReader r(bytes, "roster");
+  ServerMembership joiner;
+  joiner.RestoreFrom(r);
+  r.ExpectEnd();
+  EXPECT_EQ(joiner.workers(), 2);
+  EXPECT_TRUE(joiner.world() == m.world());
+  EXPECT_TRUE(joiner.hostnames() == m.hostnames());
 }
 
 TEST(EngineLogic, EngineResultCarriesPartitionMapUpdates) {

@@ -26,6 +26,7 @@
 #include "rendezvous/http_store.h"
 #include "rendezvous/launch_env.h"
 #include "rendezvous/net_interfaces.h"
+#include "rendezvous/rendezvous_protocol.h"
 #include <gtest/gtest.h>
 
 using namespace herring;
@@ -671,4 +672,150 @@ TEST(Rendezvous, RendezvousInterfaceUnknownListsInterfaces) {
   EXPECT_TRUE(Contains(s.message(), "lo (127.0.0.1)"));
   s = StatusOf([] { InterfaceAddress(""); });
   EXPECT_TRUE(s.code() == StatusCode::kInvalidArgument);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The rendezvous protocol (rendezvous/rendezvous_protocol.h): what ranks publish, at init and
+// when a server joins a running job.
+
+TEST(Rendezvous, RendezvousProtocolRecordRoundTrip) {
+  RankRecord r;
+  r.hostname = "hosta";
+  r.ip = "10.0.0.7";
+  r.port = 40123;
+  r.fingerprint = "HOROVOD_FUSION_THRESHOLD=64;HERRING_TCP_STREAMS=2;";
+  r.job_id = "abc123";
+  r.secret_hex = "00ff";
+  RankRecord back = RankRecord::Decode(r.Encode(), 3);
+  EXPECT_EQ(back.hostname, r.hostname);
+  EXPECT_EQ(back.ip, r.ip);
+  EXPECT_EQ(back.port, r.port);
+  EXPECT_EQ(back.fingerprint, r.fingerprint);
+  EXPECT_EQ(back.job_id, r.job_id);
+  EXPECT_EQ(back.secret_hex, r.secret_hex);
+  // A rank other than 0 (or a joining server) publishes neither job id nor secret.
+  RankRecord plain{"h", "127.0.0.1", 5, "K=1;", "", ""};
+  EXPECT_EQ(plain.Encode(), std::string("h\n127.0.0.1\n5\nK=1;\n\n"));
+  EXPECT_EQ(RankRecord::Decode(plain.Encode(), 1).job_id, std::string(""));
+  Status s = StatusOf([] { RankRecord::Decode("h\n1.2.3.4\nnot-a-port\n", 5); });
+  EXPECT_TRUE(s.code() == StatusCode::kInternal);
+  EXPECT_TRUE(Contains(s.message(), "rank 5"));
+}
+
+TEST(Rendezvous, RendezvousProtocolFingerprintNamesTheKnobAndTheRanks) {
+  EXPECT_EQ(FingerprintDifference("A=1;B=2;", 0, "A=1;B=2;", 3), std::string(""));
+  std::string why = FingerprintDifference("A=1;B=2;", 0, "A=1;B=5;", 3);
+  EXPECT_TRUE(Contains(why, "B differs between ranks"));
+  EXPECT_TRUE(Contains(why, "rank 0 has '2'"));
+  EXPECT_TRUE(Contains(why, "rank 3 has '5'"));
+  // A knob only one side knows counts as differing, whichever side it is.
+  EXPECT_TRUE(Contains(FingerprintDifference("A=1;", 0, "A=1;C=4;", 2), "C differs"));
+  EXPECT_TRUE(Contains(FingerprintDifference("A=1;C=4;", 0, "A=1;", 2), "C differs"));
+
+  std::vector<RankRecord> records(3);
+  for (auto& r : records) r.fingerprint = "A=1;B=2;";
+  CheckFingerprints(records);  // agree: no throw
+  records[2].fingerprint = "A=9;B=2;";
+  Status s = StatusOf([&] { CheckFingerprints(records); });
+  EXPECT_TRUE(s.code() == StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Contains(s.message(), "A differs between ranks: rank 0 has '1', rank 2 has '9'"));
+}
+
+TEST(Rendezvous, RendezvousProtocolHandsOutTheJobCredentials) {
+  // Rank 0 draws the job id and the secret, and publishes both in its record.
+  RankRecord rank0;
+  JobCredentials issued = IssueJobCredentials("", &rank0);
+  EXPECT_EQ(rank0.job_id, JobIdHex(issued.job_id));
+  EXPECT_EQ(issued.secret.size(), size_t(32));
+  EXPECT_EQ(rank0.secret_hex.size(), size_t(64));
+  JobCredentials learned = JobCredentialsFrom(RankRecord::Decode(rank0.Encode(), 0), "");
+  EXPECT_EQ(learned.job_id, issued.job_id);
+  EXPECT_TRUE(learned.secret == issued.secret);
+  // A configured secret (HERRING_SECRET) never travels; each rank uses its own.
+  RankRecord configured;
+  JobCredentials c0 = IssueJobCredentials("s3cret", &configured);
+  EXPECT_EQ(c0.secret, std::string("s3cret"));
+  EXPECT_EQ(configured.secret_hex, std::string(""));
+  EXPECT_EQ(JobCredentialsFrom(configured, "s3cret").secret, std::string("s3cret"));
+  EXPECT_EQ(JobCredentialsFrom(configured, "").secret, std::string(""));
+  RankRecord unreadable;
+  unreadable.job_id = "zz";
+  EXPECT_TRUE(StatusOf([&] { JobCredentialsFrom(unreadable, ""); }).code() == StatusCode::kInternal);
+}
+
+TEST(Rendezvous, RendezvousProtocolExchangeChecksTheRecords) {
+  LaunchInfo launch;
+  launch.launcher = Launcher::kMpirun;
+  launch.rank = 1;
+  launch.size = 2;
+  RankRecord mine{"b", "127.0.0.1", 2, "K=1;", "", ""};
+  RankRecord rank0{"a", "127.0.0.1", 1, "K=1;", "7f", ""};
+  auto records = ExchangeRecords(
+      mine, [&](const std::string& text) { return std::vector<std::string>{rank0.Encode(), text}; }, launch, 0,
+      Seconds(1));
+  EXPECT_EQ(records.size(), size_t(2));
+  EXPECT_EQ(records[0].job_id, std::string("7f"));
+  EXPECT_EQ(records[1].port, uint16_t(2));
+  Status s = StatusOf([&] {
+    ExchangeRecords(mine, [](const std::string& text) { return std::vector<std::string>{text}; }, launch, 0,
+                    Seconds(1));
+  });
+  EXPECT_TRUE(s.code() == StatusCode::kInternal);
+  EXPECT_TRUE(Contains(s.message(), "1 records for 2 processes"));
+  mine.fingerprint = "K=2;";
+  s = StatusOf([&] {
+    ExchangeRecords(
+        mine, [&](const std::string& text) { return std::vector<std::string>{rank0.Encode(), text}; }, launch, 0,
+        Seconds(1));
+  });
+  EXPECT_TRUE(s.code() == StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Contains(s.message(), "K differs between ranks: rank 0 has '1', rank 1 has '2'"));
+  // mpirun without the front end's exchange cannot meet the others.
+  s = StatusOf([&] { ExchangeRecords(mine, nullptr, launch, 0, Seconds(1)); });
+  EXPECT_TRUE(s.code() == StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Contains(s.message(), "mpi4py"));
+  // A job of one needs nobody.
+  launch.launcher = Launcher::kSingle;
+  launch.rank = 0;
+  launch.size = 1;
+  EXPECT_EQ(ExchangeRecords(mine, nullptr, launch, 0, Seconds(1))[0].hostname, std::string("b"));
+}
+
+TEST(Rendezvous, RendezvousProtocolAddress) {
+  EXPECT_EQ(AdvertisedAddress("", true), std::string("127.0.0.1"));
+  EXPECT_EQ(AdvertisedAddress("lo", false), std::string("127.0.0.1"));
+  Status s = StatusOf([] { AdvertisedAddress("", false); });
+  EXPECT_TRUE(s.code() == StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Contains(s.message(), "HERRING_IFACE"));
+}
+
+TEST(Rendezvous, RendezvousProtocolRunningJobThroughTheStore) {
+  FakeStore server;
+  server.Listen();
+  HttpStore store("127.0.0.1", server.port(), kRendezvousScope);
+  // Init wrote the records of ranks 0..2 (epoch 4); rank 1 has retired since.
+  for (int r = 0; r < 3; ++r) {
+    RankRecord rec{"host" + std::to_string(r), "127.0.0.1", static_cast<uint16_t>(5000 + r), "K=1;",
+                   r == 0 ? "beef" : "", r == 0 ? "0102" : ""};
+    store.Set(RecordKey(4, r), rec.Encode(), Seconds(2));
+  }
+  WorldRecord world;
+  world.workers = 1;
+  world.next_rank = 3;
+  world.active = {0, 2};
+  EXPECT_EQ(world.Encode(), std::string("1 3 0 2"));
+  PublishRunningJob(store, 4, world, Seconds(2));
+  RunningJob job = ReadRunningJob(store, Seconds(2));
+  EXPECT_EQ(job.epoch, 4);
+  EXPECT_EQ(job.world.workers, 1);
+  EXPECT_EQ(job.world.next_rank, 3);
+  EXPECT_TRUE(job.world.active == std::vector<int>({0, 2}));
+  EXPECT_EQ(job.records.size(), size_t(3));
+  EXPECT_EQ(job.records[2].hostname, std::string("host2"));
+  EXPECT_EQ(job.records[2].port, uint16_t(5002));
+  EXPECT_EQ(JobCredentialsFrom(job.records[0], "").job_id, uint64_t(0xbeef));
+  EXPECT_TRUE(StatusOf([] { WorldRecord::Decode("1 x"); }).code() == StatusCode::kInternal);
+  JoinRequest join = JoinRequest::Decode(JoinRequest{"hostz", "K=1;"}.Encode());
+  EXPECT_EQ(join.hostname, std::string("hostz"));
+  EXPECT_EQ(join.fingerprint, std::string("K=1;"));
 }

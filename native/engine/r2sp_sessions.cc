@@ -1,11 +1,9 @@
-// R2SP training mode: the engine's side of ps/r2sp_server.h. Rank 0 hands each process hosting
-// server shards of the global process set its ranges (a kR2spSessionMessage control message) and the
-// initial parameters (step 0); workers then push and pull directly, in their turns, through tagged
-// transfers that never enter the negotiation cycles.
+#include "engine/r2sp_sessions.h"
+
+#include <set>
 #include <sstream>
 
 #include "common/logging.h"
-#include "engine/engine.h"
 #include "runtime/collective.h"
 
 namespace herring {
@@ -22,21 +20,29 @@ std::string StepName(uint32_t session, uint64_t step, int rank) {
 
 }  // namespace
 
-uint32_t Engine::R2spBegin(const float* initial, int64_t count, double lr, double momentum, double weight_decay) {
-  if (!running()) throw Error(Status::Shutdown("R2SP: the engine is not running (call hvd.init() first)"));
-  if (is_dedicated_server()) throw Error(Status::InvalidArgument("R2SP: only workers train"));
+R2spSessions::R2spSessions(Transport* transport, const Config& config, int rank, std::function<Status()> job_failure,
+                           std::function<void(const Status&)> fail)
+    : transport_(transport),
+      config_(config),
+      rank_(rank),
+      job_failure_(std::move(job_failure)),
+      fail_(std::move(fail)) {}
+
+R2spSessions::~R2spSessions() = default;
+
+uint32_t R2spSessions::Begin(const float* initial, int64_t count, double lr, double momentum, double weight_decay,
+                             const std::vector<int>& workers, const ServerLayout& layout) {
   if (count <= 0) throw Error(Status::InvalidArgument("R2SP: no parameters to train"));
   if (!(lr > 0)) throw Error(Status::InvalidArgument("R2SP: the learning rate must be positive"));
   if (momentum < 0 || weight_decay < 0) {
     throw Error(Status::InvalidArgument("R2SP: momentum and weight decay must not be negative"));
   }
-  R2spClient client;
+  Client client;
   client.spec.count = count;
   client.spec.lr = lr;
   client.spec.momentum = momentum;
   client.spec.weight_decay = weight_decay;
-  for (int r : ProcessSetRanks(0)) client.spec.workers.push_back(r);
-  const ServerLayout layout = ProcessSetServers(0);
+  for (int r : workers) client.spec.workers.push_back(r);
   const int shards = static_cast<int>(layout.shard_rank.size());
   if (shards > kMaxR2spShards) {
     throw Error(Status::InvalidArgument("R2SP: at most " + std::to_string(kMaxR2spShards) + " server shards"));
@@ -49,15 +55,15 @@ uint32_t Engine::R2spBegin(const float* initial, int64_t count, double lr, doubl
     client.shard_rank.push_back(layout.shard_rank[s]);
   }
   {
-    std::lock_guard<std::mutex> lock(r2sp_mu_);
-    if (r2sp_sessions_ >= kMaxR2spSessionId) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (sessions_ >= kMaxR2spSessionId) {
       throw Error(Status::InvalidArgument("R2SP: at most " + std::to_string(kMaxR2spSessionId) +
                                           " sessions per hvd.init()"));
     }
-    client.spec.id = ++r2sp_sessions_;
-    r2sp_clients_[client.spec.id] = client;
+    client.spec.id = ++sessions_;
+    clients_[client.spec.id] = client;
   }
-  if (rank() != 0) return client.spec.id;
+  if (rank_ != 0) return client.spec.id;
 
   // Rank 0: tell every server process which shards it serves, then hand over the parameters.
   std::map<int, R2spSessionSpec> per_server;
@@ -70,8 +76,8 @@ uint32_t Engine::R2spBegin(const float* initial, int64_t count, double lr, doubl
     spec.shards.push_back(client.spec.shards[s]);
   }
   for (const auto& [server, spec] : per_server) {
-    if (server == rank()) {
-      StartR2spServer(spec);
+    if (server == rank_) {
+      StartServer(spec);
     } else {
       transport_->SendControl(server, kR2spSessionMessage, EncodeR2spSession(spec));
     }
@@ -90,22 +96,22 @@ uint32_t Engine::R2spBegin(const float* initial, int64_t count, double lr, doubl
   return client.spec.id;
 }
 
-void Engine::R2spStep(uint32_t session, const float* grad, float* params, int64_t count) {
-  R2spClient client;
+void R2spSessions::Step(uint32_t session, const float* grad, float* params, int64_t count) {
+  Client client;
   {
-    std::lock_guard<std::mutex> lock(r2sp_mu_);
-    auto it = r2sp_clients_.find(session);
-    if (it == r2sp_clients_.end()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = clients_.find(session);
+    if (it == clients_.end()) {
       throw Error(Status::InvalidArgument("R2SP: no session " + std::to_string(session) + " on rank " +
-                                          std::to_string(rank()) + " (ended, or begun on another engine)"));
+                                          std::to_string(rank_) + " (ended, or begun on another engine)"));
     }
     if (it->second.in_step) {
       throw Error(Status::InvalidArgument("R2SP session " + std::to_string(session) +
-                                          ": a step is already in progress on rank " + std::to_string(rank())));
+                                          ": a step is already in progress on rank " + std::to_string(rank_)));
     }
     if (count != it->second.spec.count) {
       throw Error(Status::InvalidArgument("R2SP session " + std::to_string(session) + " on rank " +
-                                          std::to_string(rank()) + ": the gradient has " + std::to_string(count) +
+                                          std::to_string(rank_) + ": the gradient has " + std::to_string(count) +
                                           " elements, the session's parameters " +
                                           std::to_string(it->second.spec.count)));
     }
@@ -114,12 +120,12 @@ void Engine::R2spStep(uint32_t session, const float* grad, float* params, int64_
     client = it->second;
   }
   struct StepDone {
-    Engine* engine;
+    R2spSessions* sessions;
     uint32_t session;
     ~StepDone() {
-      std::lock_guard<std::mutex> lock(engine->r2sp_mu_);
-      auto it = engine->r2sp_clients_.find(session);
-      if (it != engine->r2sp_clients_.end()) it->second.in_step = false;
+      std::lock_guard<std::mutex> lock(sessions->mu_);
+      auto it = sessions->clients_.find(session);
+      if (it != sessions->clients_.end()) it->second.in_step = false;
     }
   } done{this, session};
 
@@ -143,56 +149,59 @@ void Engine::R2spStep(uint32_t session, const float* grad, float* params, int64_
   while (true) {
     Status s = WaitAll(transfers, Deadline::AfterSeconds(0.2));
     if (s.ok()) return;
-    Status job = failure();
-    if (!job.ok()) throw Error(Status(job.code(), StepName(session, step, rank()) + ": " + job.message()));
+    Status job = job_failure_();
+    if (!job.ok()) throw Error(Status(job.code(), StepName(session, step, rank_) + ": " + job.message()));
     if (s.code() != StatusCode::kTimeout) {
-      throw Error(Status(s.code(), StepName(session, step, rank()) + ": " + s.message()));
+      throw Error(Status(s.code(), StepName(session, step, rank_) + ": " + s.message()));
     }
   }
 }
 
-void Engine::R2spEnd(uint32_t session) {
-  R2spClient client;
+void R2spSessions::End(uint32_t session) {
+  Client client;
   {
-    std::lock_guard<std::mutex> lock(r2sp_mu_);
-    auto it = r2sp_clients_.find(session);
-    if (it == r2sp_clients_.end()) return;  // idempotent
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = clients_.find(session);
+    if (it == clients_.end()) return;  // idempotent
     client = std::move(it->second);
-    r2sp_clients_.erase(it);
+    clients_.erase(it);
   }
-  if (rank() != 0) return;
+  if (rank_ != 0) return;
   std::set<int> servers(client.shard_rank.begin(), client.shard_rank.end());
   for (int server : servers) {
-    if (server == rank()) {
-      StopR2spServer(session);
+    if (server == rank_) {
+      StopServer(session);
     } else if (transport_->PeerStatus(server).ok()) {
       transport_->SendControl(server, kR2spEndMessage, EncodeR2spEnd(session));
     }
   }
 }
 
-void Engine::StartR2spServer(const R2spSessionSpec& spec) {
+void R2spSessions::StartServer(const R2spSessionSpec& spec) {
   R2spServer::Options options;
   options.stall_warning_seconds = config_.stall_check_disabled ? 1e300 : config_.stall_check_seconds;
   options.stall_shutdown_seconds = config_.stall_shutdown_seconds;
-  auto server = std::make_unique<R2spServer>(transport_.get(), spec, options, [this](const Status& s) {
-    Fail(s);
-    Wake();
-  });
+  auto server = std::make_unique<R2spServer>(transport_, spec, options, fail_);
   HLOG(Debug) << "R2SP session " << spec.id << ": serving " << spec.shards.size() << " shard(s)";
-  std::lock_guard<std::mutex> lock(r2sp_mu_);
-  r2sp_servers_[spec.id] = std::move(server);
+  std::lock_guard<std::mutex> lock(mu_);
+  servers_[spec.id] = std::move(server);
 }
 
-void Engine::StopR2spServer(uint32_t session) {
-  std::lock_guard<std::mutex> lock(r2sp_mu_);
-  auto it = r2sp_servers_.find(session);
-  if (it != r2sp_servers_.end()) it->second->Stop();  // kept until the transport closed
+void R2spSessions::StopServer(uint32_t session) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = servers_.find(session);
+  if (it != servers_.end()) it->second->Stop();  // kept until the transport closed
 }
 
-void Engine::StopAllR2spServers() {
-  std::lock_guard<std::mutex> lock(r2sp_mu_);
-  for (auto& [id, server] : r2sp_servers_) server->Stop();
+void R2spSessions::StopAllServers() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [id, server] : servers_) server->Stop();
+}
+
+void R2spSessions::Clear() {
+  std::lock_guard<std::mutex> lock(mu_);
+  servers_.clear();
+  clients_.clear();
 }
 
 }  // namespace herring
