@@ -18,6 +18,7 @@ from hvd_herring import _native
 from hvd_herring.dtype_groups import split_by_dtype
 from hvd_herring.torch import zero_copy as _zero_copy
 from hvd_herring.basics import basics as _basics, export_basics as _export_basics, DTYPES as _DTYPES
+from hvd_herring.basics import OP_TYPES as _OP_TYPES
 
 _TORCH_DTYPES = {  # torch dtype -> the engine's dtype name
     torch.uint8: "uint8", torch.int8: "int8", torch.int16: "int16", torch.int32: "int32",
@@ -89,16 +90,21 @@ def _enqueue(op_type, name, tensors, outputs, process_set, op=None, prescale=1.0
     """Queues one (possibly grouped) collective; returns its handle. synchronize() returns `result`
     when the outputs are the caller's (finish is None), else finish(capsules, splits, value).
     The Work keeps `tensors` and `outputs` alive until then: the engine holds their addresses."""
-    work = _native.Work(_basics.engine(), (tensors, outputs), result, finish)
     op = Sum if op is None else op
-    if len(tensors) == 1 and splits is None and outputs is not None:
+    if len(tensors) == 1 and splits is None and outputs is not None and finish is None:
+        # The hot path (a gradient's allreduce): one call into the engine, which returns the Work.
         t = tensors[0]
         code = _DTYPE_CODES.get(t.dtype)
         if code is None:
             raise ValueError(f"Tensor type {t.type()} is not supported.")
-        work.add(_basics.enqueue_one(op_type, name, process_set.process_set_id, code, op, prescale, postscale,
-                                     root, t.data_ptr(), outputs[0].data_ptr(), t.shape), code)
+        try:
+            work = _basics.engine().enqueue_one_work((tensors, outputs), result, _OP_TYPES[op_type], name or "",
+                                                      process_set.process_set_id, code, op, prescale, postscale,
+                                                      root, t.data_ptr(), outputs[0].data_ptr(), t.shape)
+        except _native.HerringError as e:
+            raise HorovodInternalError(str(e)) from e
     else:
+        work = _native.Work(_basics.engine(), (tensors, outputs), result, finish)
         # A group whose tensors differ in dtype runs as one grouped collective per dtype
         # (hvd_herring.dtype_groups, the rule TensorFlow follows too): one Work, a part per dtype.
         if len(tensors) > 1 and splits is None:
@@ -138,13 +144,16 @@ def synchronize(handle):
     if work is None:
         return None
     try:
-        work.wait()  # Ctrl-C or a timeout leaves the handle valid
-        return work.take()
+        out = work.result()  # Ctrl-C or a timeout leaves the handle valid
     except _native.HerringError as e:
+        _works.pop(handle, None)  # the request failed: it is over
         raise HorovodInternalError(str(e)) from e
-    finally:
-        if work.is_completed():
+    except BaseException:
+        if work.is_completed():  # failed with another error; a timeout or Ctrl-C keeps it pending
             _works.pop(handle, None)
+        raise
+    _works.pop(handle, None)
+    return out
 
 
 # --- allreduce -----------------------------------------------------------------------------------

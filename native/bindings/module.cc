@@ -223,6 +223,21 @@ PYBIND11_MODULE(_native, m) {
            py::arg("tensors"), py::arg("set_ranks") = std::vector<int32_t>(), py::arg("set_id") = -1,
            py::arg("in_program_order") = false)
       .def("enqueue_one", &EnqueueOne)
+      .def(
+          "enqueue_one_work",
+          [](std::shared_ptr<Engine> e, py::object keep_alive, py::object result, int op_type, const std::string& name,
+             int process_set, int dtype, int reduce_op, double prescale, double postscale, int root,
+             uintptr_t input, uintptr_t output, const std::vector<int64_t>& shape) {
+            // enqueue_one and a Work holding its handle in one call: Horovod's allreduce_async_
+            // is called per gradient, and each crossing into C++ costs about as much as the
+            // engine's own work for a small tensor.
+            auto work = std::make_shared<Work>(e, std::move(keep_alive), std::move(result), py::none());
+            work->Add(EnqueueOne(*e, op_type, name, process_set, dtype, reduce_op, prescale, postscale, root, input,
+                                 output, shape),
+                      dtype, {});
+            return work;
+          },
+          "One tensor whose outputs the caller provided: enqueues it and returns its _native.Work.")
       .def("wait", &WaitSimple, py::arg("handle"), py::arg("timeout_seconds") = -1.0)
       .def("poll", &Engine::Poll)
       .def("wait_and_take", &WaitAndTake, py::arg("handle"), py::arg("timeout_seconds") = -1.0,

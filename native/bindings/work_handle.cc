@@ -121,6 +121,11 @@ void Work::Wait(double timeout_seconds) {
   // collect a part while this one waits without the GIL, which is checked before taking it.
   for (size_t i = 0; i < parts_.size(); ++i) {
     if (parts_[i].collected) continue;
+    // Already complete (the usual case after a step's other waits): no GIL hand-off for it.
+    if (engine_->Poll(parts_[i].handle)) {
+      Collect(parts_[i]);
+      continue;
+    }
     Status s = WaitServingSignals(*engine_, parts_[i].handle, deadline);
     if (parts_[i].collected) continue;
     if (!s.ok()) throw Error(s);  // Timeout: still pending, the Work stays valid
@@ -193,7 +198,15 @@ void BindWork(py::module_& m) {
            py::arg("timeout") = py::none(),
            "Waits without the GIL (signal handlers run); raises TimeoutError, or the request's error.")
       .def("exception", &Work::Exception)
-      .def("take", &Work::Take);
+      .def("take", &Work::Take)
+      .def(
+          "result",
+          [](Work& w, py::object timeout) {
+            w.Wait(timeout.is_none() ? -1.0 : timeout.cast<double>());
+            return w.Take();
+          },
+          py::arg("timeout") = py::none(),
+          "wait(timeout), then take(): one call for synchronize(), the hot path of a training step.");
 }
 
 }  // namespace herring
