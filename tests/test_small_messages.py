@@ -1,7 +1,9 @@
-"""The latency paths on one host (HERRING_CONTROL_PLANE, HERRING_SMALL_MESSAGE_BYTES): the bit
+"""The latency paths (HERRING_CONTROL_PLANE, HERRING_SMALL_MESSAGE_BYTES): the bit
 vectors meet in shared memory, and small allreduces, broadcasts and allgathers take the one-step
 path, with results equal to a reference, bitwise identical on every rank, and bitwise identical to
-the staged pipeline and the TCP transfers under the TCP control plane. A lone request after a pause starts its cycle at once (counters)."""
+the staged pipeline and the TCP transfers under the TCP control plane. Across simulated hosts, small
+allreduces exchange host sums instead of going through the server shards, with the shards' bits.
+A lone request after a pause starts its cycle at once (counters)."""
 
 import os
 import shutil
@@ -11,23 +13,28 @@ import pytest
 import launch
 
 WORKER = os.path.join("tests", "workers", "small_message_worker.py")
-NP = 3
 # A cycle time of a minute: the job (hundreds of synchronous collectives) ends within its launch
 # timeout only if no cycle waits for the timer.
+SLOW_TIMER = {"HOROVOD_CYCLE_TIME": "60000"}
+# name: (ranks, simulated hosts, environment)
 CONFIGS = {
-    "shm-control-one-step": {"HOROVOD_CYCLE_TIME": "60000"},
-    "tcp-control-staged": {"HOROVOD_CYCLE_TIME": "60000", "HERRING_CONTROL_PLANE": "tcp",
-                           "HERRING_SMALL_MESSAGE_BYTES": "0"},
+    "shm-control-one-step": (3, 1, SLOW_TIMER),
+    "tcp-control-staged": (3, 1, dict(SLOW_TIMER, HERRING_CONTROL_PLANE="tcp", HERRING_SMALL_MESSAGE_BYTES="0")),
+    # Two simulated hosts of two ranks: small batches exchange host sums, or go through the shards.
+    "hosts-exchange": (4, 2, SLOW_TIMER),
+    "hosts-shards": (4, 2, dict(SLOW_TIMER, HERRING_SMALL_MESSAGE_BYTES="0")),
 }
 
 
 @pytest.fixture(scope="module")
 def runs():
     out = {}
-    for name, env in CONFIGS.items():
+    for name, (np, hosts, env) in CONFIGS.items():
         results = launch.scratch_dir("herring-small-")
-        run = launch.horovodrun(NP, [WORKER], timeout=300, HERRING_TEST_RESULTS=results, **env)
-        out[name] = (run, launch.rank_results(results, NP))
+        args = [WORKER] if hosts == 1 else [os.path.join("tests", "workers", "as_simulated_host.py"), str(np // hosts),
+                                             WORKER]
+        run = launch.horovodrun(np, args, timeout=300, HERRING_TEST_RESULTS=results, **env)
+        out[name] = (run, launch.rank_results(results, np))
         shutil.rmtree(results, ignore_errors=True)
     return out
 
@@ -35,10 +42,22 @@ def runs():
 @pytest.mark.parametrize("config", list(CONFIGS))
 def test_results_equal_the_reference_on_every_rank(runs, config):
     run, per_rank = runs[config]
-    assert run.returncode == 0 and sorted(per_rank) == list(range(NP)), run.output[-4000:]
+    np = CONFIGS[config][0]
+    assert run.returncode == 0 and sorted(per_rank) == list(range(np)), run.output[-4000:]
     for r, data in per_rank.items():
         assert data["errors"] == [], f"{config} rank {r}: {data['errors'][:5]}"
         assert data["digests"] == per_rank[0]["digests"], f"{config}: rank {r}'s bits differ from rank 0's"
+
+
+def test_host_sums_exchanged_across_hosts_give_the_bits_of_the_shards(runs):
+    exchanged = runs["hosts-exchange"][1]
+    sharded = runs["hosts-shards"][1]
+    assert [k for k in exchanged[0]["digests"] if exchanged[0]["digests"][k] != sharded[0]["digests"][k]] == []
+    for r in exchanged:
+        # Small batches exchanged host sums (no push to a shard); larger ones went through the shards.
+        assert exchanged[r]["counters"]["host_sum_exchanges"] > 0, (r, exchanged[r]["counters"])
+        assert exchanged[r]["counters"]["server_pushes"] > 0, (r, exchanged[r]["counters"])
+        assert sharded[r]["counters"]["host_sum_exchanges"] == 0, (r, sharded[r]["counters"])
 
 
 def test_one_step_and_staged_paths_give_the_same_bits(runs):

@@ -298,6 +298,7 @@ class Writer:
             per = r.get("per_iteration") or {}
             algo = ", ".join(f"{name} {per[k]:.1f}" for k, name in (("herring_allreduces", "herring"),
                                                                      ("one_step_allreduces", "one-step"),
+                                                                     ("host_sum_exchanges", "host-sum exchange"),
                                                                      ("hd_allreduces", "hd"),
                                                                      ("ring_allreduces", "ring")) if per.get(k))
             rows.append((fmt_bytes(r["bytes"]), r["label"], r["np"], fmt_time(r["median"]),
@@ -335,9 +336,22 @@ class Writer:
         if per:
             text += (f" Each collective took {per['cycles_per_collective']:.2f} negotiation cycles on rank 0; across "
                      f"hosts a cycle is itself a message exchange (the other rank sends its bit vector to rank 0, "
-                     f"rank 0 answers), and the herring allreduce then pushes each half to the other host's shard "
-                     f"and pulls the sums back: at least two round trips of messages per allreduce, with a hand-off "
-                     f"between the engine's I/O and background threads at each arrival.")
+                     f"rank 0 answers), ")
+            if per.get("host_sum_exchanges"):
+                text += ("and the allreduce is then one exchange: each host sends its sum to the other, which reduces "
+                         "the host sums itself (the small-message path, `ops/small_exchange.h`), instead of pushing "
+                         "each half to the other host's shard and waiting for the sum to come back. About one and "
+                         "a half round trips of messages per allreduce, with a hand-off between the engine's I/O "
+                         "and background threads at each arrival.")
+            else:
+                text += ("and the herring allreduce then pushes each half to the other host's shard and pulls the "
+                         "sums back: at least two round trips of messages per allreduce, with a hand-off between "
+                         "the engine's I/O and background threads at each arrival.")
+        mins = [m["min"] for m in lat["rtt"][RTT_GOAL_MESSAGE]["measurements"]]
+        text += (f" The round trip is a blocking ping-pong's median, which includes waking an idle virtual CPU (its "
+                 f"fastest round trip took {fmt_time(min(mins))}); on a busy machine the ping-pong finds its CPUs "
+                 f"awake and measures far less, while the allreduce competes for them with its own threads: the "
+                 f"ratio depends on the load the run sees (printed above).")
         if not g["met"]:
             text += (" Where the rest goes can be read per phase with `HOROVOD_TIMELINE` (docs/timeline.md; "
                      "`NEGOTIATE` / `CYCLE` and `PUSH_PULL_SERVERS` on each rank); the timing method also counts, "

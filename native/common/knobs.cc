@@ -31,7 +31,8 @@ const std::vector<KnobSpec>& AllKnobs() {
       {"HERRING_SMALL_MESSAGE_BYTES", "65536", "bytes",
        "Fused allreduces up to this size within one host take the one-step path: every rank "
        "writes its input to shared memory and reduces all inputs itself, in rank order (one "
-       "hand-off instead of a reduce-scatter and an all-gather). 0 turns it off.", true},
+       "hand-off instead of a reduce-scatter and an all-gather); across hosts, each host's sum "
+       "goes straight to the other hosts instead of through the server shards. 0 turns it off.", true},
       {"HOROVOD_DYNAMIC_PROCESS_SETS", "0", "bool",
        "Allow hvd.add_process_set / remove_process_set after init.", true},
       {"HOROVOD_TIMELINE", "", "path",

@@ -21,6 +21,8 @@ void HerringAllreduce::Execute(ExecContext& ctx, AllreduceBatch& batch) {
   const int64_t chunks = (total + chunk_elems - 1) / chunk_elems;
   if (OneStepFits(ctx, batch.total_bytes())) {
     ReduceInOneStep(ctx, batch);
+  } else if (HostSumsExchangeFits(ctx, batch.total_bytes())) {
+    host_sums_.Execute(ctx, batch);
   } else if (ctx.set.arena) {
     const bool offer = ctx.set.hosts.size() == 1 && batch.total_bytes() >= ZeroCopyAllreduce::kMinBytes;
     PipelineThroughSharedMemory(ctx, batch, chunk_elems, chunks, offer);

@@ -9,6 +9,7 @@
 // one owner, in a fixed order, so the bits are identical on every rank and from run to run.
 #pragma once
 
+#include "ops/small_exchange.h"
 #include "ops/zero_copy_allreduce.h"
 #include "ps/shard_server.h"
 #include "runtime/aligned_buffer.h"
@@ -50,6 +51,7 @@ class HerringAllreduce : public AllreduceImpl {
   ZeroCopyAllreduce zero_copy_;     // one host, tensors in zero-copy memory: no staging
   ScratchBuffer private_slot_[kNetworkDepth];  // stand in for the shared slot when a rank is alone on its host
   ScratchBuffer one_step_sum_;  // the small path's result before it is scaled into the outputs
+  HostSumsExchange host_sums_;  // small batches across hosts (ops/small_exchange.h)
   ShardServer server_;  // the shards this rank hosts when servers are colocated with the workers
 };
 

@@ -25,6 +25,7 @@ struct Counters {
   std::atomic<uint64_t> shm_chunks{0};           // chunks staged through shared memory
   std::atomic<uint64_t> shm_negotiations{0};     // cycles whose AND met in shared memory
   std::atomic<uint64_t> one_step_allreduces{0};  // small batches reduced by every rank in one step
+  std::atomic<uint64_t> host_sum_exchanges{0};   // small batches across hosts: host sums sent host to host
   std::atomic<uint64_t> one_step_allgathers{0};  // small allgathers through shared memory in one step
   std::atomic<uint64_t> one_step_broadcasts{0};  // small broadcasts through shared memory in one step
   std::atomic<uint64_t> idle_starts{0};          // cycles this rank started at once on a lone request
@@ -50,6 +51,7 @@ struct Counters {
             {"shm_chunks", shm_chunks},
             {"shm_negotiations", shm_negotiations},
             {"one_step_allreduces", one_step_allreduces},
+            {"host_sum_exchanges", host_sum_exchanges},
             {"one_step_allgathers", one_step_allgathers},
             {"one_step_broadcasts", one_step_broadcasts},
             {"idle_starts", idle_starts},

@@ -251,10 +251,91 @@ TEST(Algorithms, HalvingDoublingPeerKilledMidCollective) {
 
 // --- Herring: server shards -------------------------------------------------------------------
 
+// The sizes of EveryOpDtypeAndSize are small batches: across hosts they take the exchange of host
+// sums unless the small-message path is off. The PS tests turn it off to reach the shards.
+AllreduceCase ThroughTheShards(AllreduceCase c) {
+  c.knobs["HERRING_SMALL_MESSAGE_BYTES"] = "0";
+  return c;
+}
+
+// Checks the case and that no rank took the exchange of host sums.
+void CheckOnTheShards(const AllreduceCase& c) {
+  AllreduceOutcome outcome = RunInMemory(c, Herring());
+  EXPECT_EQ(test::CompareWithReference(c, outcome), "") << c.Describe();
+  for (int r = 0; r < c.ranks(); ++r) {
+    EXPECT_EQ(outcome.counters[r].at("host_sum_exchanges"), 0u) << c.Describe() << ", rank " << r;
+  }
+}
+
 TEST(Algorithms, HerringColocatedShardsEveryOpDtypeAndSize) {
   for (int n : {2, 3, 4}) {  // every rank alone on its simulated host
-    for (const AllreduceCase& c : EveryOpDtypeAndSize(n)) Check(c, Herring(), "herring_allreduces");
+    for (const AllreduceCase& c : EveryOpDtypeAndSize(n)) {
+      Check(ThroughTheShards(c), Herring(), "herring_allreduces");
+      CheckOnTheShards(ThroughTheShards(c));
+    }
   }
+}
+
+// --- Herring: small batches across hosts, host sums exchanged ----------------------------------
+
+// Runs the case on the exchange and on the shards: both correct, on the exchange every time, with
+// the same bits (the exchange reduces in the order the shards do).
+void CheckExchangeMatchesTheShards(const AllreduceCase& c) {
+  Check(c, Herring(), "host_sum_exchanges");
+  AllreduceOutcome exchanged = RunInMemory(c, Herring());
+  AllreduceOutcome sharded = RunInMemory(ThroughTheShards(c), Herring());
+  for (int r = 0; r < c.workers; ++r) {
+    EXPECT_EQ(exchanged.counters[r].at("server_pushes"), 0u) << c.Describe() << ", rank " << r;
+    EXPECT_EQ(exchanged.outputs[r], sharded.outputs[r]) << c.Describe() << ", rank " << r;
+  }
+}
+
+TEST(Algorithms, HerringSmallBatchesAcrossHostsExchangeHostSums) {
+  for (int n : {2, 3, 4}) {  // every rank alone on its simulated host
+    for (const AllreduceCase& c : EveryOpDtypeAndSize(n)) CheckExchangeMatchesTheShards(c);
+  }
+  AllreduceCase c;
+  c.workers = 4;
+  c.hosts = {"hostA", "hostA", "hostB", "hostB"};  // host sums in shared memory first
+  c.shared_memory = true;
+  c.prescale = 0.5;
+  c.postscale = 0.25;
+  for (DataType t : {DataType::kFloat32, DataType::kFloat16, DataType::kBFloat16, DataType::kFloat64}) {
+    c.dtype = t;
+    // Half types hold small integers exactly; random fractions would round at each host sum, past
+    // the reference check's tolerance (the bits are still compared with the shards' below).
+    c.noisy = t == DataType::kFloat32 || t == DataType::kFloat64;
+    c.entries = {3, 0, 1000};
+    CheckExchangeMatchesTheShards(c);
+  }
+  c.dtype = DataType::kFloat32;
+  c.workers = 6;
+  c.hosts = {"hostA", "hostA", "hostB", "hostB", "hostC", "hostC"};
+  c.entries = {16384};  // exactly HERRING_SMALL_MESSAGE_BYTES
+  CheckExchangeMatchesTheShards(c);
+}
+
+TEST(Algorithms, HerringSmallBatchesAcrossHostsStayOnTheShardsWhenTheyMust) {
+  AllreduceCase c;
+  c.workers = 3;
+  c.hosts = {"hostA", "hostA", "hostB"};  // hosts of different sizes: no counterpart for rank 1
+  c.shared_memory = true;
+  c.entries = {100};
+  CheckOnTheShards(c);
+  c.hosts = {};
+  c.shared_memory = false;
+  c.entries = {16385};  // one element above the threshold
+  CheckOnTheShards(c);
+  c.entries = {100};
+  c.dedicated_servers = 2;  // dedicated servers serve every allreduce
+  CheckOnTheShards(c);
+}
+
+TEST(Algorithms, HerringPeerKilledDuringTheExchangeOfHostSums) {
+  AllreduceCase c;
+  c.workers = 3;
+  c.entries = {256};
+  ExpectSurvivorsNameTheDeadRank(c, Herring(), 1, 1);  // dies at its first send of its host sum
 }
 
 TEST(Algorithms, HerringColocatedShardsSeveralChunks) {
@@ -297,7 +378,7 @@ TEST(Algorithms, HerringTwoHostsOfTwoThroughSharedMemory) {
   for (AllreduceCase each : EveryOpDtypeAndSize(4)) {
     each.hosts = c.hosts;
     each.shared_memory = true;
-    Check(each, Herring(), "herring_allreduces");
+    Check(ThroughTheShards(each), Herring(), "herring_allreduces");
   }
   c.entries = {HerringChunkElements(false, DataType::kFloat32) + 1001};  // two chunks
   c.noisy = true;
@@ -315,7 +396,7 @@ TEST(Algorithms, HerringTwoHostsOfTwoThroughSharedMemory) {
 TEST(Algorithms, HerringServerKilledWhileServing) {
   AllreduceCase c;
   c.workers = 4;
-  c.entries = {4096};
+  c.entries = {32768};  // above HERRING_SMALL_MESSAGE_BYTES: through the shards
   c.fault = "reset:serve:2";  // rank 2's shard drops its links holding everyone's pushes
   ExpectSurvivorsNameTheDeadRank(c, Herring(), 2, 0);
   c.dedicated_servers = 2;

@@ -1,0 +1,39 @@
+// The small-message path of the Herring allreduce across hosts: a fused buffer of at most
+// HERRING_SMALL_MESSAGE_BYTES is not cut into slices and pushed to the server shards (a push, then
+// a pull that waits for the shard's owner to sum: a round trip plus a hand-off on the far side per
+// chunk); instead each host's sum goes straight to the other hosts, and every rank sums the H host
+// sums itself. One one-way message per host pair, no server step.
+//
+// The bits are those of the staged pipeline: each host's sum is the one-step reduction of its
+// ranks' inputs in local-rank order (what the pipeline's slice owners compute), and the host sums
+// are reduced in host order with one rounding (what a shard computes), so results are bitwise
+// identical on every rank and to the path they replace.
+#pragma once
+
+#include <cstddef>
+
+#include "runtime/aligned_buffer.h"
+#include "runtime/collective.h"
+
+namespace herring {
+
+// Whether a batch of `bytes` may be reduced by ExchangeHostSums in this process set: it spans
+// hosts, every host has the same number of its members (each rank exchanges with the rank of its
+// own local index on the other hosts), the shards are served by the workers themselves (dedicated
+// servers expect every push), and it is at most HERRING_SMALL_MESSAGE_BYTES (and one sub-slot of
+// the host's arena). Every rank decides alike: it reads only the set's layout and the knobs.
+bool HostSumsExchangeFits(const ExecContext& ctx, size_t bytes);
+
+class HostSumsExchange {
+ public:
+  // Reduces `batch` into its outputs: this host's sum (shared memory in one step, or this rank's
+  // own input when it is alone on its host), sent to the same local index on every other host,
+  // theirs received, all reduced in host order and postscaled.
+  void Execute(ExecContext& ctx, AllreduceBatch& batch);
+
+ private:
+  ScratchBuffer host_sums_;  // [host][element]: every host's sum, this host's included
+  ScratchBuffer total_;      // their reduction, before it is scaled into the outputs
+};
+
+}  // namespace herring
