@@ -178,26 +178,10 @@ void HerringAllreduce::PipelineThroughSharedMemory(ExecContext& ctx, AllreduceBa
 
 void HerringAllreduce::ReduceInOneStep(ExecContext& ctx, AllreduceBatch& batch) {
   TimelinePhase phase(ctx.timeline, ctx.lane, "ONE_STEP_SHM_REDUCE");
-  const int64_t total = batch.total_count();
-  const size_t esz = ElementSize(batch.dtype);
-  const int local_size = static_cast<int>(ctx.set.local_members().size());
-  if (ctx.faults) ctx.faults->At("gather", &ctx.net);
-  OneStepStaging staged(ctx);  // numbered like the pipeline's chunks: they share the sub-slots
-  batch.GatherInputs(0, total, staged.mine(), batch.prescale);
-  staged.Publish();
-  if (ctx.faults) ctx.faults->At("shm", &ctx.net);
-  staged.AwaitEveryone();
-  // Every rank reduces every input, in local-rank order: the same bits everywhere, and the same
-  // as the staged pipeline's slice owners compute.
-  std::vector<const void*> srcs(local_size);
-  for (int i = 0; i < local_size; ++i) srcs[i] = staged.of(i);
-  uint8_t* sum = one_step_sum_.Get(total * esz);
-  ReduceInto(sum, srcs.data(), local_size, total, batch.dtype, batch.op);
-  staged.Release();
-  batch.ScatterOutputs(0, total, sum, batch.postscale);
-  if (ctx.faults && !batch.entries.empty()) {
-    ctx.faults->At("scatter", &ctx.net, batch.entries[0].output, batch.entries[0].count ? 1 : 0);
-  }
+  // Every rank reduces every input: the same bits everywhere.
+  uint8_t* sum = one_step_sum_.Get(batch.total_bytes());
+  ReduceHostInOneStep(ctx, batch, sum);
+  ScatterWholeResult(ctx, batch, sum);
   ctx.counters.one_step_allreduces++;
 }
 

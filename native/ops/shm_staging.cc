@@ -1,5 +1,9 @@
 #include "ops/shm_staging.h"
 
+#include <vector>
+
+#include "kernels/reduce.h"
+
 namespace herring {
 
 bool OneStepFits(const ExecContext& ctx, size_t bytes) {
@@ -31,6 +35,28 @@ void OneStepStaging::AwaitMember(int local_index) {
 void OneStepStaging::Release() {
   arena_.Publish(kSliceDone, seq_);
   arena_.Publish(kConsumed, seq_);  // the shared result area was not used
+}
+
+void ReduceHostInOneStep(ExecContext& ctx, const AllreduceBatch& batch, uint8_t* sum) {
+  const int64_t total = batch.total_count();
+  const int local_size = static_cast<int>(ctx.set.local_members().size());
+  if (ctx.faults) ctx.faults->At("gather", &ctx.net);
+  OneStepStaging staged(ctx);  // numbered like the pipeline's chunks: they share the sub-slots
+  batch.GatherInputs(0, total, staged.mine(), batch.prescale);
+  staged.Publish();
+  if (ctx.faults) ctx.faults->At("shm", &ctx.net);
+  staged.AwaitEveryone();
+  std::vector<const void*> srcs(local_size);
+  for (int i = 0; i < local_size; ++i) srcs[i] = staged.of(i);
+  ReduceInto(sum, srcs.data(), local_size, total, batch.dtype, batch.op);
+  staged.Release();
+}
+
+void ScatterWholeResult(ExecContext& ctx, const AllreduceBatch& batch, const uint8_t* result) {
+  batch.ScatterOutputs(0, batch.total_count(), result, batch.postscale);
+  if (ctx.faults && !batch.entries.empty()) {
+    ctx.faults->At("scatter", &ctx.net, batch.entries[0].output, batch.entries[0].count ? 1 : 0);
+  }
 }
 
 }  // namespace herring

@@ -53,4 +53,12 @@ class OneStepStaging {
   uint64_t seq_;
 };
 
+// The host's sum of a small batch (OneStepFits' size) in one step: every member stages its input,
+// prescaled, and reduces all of them into `sum` in local-rank order, the bits the staged
+// pipeline's slice owners compute. Fault points "gather" and "shm".
+void ReduceHostInOneStep(ExecContext& ctx, const AllreduceBatch& batch, uint8_t* sum);
+
+// Copies a small path's whole result into the outputs, postscaled (fault point "scatter").
+void ScatterWholeResult(ExecContext& ctx, const AllreduceBatch& batch, const uint8_t* result);
+
 }  // namespace herring

@@ -25,23 +25,13 @@ void HostSumsExchange::Execute(ExecContext& ctx, AllreduceBatch& batch) {
   const int my_host = ctx.set.my_host;
   uint8_t* sums = host_sums_.Get(num_hosts * bytes);
   uint8_t* mine = sums + my_host * bytes;
-  {
-    TimelinePhase phase(ctx.timeline, ctx.lane, ctx.set.arena ? "ONE_STEP_SHM_REDUCE" : "GATHER");
+  if (ctx.set.arena) {
+    TimelinePhase phase(ctx.timeline, ctx.lane, "ONE_STEP_SHM_REDUCE");
+    ReduceHostInOneStep(ctx, batch, mine);
+  } else {  // alone on this host: its sum is this rank's input
+    TimelinePhase phase(ctx.timeline, ctx.lane, "GATHER");
     if (ctx.faults) ctx.faults->At("gather", &ctx.net);
-    if (ctx.set.arena) {
-      const int local_size = static_cast<int>(ctx.set.local_members().size());
-      OneStepStaging staged(ctx);  // numbered like the pipeline's chunks: they share the sub-slots
-      batch.GatherInputs(0, total, staged.mine(), batch.prescale);
-      staged.Publish();
-      if (ctx.faults) ctx.faults->At("shm", &ctx.net);
-      staged.AwaitEveryone();
-      std::vector<const void*> srcs(local_size);
-      for (int i = 0; i < local_size; ++i) srcs[i] = staged.of(i);
-      ReduceInto(mine, srcs.data(), local_size, total, batch.dtype, batch.op);
-      staged.Release();
-    } else {
-      batch.GatherInputs(0, total, mine, batch.prescale);
-    }
+    batch.GatherInputs(0, total, mine, batch.prescale);
   }
   {
     TimelinePhase phase(ctx.timeline, ctx.lane, "EXCHANGE_HOST_SUMS");
@@ -67,10 +57,7 @@ void HostSumsExchange::Execute(ExecContext& ctx, AllreduceBatch& batch) {
   for (int g = 0; g < num_hosts; ++g) srcs[g] = sums + g * bytes;
   uint8_t* result = total_.Get(bytes);
   ReduceInto(result, srcs.data(), num_hosts, total, batch.dtype, batch.op);
-  batch.ScatterOutputs(0, total, result, batch.postscale);
-  if (ctx.faults && !batch.entries.empty()) {
-    ctx.faults->At("scatter", &ctx.net, batch.entries[0].output, batch.entries[0].count ? 1 : 0);
-  }
+  ScatterWholeResult(ctx, batch, result);
   ctx.counters.host_sum_exchanges++;
 }
 
