@@ -85,6 +85,25 @@ def _common_dtype(tensors):
     return codes.pop()
 
 
+def _enqueue_one(op_type, name, tensor, output, process_set, op, prescale, postscale, root=-1, keep_alive=None,
+                 result=None):
+    """The hot path (a gradient's allreduce): one tensor whose output the caller provides, one call
+    into the engine, which returns the Work. The Work keeps `keep_alive` (default: both tensors)."""
+    code = _DTYPE_CODES.get(tensor.dtype)
+    if code is None:
+        raise ValueError(f"Tensor type {tensor.type()} is not supported.")
+    try:
+        work = _basics.engine().enqueue_one_work((tensor, output) if keep_alive is None else keep_alive, result,
+                                                  _OP_TYPES[op_type], name or "", process_set.process_set_id, code,
+                                                  Sum if op is None else op, prescale, postscale, root,
+                                                  tensor.data_ptr(), output.data_ptr(), tensor.shape)
+    except _native.HerringError as e:
+        raise HorovodInternalError(str(e)) from e
+    handle = work.handle
+    _works[handle] = work
+    return handle
+
+
 def _enqueue(op_type, name, tensors, outputs, process_set, op=None, prescale=1.0, postscale=1.0,
              root=-1, splits=None, finish=None, result=None):
     """Queues one (possibly grouped) collective; returns its handle. synchronize() returns `result`
@@ -92,36 +111,26 @@ def _enqueue(op_type, name, tensors, outputs, process_set, op=None, prescale=1.0
     The Work keeps `tensors` and `outputs` alive until then: the engine holds their addresses."""
     op = Sum if op is None else op
     if len(tensors) == 1 and splits is None and outputs is not None and finish is None:
-        # The hot path (a gradient's allreduce): one call into the engine, which returns the Work.
-        t = tensors[0]
-        code = _DTYPE_CODES.get(t.dtype)
-        if code is None:
-            raise ValueError(f"Tensor type {t.type()} is not supported.")
-        try:
-            work = _basics.engine().enqueue_one_work((tensors, outputs), result, _OP_TYPES[op_type], name or "",
-                                                      process_set.process_set_id, code, op, prescale, postscale,
-                                                      root, t.data_ptr(), outputs[0].data_ptr(), t.shape)
-        except _native.HerringError as e:
-            raise HorovodInternalError(str(e)) from e
+        return _enqueue_one(op_type, name, tensors[0], outputs[0], process_set, op, prescale, postscale, root,
+                            keep_alive=(tensors, outputs), result=result)
+    work = _native.Work(_basics.engine(), (tensors, outputs), result, finish)
+    # A group whose tensors differ in dtype runs as one grouped collective per dtype
+    # (hvd_herring.dtype_groups, the rule TensorFlow follows too): one Work, a part per dtype.
+    if len(tensors) > 1 and splits is None:
+        parts = split_by_dtype([_TORCH_DTYPES.get(t.dtype, str(t.dtype)) for t in tensors], name)
     else:
-        work = _native.Work(_basics.engine(), (tensors, outputs), result, finish)
-        # A group whose tensors differ in dtype runs as one grouped collective per dtype
-        # (hvd_herring.dtype_groups, the rule TensorFlow follows too): one Work, a part per dtype.
-        if len(tensors) > 1 and splits is None:
-            parts = split_by_dtype([_TORCH_DTYPES.get(t.dtype, str(t.dtype)) for t in tensors], name)
-        else:
-            parts = [(name, range(len(tensors)))]
-        # Every part's dtype is checked before the first is queued: a part in flight on its own
-        # could never be matched on the other ranks.
-        codes = [_common_dtype([tensors[i] for i in positions]) for _, positions in parts]
-        for (part_name, positions), code in zip(parts, codes):
-            args = []
-            for i in positions:
-                out = outputs[i] if outputs is not None else None
-                args.append((tensors[i].data_ptr(), out.data_ptr() if out is not None else 0,
-                             list(tensors[i].shape), list(splits[i]) if splits is not None else []))
-            work.add(_basics.enqueue(op_type, part_name, process_set.process_set_id, code, op, prescale, postscale,
-                                     root, args), code, list(positions) if len(parts) > 1 else [])
+        parts = [(name, range(len(tensors)))]
+    # Every part's dtype is checked before the first is queued: a part in flight on its own
+    # could never be matched on the other ranks.
+    codes = [_common_dtype([tensors[i] for i in positions]) for _, positions in parts]
+    for (part_name, positions), code in zip(parts, codes):
+        args = []
+        for i in positions:
+            out = outputs[i] if outputs is not None else None
+            args.append((tensors[i].data_ptr(), out.data_ptr() if out is not None else 0,
+                         list(tensors[i].shape), list(splits[i]) if splits is not None else []))
+        work.add(_basics.enqueue(op_type, part_name, process_set.process_set_id, code, op, prescale, postscale,
+                                 root, args), code, list(positions) if len(parts) > 1 else [])
     _works[work.handle] = work
     return work.handle
 
@@ -209,7 +218,9 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
                      process_set=global_process_set):
     """In-place asynchronous allreduce of `tensor`."""
     op = handle_average_backwards_compatibility(op, average)
-    return _allreduce_async(_inplace(tensor), tensor, name, op, prescale_factor, postscale_factor, process_set)
+    _reject_adasum(op)
+    return _enqueue_one("allreduce", name, _inplace(tensor), tensor, process_set, op, prescale_factor,
+                        postscale_factor, result=tensor)
 
 
 def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
