@@ -88,14 +88,15 @@ def _common_dtype(tensors):
 def _enqueue_one(op_type, name, tensor, output, process_set, op, prescale, postscale, root=-1, keep_alive=None,
                  result=None):
     """The hot path (a gradient's allreduce): one tensor whose output the caller provides, one call
-    into the engine, which returns the Work. The Work keeps `keep_alive` (default: both tensors)."""
+    into the engine, which returns the Work. The Work keeps `keep_alive` (default: both tensors).
+    `op` is a reduce op already resolved (never None)."""
     code = _DTYPE_CODES.get(tensor.dtype)
     if code is None:
         raise ValueError(f"Tensor type {tensor.type()} is not supported.")
     try:
         work = _basics.engine().enqueue_one_work((tensor, output) if keep_alive is None else keep_alive, result,
                                                   _OP_TYPES[op_type], name or "", process_set.process_set_id, code,
-                                                  Sum if op is None else op, prescale, postscale, root,
+                                                  op, prescale, postscale, root,
                                                   tensor.data_ptr(), output.data_ptr(), tensor.shape)
     except _native.HerringError as e:
         raise HorovodInternalError(str(e)) from e

@@ -38,17 +38,15 @@ void HostSumsExchange::Execute(ExecContext& ctx, AllreduceBatch& batch) {
     // Every receive posted before any send; one tag serves them all: a (peer, tag) pair is unique
     // since each peer sends this rank one message in this execution.
     const uint64_t tag = ctx.Tag(0);
+    std::vector<int> counterpart(num_hosts);  // on host g: the member of this rank's local index
+    for (int g = 0; g < num_hosts; ++g) counterpart[g] = ctx.member_rank(ctx.set.hosts[g][ctx.set.my_local_index]);
     std::vector<CompletionPtr> transfers;
     for (int g = 0; g < num_hosts; ++g) {
-      if (g == my_host) continue;
-      const int peer = ctx.member_rank(ctx.set.hosts[g][ctx.set.my_local_index]);
-      transfers.push_back(ctx.net.Recv(peer, tag, sums + g * bytes, bytes));
+      if (g != my_host) transfers.push_back(ctx.net.Recv(counterpart[g], tag, sums + g * bytes, bytes));
     }
     if (ctx.faults) ctx.faults->At("push", &ctx.net);
     for (int g = 0; g < num_hosts; ++g) {
-      if (g == my_host) continue;
-      const int peer = ctx.member_rank(ctx.set.hosts[g][ctx.set.my_local_index]);
-      transfers.push_back(ctx.net.Send(peer, tag, mine, bytes));
+      if (g != my_host) transfers.push_back(ctx.net.Send(counterpart[g], tag, mine, bytes));
     }
     WaitTransfers(transfers, ctx, "exchange of host sums of '" + batch.label + "'");
   }
