@@ -216,6 +216,11 @@ AllreduceOutcome RunAllreduce(const AllreduceCase& c, const std::function<Transp
   // Kept until every rank is done: a rank that finishes first must not take its arena away from
   // the others.
   std::vector<std::unique_ptr<ProcessSet>> sets(c.ranks());
+  // Likewise each rank's implementation and input, as the engine keeps its operations past a
+  // failure: another rank may be copying into a receive this rank posted (into the shards'
+  // staging, or a pull into its buffers) while this one unwinds.
+  std::vector<std::unique_ptr<AllreduceImpl>> impls(c.ranks());
+  std::vector<std::vector<uint8_t>> inputs(c.ranks());
   std::vector<std::thread> threads;
   for (int r = 0; r < c.ranks(); ++r) {
     threads.emplace_back([&, r] {
@@ -229,12 +234,14 @@ AllreduceOutcome RunAllreduce(const AllreduceCase& c, const std::function<Transp
         ExecContext ctx{config, t, *sets[r], topo, r, 0, counters, [&t] { return t.FirstFailure(); },
                         nullptr, "", &faults, nullptr};
         const bool worker = r < c.workers;
-        std::vector<uint8_t> input(worker ? bytes : 0);
+        std::vector<uint8_t>& input = inputs[r];
+        input.resize(worker ? bytes : 0);
         for (int64_t i = 0; worker && i < c.total(); ++i) {
           StoreValue(c.dtype, &input[i * ElementSize(c.dtype)], InputValue(c, r, i));
         }
         AllreduceBatch batch = MakeBatch(c, worker ? &input : nullptr, worker ? &outcome.outputs[r] : nullptr);
-        std::unique_ptr<AllreduceImpl> impl = make();
+        std::unique_ptr<AllreduceImpl>& impl = impls[r];
+        impl = make();
         auto* herring = dynamic_cast<HerringAllreduce*>(impl.get());
         if (!worker && !herring) throw Error(Status::Internal(std::string(impl->name()) + " has no servers"));
         if (worker && !impl->Enabled(ctx, batch)) {
