@@ -355,23 +355,25 @@ class SimulatedCluster:
         self._host_failed(i, f"sshd did not listen on port 22 within {self.start_timeout} s")
 
     def _check_ssh_from_host0(self):
-        """ssh from host 0 to every other host, all at once, as horovodrun will."""
+        """ssh from host 0 to every other host, all at once, as horovodrun will. Only stdout is
+        judged: the remote login shell may write to stderr (pyenv's rehash racing between the
+        concurrent sessions did), which horovodrun's own ssh sessions tolerate as well."""
         probes = {}
         for i in range(1, len(self.spec.hosts)):
             name = self.spec.hosts[i].name
             probes[name] = self.popen(0, ["ssh", name, "hostname"], stdin=subprocess.DEVNULL,
-                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         failures = []
         for name, proc in probes.items():
             try:
-                out, _ = proc.communicate(timeout=self.start_timeout)
+                out, err = proc.communicate(timeout=self.start_timeout)
             except subprocess.TimeoutExpired:
                 P.kill_group(proc)
-                out = f"no answer within {self.start_timeout} s"
+                out, err = f"no answer within {self.start_timeout} s", ""
             self._commands.remove(proc)
             if proc.returncode != 0 or out.strip() != name:
                 failures.append(f"ssh {self.spec.hosts[0].name} -> {name}: exit {proc.returncode}, "
-                                f"answered {out.strip()!r}")
+                                f"answered {out.strip()!r}, stderr {err.strip()!r}")
         if failures:
             i = self.host_names.index(failures[0].split(" -> ")[1].split(":")[0])
             raise ClusterError("; ".join(failures) + f"\nsshd log of {self.host_names[i]}:\n"
