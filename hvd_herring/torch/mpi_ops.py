@@ -86,10 +86,11 @@ def _common_dtype(tensors):
 
 
 def _enqueue_one(op_type, name, tensor, output, process_set, op, prescale, postscale, root=-1, keep_alive=None,
-                 result=None):
+                 result=None, waiter_follows=False):
     """The hot path (a gradient's allreduce): one tensor whose output the caller provides, one call
     into the engine, which returns the Work. The Work keeps `keep_alive` (default: both tensors).
-    `op` is a reduce op already resolved (never None)."""
+    `op` is a reduce op already resolved (never None). `waiter_follows`: a synchronous call, whose
+    caller waits at once and so runs the cycle itself (HERRING_CALLER_RUNS_CYCLES)."""
     code = _DTYPE_CODES.get(tensor.dtype)
     if code is None:
         raise ValueError(f"Tensor type {tensor.type()} is not supported.")
@@ -97,7 +98,8 @@ def _enqueue_one(op_type, name, tensor, output, process_set, op, prescale, posts
         work = _basics.engine().enqueue_one_work((tensor, output) if keep_alive is None else keep_alive, result,
                                                   _OP_TYPES[op_type], name or "", process_set.process_set_id, code,
                                                   op, prescale, postscale, root,
-                                                  tensor.data_ptr(), output.data_ptr(), tensor.shape)
+                                                  tensor.data_ptr(), output.data_ptr(), tensor.shape,
+                                                  waiter_follows)
     except _native.HerringError as e:
         raise HorovodInternalError(str(e)) from e
     handle = work.handle
@@ -106,14 +108,14 @@ def _enqueue_one(op_type, name, tensor, output, process_set, op, prescale, posts
 
 
 def _enqueue(op_type, name, tensors, outputs, process_set, op=None, prescale=1.0, postscale=1.0,
-             root=-1, splits=None, finish=None, result=None):
+             root=-1, splits=None, finish=None, result=None, waiter_follows=False):
     """Queues one (possibly grouped) collective; returns its handle. synchronize() returns `result`
     when the outputs are the caller's (finish is None), else finish(capsules, splits, value).
     The Work keeps `tensors` and `outputs` alive until then: the engine holds their addresses."""
     op = Sum if op is None else op
     if len(tensors) == 1 and splits is None and outputs is not None and finish is None:
         return _enqueue_one(op_type, name, tensors[0], outputs[0], process_set, op, prescale, postscale, root,
-                            keep_alive=(tensors, outputs), result=result)
+                            keep_alive=(tensors, outputs), result=result, waiter_follows=waiter_follows)
     work = _native.Work(_basics.engine(), (tensors, outputs), result, finish)
     # A group whose tensors differ in dtype runs as one grouped collective per dtype
     # (hvd_herring.dtype_groups, the rule TensorFlow follows too): one Work, a part per dtype.
@@ -174,19 +176,26 @@ def _reject_adasum(op):
         raise NotImplementedError("Adasum is not supported by the herring backend")
 
 
-def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor, process_set):
+def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor, process_set,
+                     waiter_follows=False):
     _reject_adasum(op)
     return _enqueue("allreduce", name, [_input(tensor)], [output], process_set, op, prescale_factor,
-                    postscale_factor, result=output)
+                    postscale_factor, result=output, waiter_follows=waiter_follows)
 
 
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                     process_set=global_process_set):
     """Asynchronous average (or sum, min, max, product) of `tensor` over the process set;
     `tensor` is not modified. Returns a handle for poll() / synchronize()."""
+    return _allreduce_out_of_place(tensor, average, name, op, prescale_factor, postscale_factor, process_set)
+
+
+def _allreduce_out_of_place(tensor, average, name, op, prescale_factor, postscale_factor, process_set,
+                            waiter_follows=False):
     op = handle_average_backwards_compatibility(op, average)
     output = _zero_copy.empty_output_like(tensor)
-    return _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor, process_set)
+    return _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor, process_set,
+                            waiter_follows)
 
 
 class HorovodAllreduce(torch.autograd.Function):
@@ -196,8 +205,8 @@ class HorovodAllreduce(torch.autograd.Function):
     def forward(ctx, tensor, average, name, op, prescale_factor, postscale_factor, process_set):
         ctx.average, ctx.op, ctx.process_set = average, op, process_set
         ctx.prescale_factor, ctx.postscale_factor = prescale_factor, postscale_factor
-        return synchronize(allreduce_async(tensor, average, name, op, prescale_factor, postscale_factor,
-                                           process_set))
+        return synchronize(_allreduce_out_of_place(tensor, average, name, op, prescale_factor, postscale_factor,
+                                                   process_set, waiter_follows=True))
 
     @staticmethod
     def backward(ctx, grad_output):
@@ -218,17 +227,22 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
 def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                      process_set=global_process_set):
     """In-place asynchronous allreduce of `tensor`."""
+    return _allreduce_inplace(tensor, average, name, op, prescale_factor, postscale_factor, process_set)
+
+
+def _allreduce_inplace(tensor, average, name, op, prescale_factor, postscale_factor, process_set,
+                       waiter_follows=False):
     op = handle_average_backwards_compatibility(op, average)
     _reject_adasum(op)
     return _enqueue_one("allreduce", name, _inplace(tensor), tensor, process_set, op, prescale_factor,
-                        postscale_factor, result=tensor)
+                        postscale_factor, result=tensor, waiter_follows=waiter_follows)
 
 
 def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                process_set=global_process_set):
     """In-place allreduce of `tensor`."""
-    return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor,
-                                        process_set))
+    return synchronize(_allreduce_inplace(tensor, average, name, op, prescale_factor, postscale_factor,
+                                          process_set, waiter_follows=True))
 
 
 def _grouped_allreduce_async(tensors, outputs, name, op, prescale_factor, postscale_factor, process_set):
@@ -370,14 +384,19 @@ def grouped_allgather(tensors, name=None, process_set=global_process_set):
 
 # --- broadcast -----------------------------------------------------------------------------------
 
-def _broadcast_async(tensor, output, root_rank, name, process_set):
-    return _enqueue("broadcast", name, [tensor], [output], process_set, root=root_rank, result=output)
+def _broadcast_async(tensor, output, root_rank, name, process_set, waiter_follows=False):
+    return _enqueue("broadcast", name, [tensor], [output], process_set, root=root_rank, result=output,
+                    waiter_follows=waiter_follows)
 
 
 def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
     """Asynchronous broadcast of `tensor` from `root_rank`; `tensor` is not modified."""
+    return _broadcast_out_of_place(tensor, root_rank, name, process_set)
+
+
+def _broadcast_out_of_place(tensor, root_rank, name, process_set, waiter_follows=False):
     src = _input(tensor)
-    return _broadcast_async(src, torch.empty_like(src), root_rank, name, process_set)
+    return _broadcast_async(src, torch.empty_like(src), root_rank, name, process_set, waiter_follows)
 
 
 class HorovodBroadcast(torch.autograd.Function):
@@ -387,7 +406,7 @@ class HorovodBroadcast(torch.autograd.Function):
     def forward(ctx, tensor, root_rank, name, process_set):
         ctx.root_rank = root_rank
         ctx.process_set = process_set
-        return synchronize(broadcast_async(tensor, root_rank, name, process_set))
+        return synchronize(_broadcast_out_of_place(tensor, root_rank, name, process_set, waiter_follows=True))
 
     @staticmethod
     def backward(ctx, grad_output):
@@ -410,7 +429,8 @@ def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_se
 
 def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
     """In-place broadcast."""
-    return synchronize(broadcast_async_(tensor, root_rank, name, process_set))
+    t = _inplace(tensor)
+    return synchronize(_broadcast_async(t, t, root_rank, name, process_set, waiter_follows=True))
 
 
 # --- alltoall ------------------------------------------------------------------------------------

@@ -31,7 +31,7 @@ using TensorArg = std::tuple<uintptr_t, uintptr_t, std::vector<int64_t>, std::ve
 int64_t EnqueueFromPython(Engine& e, int op_type, const std::string& name, int process_set, int dtype,
                           int reduce_op, double prescale, double postscale, int root,
                           const std::vector<TensorArg>& tensors, const std::vector<int32_t>& set_ranks,
-                          int set_id, bool in_program_order) {
+                          int set_id, bool in_program_order, bool waiter_follows) {
   if (op_type < 0 || op_type >= kNumOpTypes) throw Error(Status::InvalidArgument("bad op type"));
   if (!IsValidDataType(dtype)) throw Error(Status::InvalidArgument("bad dtype"));
   if (!IsValidReduceOp(reduce_op)) throw Error(Status::InvalidArgument("bad reduce op"));
@@ -47,6 +47,7 @@ int64_t EnqueueFromPython(Engine& e, int op_type, const std::string& name, int p
   req.meta.set_ranks = set_ranks;
   req.meta.set_id = set_id;
   req.in_program_order = in_program_order;
+  req.waiter_follows = waiter_follows;
   for (const auto& t : tensors) {
     req.meta.tensors.push_back({std::get<2>(t), std::get<3>(t)});
     req.buffers.push_back({reinterpret_cast<const void*>(std::get<0>(t)), reinterpret_cast<void*>(std::get<1>(t))});
@@ -57,9 +58,9 @@ int64_t EnqueueFromPython(Engine& e, int op_type, const std::string& name, int p
 // The fast path for one tensor (most calls in a training step): no list of tuples to convert.
 int64_t EnqueueOne(Engine& e, int op_type, const std::string& name, int process_set, int dtype, int reduce_op,
                    double prescale, double postscale, int root, uintptr_t input, uintptr_t output,
-                   const std::vector<int64_t>& shape) {
+                   const std::vector<int64_t>& shape, bool waiter_follows) {
   return EnqueueFromPython(e, op_type, name, process_set, dtype, reduce_op, prescale, postscale, root,
-                           {TensorArg{input, output, shape, {}}}, {}, -1, false);
+                           {TensorArg{input, output, shape, {}}}, {}, -1, false, waiter_follows);
 }
 
 // Engine.wait / wait_and_take: raw engine handles, for the torch.distributed backend's Work
@@ -221,23 +222,29 @@ PYBIND11_MODULE(_native, m) {
       .def("enqueue", &EnqueueFromPython, py::arg("op_type"), py::arg("name"), py::arg("process_set"),
            py::arg("dtype"), py::arg("reduce_op"), py::arg("prescale"), py::arg("postscale"), py::arg("root"),
            py::arg("tensors"), py::arg("set_ranks") = std::vector<int32_t>(), py::arg("set_id") = -1,
-           py::arg("in_program_order") = false)
-      .def("enqueue_one", &EnqueueOne)
+           py::arg("in_program_order") = false, py::arg("waiter_follows") = false)
+      .def("enqueue_one", &EnqueueOne, py::arg("op_type"), py::arg("name"), py::arg("process_set"), py::arg("dtype"),
+           py::arg("reduce_op"), py::arg("prescale"), py::arg("postscale"), py::arg("root"), py::arg("input"),
+           py::arg("output"), py::arg("shape"), py::arg("waiter_follows") = false)
       .def(
           "enqueue_one_work",
           [](std::shared_ptr<Engine> e, py::object keep_alive, py::object result, int op_type, const std::string& name,
              int process_set, int dtype, int reduce_op, double prescale, double postscale, int root,
-             uintptr_t input, uintptr_t output, const std::vector<int64_t>& shape) {
+             uintptr_t input, uintptr_t output, const std::vector<int64_t>& shape, bool waiter_follows) {
             // enqueue_one and a Work holding its handle in one call: Horovod's allreduce_async_
             // is called per gradient, and each crossing into C++ costs about as much as the
             // engine's own work for a small tensor.
             auto work = std::make_shared<Work>(e, std::move(keep_alive), std::move(result), py::none());
             work->Add(EnqueueOne(*e, op_type, name, process_set, dtype, reduce_op, prescale, postscale, root, input,
-                                 output, shape),
+                                 output, shape, waiter_follows),
                       dtype, {});
             return work;
           },
-          "One tensor whose outputs the caller provided: enqueues it and returns its _native.Work.")
+          py::arg("keep_alive"), py::arg("result"), py::arg("op_type"), py::arg("name"), py::arg("process_set"),
+          py::arg("dtype"), py::arg("reduce_op"), py::arg("prescale"), py::arg("postscale"), py::arg("root"),
+          py::arg("input"), py::arg("output"), py::arg("shape"), py::arg("waiter_follows") = false,
+          "One tensor whose outputs the caller provided: enqueues it and returns its _native.Work. "
+          "waiter_follows: the caller waits on it at once (a synchronous call), see Request.")
       .def("wait", &WaitSimple, py::arg("handle"), py::arg("timeout_seconds") = -1.0)
       .def("poll", &Engine::Poll)
       .def("wait_and_take", &WaitAndTake, py::arg("handle"), py::arg("timeout_seconds") = -1.0,

@@ -33,6 +33,11 @@ const std::vector<KnobSpec>& AllKnobs() {
        "writes its input to shared memory and reduces all inputs itself, in rank order (one "
        "hand-off instead of a reduce-scatter and an all-gather); across hosts, each host's sum "
        "goes straight to the other hosts instead of through the server shards. 0 turns it off.", true},
+      {"HERRING_CALLER_RUNS_CYCLES", "1", "bool",
+       "A thread that waits on a collective while the background loop is idle runs the cycle its "
+       "request needs itself (negotiation and execution), instead of waking the loop's thread and "
+       "sleeping until it is done: two thread hand-offs fewer per small collective, which matter "
+       "where ranks outnumber cores. 0: only the loop's thread runs cycles.", false},
       {"HOROVOD_DYNAMIC_PROCESS_SETS", "0", "bool",
        "Allow hvd.add_process_set / remove_process_set after init.", true},
       {"HOROVOD_TIMELINE", "", "path",
@@ -207,6 +212,7 @@ Config Config::FromEnvironment(const std::map<std::string, std::string>& env) {
   if (control != "auto" && control != "tcp") KnobReader::Bad("HERRING_CONTROL_PLANE", control, "auto or tcp");
   c.shm_control_plane = control == "auto";
   c.small_message_bytes = r.Int("HERRING_SMALL_MESSAGE_BYTES", 0);
+  c.caller_runs_cycles = r.Bool("HERRING_CALLER_RUNS_CYCLES");
   c.balance_interval = static_cast<int>(r.Int("HERRING_BALANCE_INTERVAL", 1));
   std::string slow = r.Raw("HERRING_SLOWDOWN");
   if (!slow.empty()) {

@@ -37,6 +37,7 @@ struct Config {
   bool psld_balancer;        // HERRING_BALANCER=psld
   bool shm_control_plane;    // HERRING_CONTROL_PLANE=auto: shared memory where the world is on one host
   int64_t small_message_bytes;  // HERRING_SMALL_MESSAGE_BYTES
+  bool caller_runs_cycles;      // HERRING_CALLER_RUNS_CYCLES
   PushSchedule schedule = PushSchedule::kAllAtOnce;  // HERRING_SCHEDULE
   int balance_interval;
   int slowdown_rank = -1;    // HERRING_SLOWDOWN (tests, benchmarks)

@@ -12,7 +12,8 @@ namespace herring {
 
 void Engine::Loop() {
   try {
-    while (WaitForTrigger()) RunCycle();
+    std::unique_lock<std::mutex> cycle(cycle_mu_);
+    while (WaitForTrigger(cycle)) RunCycle();
   } catch (const Error& e) {
     Fail(e.status());
   } catch (const std::exception& e) {
@@ -54,93 +55,132 @@ void Engine::DrainControl() {
   }
 }
 
-bool Engine::WaitForTrigger() {
+Engine::Trigger Engine::LookForCycle() {
   const auto cycle_time = std::chrono::duration_cast<Clock::duration>(
       std::chrono::duration<double, std::milli>(config_.cycle_time_ms));
+  // After an agreed shutdown, peers closing their connections is expected, not a failure; after
+  // a failure (a waiter's cycle may have failed) the loop ends and fails what is pending.
+  if (stop_after_cycle_ || stopped_.load()) return {Trigger::kStop};
+  DrainControl();
+  Status f = WorldFailure();
+  if (!f.ok()) throw Error(f);
+
+  // Invitations for cycles we already took part in are stale.
+  inbox_.erase(std::remove_if(inbox_.begin(), inbox_.end(),
+                              [&](const ControlMessage& m) {
+                                return m.type == kBeginMessage && CycleOf(m.payload) <= cycle_;
+                              }),
+               inbox_.end());
+  // Over TCP rank 0 learns of a cycle from a contribution; in shared memory everyone is invited.
+  const uint32_t invitation = rank() == 0 && !shm_bits_ ? kContributeMessage : kBeginMessage;
+  for (const auto& m : inbox_) {
+    if (m.type == invitation && CycleOf(m.payload) == cycle_ + 1) return {Trigger::kRun};
+  }
+  const bool invited = shm_bits_ && shm_bits_->SomeonePosted(cycle_ + 1);
+  bool new_work = reannounce_ || shutdown_requested_.load() || membership_.HasPending();
+  if (!new_work) {
+    std::lock_guard<std::mutex> lock(queue_mu_);
+    new_work = !incoming_.empty();
+  }
+  UncacheStalled();
+  ReportBlocked(new_work);
+  new_work = new_work || reannounce_;
+  if (coordinator_) {
+    Status stalled = stall_.Inspect(*coordinator_);
+    counters_.stall_warnings = stall_.warnings();
+    if (!stalled.ok()) throw Error(stalled);
+    CheckDeadlock();
+    // Responses the coordinator decided on its own (deadlock errors) go out in a cycle.
+    new_work = new_work || coordinator_->HasDecided();
+  }
+  // A request that finds the engine idle starts a cycle at once. Requests that arrived while
+  // the last cycle ran are a burst (a backward pass, a loop of async calls): they wait until it
+  // pauses, so that it is negotiated and fused as one, but never longer than the cycle time.
+  Clock::time_point due = Clock::now();
+  if (new_work && batching_) {
+    const Clock::time_point last_enqueue{Clock::duration(last_enqueue_ticks_.load(std::memory_order_relaxed))};
+    due = std::min(last_enqueue + kBurstPause, batch_since_ + cycle_time);
+  }
+  if (invited) {
+    // Another rank started a cycle. Joining it with nothing of our own makes an empty cycle,
+    // and that rank a second one once our request comes; our threads are usually about to
+    // submit the same collective. So an invited rank without work waits a burst pause for it.
+    const Clock::time_point now = Clock::now();
+    if (!invited_at_) invited_at_ = now;
+    if (new_work || now >= *invited_at_ + kBurstPause) {
+      invited_at_.reset();
+      return {Trigger::kRun};
+    }
+    return {Trigger::kSleep, *invited_at_ + kBurstPause, !new_work};
+  }
+  if (new_work && Clock::now() >= due) {
+    if (!batching_) counters_.idle_starts++;  // a lone request: the cycle starts at once
+    return {Trigger::kRun};
+  }
+  return {Trigger::kSleep, new_work ? due : Clock::now() + std::chrono::seconds(1), !new_work};
+}
+
+bool Engine::WaitForTrigger(std::unique_lock<std::mutex>& cycle) {
   while (true) {
-    // Read before looking for work: a wake-up after this read cuts the wait below short.
+    // Read before looking for work: a wake-up after these reads cuts the sleep below short.
     const uint32_t bell = shm_bits_ ? shm_bits_->Doorbell() : 0;
-    // After an agreed shutdown, peers closing their connections is expected, not a failure.
-    if (stop_after_cycle_) return false;
-    DrainControl();
-    Status f = WorldFailure();
-    if (!f.ok()) throw Error(f);
-
-    // Invitations for cycles we already took part in are stale.
-    inbox_.erase(std::remove_if(inbox_.begin(), inbox_.end(),
-                                [&](const ControlMessage& m) {
-                                  return m.type == kBeginMessage && CycleOf(m.payload) <= cycle_;
-                                }),
-                 inbox_.end());
-    // Over TCP rank 0 learns of a cycle from a contribution; in shared memory everyone is invited.
-    const uint32_t invitation = rank() == 0 && !shm_bits_ ? kContributeMessage : kBeginMessage;
-    for (const auto& m : inbox_) {
-      if (m.type == invitation && CycleOf(m.payload) == cycle_ + 1) return true;
+    const uint64_t seen = WakeSeq();
+    const Trigger next = LookForCycle();
+    if (next.kind != Trigger::kSleep) return next.kind == Trigger::kRun;
+    {
+      std::lock_guard<std::mutex> lock(wake_mu_);
+      if (wake_seq_ != seen) continue;  // woken since we looked (WakeForNewWork rings only idle loops)
+      idle_waiting_ = next.idle;
     }
-    const bool invited = shm_bits_ && shm_bits_->SomeonePosted(cycle_ + 1);
-    bool new_work = reannounce_ || shutdown_requested_.load() || membership_.HasPending();
-    if (!new_work) {
-      std::lock_guard<std::mutex> lock(queue_mu_);
-      new_work = !incoming_.empty();
-    }
-    UncacheStalled();
-    ReportBlocked(new_work);
-    new_work = new_work || reannounce_;
-    if (coordinator_) {
-      Status stalled = stall_.Inspect(*coordinator_);
-      counters_.stall_warnings = stall_.warnings();
-      if (!stalled.ok()) throw Error(stalled);
-      CheckDeadlock();
-      // Responses the coordinator decided on its own (deadlock errors) go out in a cycle.
-      new_work = new_work || coordinator_->HasDecided();
-    }
-    // A request that finds the engine idle starts a cycle at once. Requests that arrived while
-    // the last cycle ran are a burst (a backward pass, a loop of async calls): they wait until it
-    // pauses, so that it is negotiated and fused as one, but never longer than the cycle time.
-    Clock::time_point due = Clock::now();
-    if (new_work && batching_) {
-      const Clock::time_point last_enqueue{Clock::duration(last_enqueue_ticks_.load(std::memory_order_relaxed))};
-      due = std::min(last_enqueue + kBurstPause, batch_since_ + cycle_time);
-    }
-    if (invited) {
-      // Another rank started a cycle. Joining it with nothing of our own makes an empty cycle,
-      // and that rank a second one once our request comes; our threads are usually about to
-      // submit the same collective. So an invited rank without work waits a burst pause for it.
-      const Clock::time_point now = Clock::now();
-      if (!invited_at_) invited_at_ = now;
-      if (new_work || now >= *invited_at_ + kBurstPause) {
-        invited_at_.reset();
-        return true;
-      }
-    } else if (new_work && Clock::now() >= due) {
-      if (!batching_) counters_.idle_starts++;  // a lone request: the cycle starts at once
-      return true;
-    }
-
-    const Clock::time_point until = invited    ? *invited_at_ + kBurstPause
-                                    : new_work ? due
-                                               : Clock::now() + std::chrono::seconds(1);
+    // A waiter may run a cycle while the loop sleeps (RunCycleForWaiter).
+    cycle.unlock();
     if (shm_bits_) {
       // One futex that both this process's threads (Wake) and the peers (InviteLate) ring.
-      {
-        std::lock_guard<std::mutex> lock(wake_mu_);
-        if (wake_pending_) {  // woken since we looked (WakeForNewWork rings only idle loops): look again
-          wake_pending_ = false;
-          continue;
-        }
-        idle_waiting_ = !new_work;
-      }
-      shm_bits_->WaitForInvitation(bell, until - Clock::now());
+      shm_bits_->WaitForInvitation(bell, next.until - Clock::now());
+    } else {
+      AwaitWake(seen, next.until);
+    }
+    {
       std::lock_guard<std::mutex> lock(wake_mu_);
       idle_waiting_ = false;
-      wake_pending_ = false;
-      continue;
     }
-    std::unique_lock<std::mutex> lock(wake_mu_);
-    idle_waiting_ = !new_work;
-    wake_cv_.wait_until(lock, until, [this] { return wake_pending_; });
-    idle_waiting_ = false;
-    wake_pending_ = false;
+    cycle.lock();
+  }
+}
+
+void Engine::RunCycleForWaiter(int64_t handle) {
+  if (!config_.caller_runs_cycles || stopped_.load()) return;
+  {
+    std::lock_guard<std::mutex> lock(queue_mu_);
+    const bool queued = std::any_of(incoming_.begin(), incoming_.end(),
+                                    [handle](const std::pair<Request, int64_t>& q) { return q.second == handle; });
+    if (!queued) return;
+  }
+  std::unique_lock<std::mutex> cycle(cycle_mu_, std::try_to_lock);
+  if (!cycle.owns_lock()) {
+    // The loop is in a cycle, or between looking for work and sleeping: it looks again after
+    // this wake-up (the request may not have woken it: Request::waiter_follows).
+    WakeForNewWork();
+    return;
+  }
+  try {
+    const Trigger next = LookForCycle();
+    if (next.kind == Trigger::kRun) {
+      counters_.waiter_cycles++;
+      RunCycle();
+    }
+    cycle.unlock();
+    // The loop must hear of a stop; and of work whose cycle is not due yet (a burst), as its
+    // sleep may have been planned before the request came.
+    if (next.kind == Trigger::kStop || (next.kind == Trigger::kSleep && !next.idle)) WakeForNewWork();
+  } catch (const Error& e) {
+    if (cycle.owns_lock()) cycle.unlock();
+    Fail(e.status());  // as the loop does; woken, it sees the failure and fails what is pending
+    Wake();
+  } catch (const std::exception& e) {
+    if (cycle.owns_lock()) cycle.unlock();
+    Fail(Status::Internal(std::string("cycle run by a waiter: ") + e.what()));
+    Wake();
   }
 }
 
@@ -334,6 +374,7 @@ ControlMessage Engine::AwaitControl(int from, uint32_t type) {
   // Bounded by peer liveness: a peer that stops answering is declared lost by the transport
   // after HERRING_TIMEOUT_SECONDS of silence, which wakes us up with its error.
   while (true) {
+    const uint64_t seen = WakeSeq();  // before draining: a message after it cuts the sleep short
     DrainControl();
     for (auto it = inbox_.begin(); it != inbox_.end(); ++it) {
       if (it->from == from && it->type == type && CycleOf(it->payload) == cycle_) {
@@ -350,9 +391,7 @@ ControlMessage Engine::AwaitControl(int from, uint32_t type) {
       if (f.code() == StatusCode::kShutdown) f = Status::OK();
     }
     if (!f.ok()) throw Error(f);
-    std::unique_lock<std::mutex> lock(wake_mu_);
-    wake_cv_.wait_for(lock, std::chrono::seconds(1), [this] { return wake_pending_; });
-    wake_pending_ = false;
+    AwaitWake(seen, Clock::now() + std::chrono::seconds(1));
   }
 }
 

@@ -346,6 +346,7 @@ int64_t Engine::Enqueue(Request request) {
   ValidateAndComplete(&request);
   if (timeline_) request.enqueued_us = Timeline::NowMicros();
   RequestMeta& m = request.meta;
+  const bool wake_loop = !(request.waiter_follows && config_.caller_runs_cycles);
   int64_t handle;
   {
     std::lock_guard<std::mutex> lock(queue_mu_);
@@ -370,16 +371,37 @@ int64_t Engine::Enqueue(Request request) {
     handle = handles_.Create(std::move(request.on_complete));
     incoming_.emplace_back(std::move(request), handle);
   }
-  WakeForNewWork();
+  if (wake_loop) WakeForNewWork();
   return handle;
+}
+
+Status Engine::Wait(int64_t handle, Deadline deadline) {
+  bool done;
+  try {
+    done = handles_.Poll(handle);
+  } catch (const Error& e) {
+    return e.status();  // an unknown handle
+  }
+  if (!done) RunCycleForWaiter(handle);
+  return handles_.Wait(handle, deadline);
+}
+
+uint64_t Engine::WakeSeq() {
+  std::lock_guard<std::mutex> lock(wake_mu_);
+  return wake_seq_;
+}
+
+void Engine::AwaitWake(uint64_t seen, Clock::time_point until) {
+  std::unique_lock<std::mutex> lock(wake_mu_);
+  wake_cv_.wait_until(lock, until, [&] { return wake_seq_ != seen; });
 }
 
 void Engine::Wake() {
   {
     std::lock_guard<std::mutex> lock(wake_mu_);
-    wake_pending_ = true;
+    ++wake_seq_;
   }
-  wake_cv_.notify_one();
+  wake_cv_.notify_all();
   if (ShmBitsExchange* bits = shm_bell_.load(std::memory_order_acquire)) bits->Wake();
 }
 
@@ -390,11 +412,11 @@ void Engine::WakeForNewWork() {
   bool notify;
   {
     std::lock_guard<std::mutex> lock(wake_mu_);
-    wake_pending_ = true;
+    ++wake_seq_;
     notify = idle_waiting_;
   }
   if (!notify) return;
-  wake_cv_.notify_one();
+  wake_cv_.notify_all();
   if (ShmBitsExchange* bits = shm_bell_.load(std::memory_order_acquire)) bits->Wake();
 }
 

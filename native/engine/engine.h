@@ -83,6 +83,10 @@ struct Request {
   // behind it instead of being rejected, so the n-th request of a name pairs with every rank's
   // n-th. Such names can stay the same from step to step, and so hit the response cache.
   bool in_program_order = false;
+  // The caller waits for the result right after enqueueing (a synchronous call): the loop is not
+  // woken for it, the waiter runs its cycle (HERRING_CALLER_RUNS_CYCLES), saving the loop's
+  // thread a wake-up it would only spend blocked behind the waiter.
+  bool waiter_follows = false;
 };
 
 class Engine {
@@ -123,7 +127,10 @@ class Engine {
   // queues it for the background thread and returns its handle.
   int64_t Enqueue(Request request);
   bool Poll(int64_t handle) const { return handles_.Poll(handle); }
-  Status Wait(int64_t handle, Deadline deadline) { return handles_.Wait(handle, deadline); }
+  // Blocks until the handle completes or the deadline. A waiter that finds the loop idle runs the
+  // cycle its request needs on its own thread (HERRING_CALLER_RUNS_CYCLES): the hand-offs to the
+  // loop's thread and back cost more than a small collective itself where ranks outnumber cores.
+  Status Wait(int64_t handle, Deadline deadline);
   OpResult Take(int64_t handle) { return handles_.Take(handle); }
 
   std::vector<int32_t> ProcessSetIds() const;
@@ -185,7 +192,20 @@ class Engine {
 
   // Background loop (background_loop.cc).
   void Loop();
-  bool WaitForTrigger();  // false when the loop must stop
+  // What the loop does next, decided without blocking (holding cycle_mu_): stop, run a cycle, or
+  // sleep until `until` (`idle`: with nothing of its own to do).
+  struct Trigger {
+    enum Kind { kStop, kRun, kSleep } kind;
+    Clock::time_point until{};
+    bool idle = false;
+  };
+  Trigger LookForCycle();
+  // The loop's wait for a cycle to run; sleeps without `cycle` (cycle_mu_). False: stop.
+  bool WaitForTrigger(std::unique_lock<std::mutex>& cycle);
+  // A waiter's turn at running the cycle that takes its request `handle` from the queue, if no
+  // cycle took it yet and the loop is not in one. A request already taken waits for its peers;
+  // the loop answers their invitations (and the waiter stays "blocked" for the deadlock detector).
+  void RunCycleForWaiter(int64_t handle);
   void RunCycle();  // one negotiation cycle and the execution of what it decided
   void RunCycleSteps();
   void TakeNewRequests(std::vector<RequestMeta>* uncached, std::vector<uint32_t>* stale);
@@ -276,16 +296,26 @@ class Engine {
   std::atomic<bool> shutdown_requested_{false};
   std::atomic<Clock::rep> last_enqueue_ticks_{0};  // Clock ticks of the newest Enqueue
 
+  // Counts wake-ups (guarded by wake_mu_): a thread that read it before looking for work, and
+  // sees it changed, looks again. A count rather than a flag, as the loop and a waiter running a
+  // cycle (AwaitControl) may both wait for wake-ups, and neither may consume the other's.
   std::mutex wake_mu_;
   std::condition_variable wake_cv_;
-  bool wake_pending_ = false;
+  uint64_t wake_seq_ = 0;
   bool idle_waiting_ = false;  // the loop sleeps with nothing to do (guarded by wake_mu_)
+  uint64_t WakeSeq();
+  // Sleeps until a wake-up after `seen`, or `until`.
+  void AwaitWake(uint64_t seen, Clock::time_point until);
+
+  // Held by whoever runs the loop's part: the loop's thread, or a waiter running a cycle
+  // (RunCycleForWaiter). Everything below "Owned by the loop" is guarded by it.
+  std::mutex cycle_mu_;
 
   mutable std::mutex failure_mu_;
   Status failure_;
   std::atomic<bool> stopped_{false};
 
-  // Owned by the loop thread.
+  // Owned by the loop (cycle_mu_).
   std::map<Key, Pending> pending_;
   std::vector<ControlMessage> inbox_;
   uint64_t cycle_ = 0;

@@ -194,6 +194,7 @@ void Engine::JoinRunningJob(const EngineOptions& options, Deadline deadline) {
       deadline);
   transport_->SendControl(0, kJoinRequest, JoinRequest{mine.hostname, mine.fingerprint}.Encode());
   while (true) {
+    const uint64_t seen = WakeSeq();  // before looking: a message after it cuts the sleep short
     ControlMessage m;
     if (transport_->PopControl(&m)) {
       if (m.from == 0 && m.type == kJoinSnapshot) {
@@ -207,9 +208,7 @@ void Engine::JoinRunningJob(const EngineOptions& options, Deadline deadline) {
     Status f = transport_->PeerStatus(0);
     if (!f.ok()) throw Error(f);
     if (deadline.Expired()) throw Error(Status::Timeout("rank 0 did not admit this server before the deadline"));
-    std::unique_lock<std::mutex> lock(wake_mu_);
-    wake_cv_.wait_for(lock, std::chrono::milliseconds(100), [this] { return wake_pending_; });
-    wake_pending_ = false;
+    AwaitWake(seen, Clock::now() + std::chrono::milliseconds(100));
   }
   HLOG(Info) << "joined the job as dedicated server rank " << me << " after cycle " << cycle_;
 }

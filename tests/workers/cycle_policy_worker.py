@@ -2,6 +2,7 @@
 engine idle must start a cycle at once, so twenty back-to-back synchronous allreduces finish
 (the old policy, one cycle per HOROVOD_CYCLE_TIME, would take twenty minutes); and a burst of
 asynchronous allreduces submitted in a loop must be batched into a few cycles, not one each.
+Also counts the cycles run by the waiting thread itself (HERRING_CALLER_RUNS_CYCLES).
 Writes <HERRING_TEST_RESULTS>/<rank>.json with the counters each phase used."""
 
 import json
@@ -17,16 +18,21 @@ def cycles():
     return hvd_herring.counters()["cycles"]
 
 
+def waiter_cycles():
+    return hvd_herring.counters()["waiter_cycles"]
+
+
 def main():
     hvd.init()
     size = hvd.size()
     out = {}
     hvd.allreduce(torch.ones(1), name="warm.up", op=hvd.Sum)
 
-    before = cycles()
+    before, before_waiter = cycles(), waiter_cycles()
     lone = [hvd.allreduce(torch.ones(1024), name=f"lone.{i}", op=hvd.Sum)[0].item() for i in range(20)]
     out["lone_sums"] = lone
     out["lone_cycles"] = cycles() - before
+    out["lone_waiter_cycles"] = waiter_cycles() - before_waiter
 
     hvd.barrier()
     before = cycles()
