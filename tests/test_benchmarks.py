@@ -220,7 +220,7 @@ def test_latency_report_tables_and_verdicts(tmp_path):
     from benchmarks.single_host import latency_report
     data = _records("allreduce", [
         ("herring", "", 2, 4096, 20e-6), ("torch-gloo", "", 2, 4096, 300e-6), ("mpi", "", 2, 4096, 4e-6),
-        ("herring", "tcp-control", 2, 4096, 130e-6),
+        ("herring", "tcp-control", 2, 4096, 130e-6), ("herring", "loop-only", 2, 4096, 30e-6),
         ("herring", "", 2, 1 << 20, 300e-6), ("torch-gloo", "", 2, 1 << 20, 900e-6), ("mpi", "", 2, 1 << 20, 100e-6),
         ("herring", "", 2, "tiny", 5e-3), ("horovod-gloo", "", 2, "tiny", 20e-3)])
     for stack, np, median in (("herring", 2, 10e-3), ("torch-gloo", 2, 25e-3), ("herring", 4, 20e-3),
@@ -239,7 +239,7 @@ def test_latency_report_tables_and_verdicts(tmp_path):
     # 1 MiB: MPI 100 µs, herring 300 µs: a third of MPI's speed, outside 2x.
     assert "| within 2x of Open MPI from 1 MiB, np=2 (herring's speed / MPI's, lowest) | >= 0.5 | 0.33x | not met |" in md
     assert "| 1000 tiny tensors per step, np=2: herring faster than horovod-gloo | >= 3.0 | 4.00x | met |" in md
-    assert "| 4 KiB | 20 µs | 130 µs (6.50x) | 300 µs (15.00x) | - | 4 µs (0.20x) |" in md, md
+    assert "| 4 KiB | 20 µs | 30 µs (1.50x) | 130 µs (6.50x) | 300 µs (15.00x) | - | 4 µs (0.20x) |" in md, md
     assert (tmp_path / "img" / "latency_allreduce.png").exists()
 
 

@@ -73,15 +73,16 @@ def _smoke():
 
 def _latency():
     # One call at a time after a barrier, small sizes: where negotiation and hand-offs dominate.
-    # herring's tcp-control variant is the first round's control plane, for a before/after.
+    # herring's tcp-control variant is the first round's control plane, for a before/after; its
+    # loop-only variant runs every cycle on the loop's thread (HERRING_CALLER_RUNS_CYCLES=0).
     return dict(
         nps=[2, 4], stacks=["herring", "torch-gloo", "horovod-gloo", "mpi"], repeats=1,
         membw={"bytes": 64 * MiB, "trials": 2, "reps": 2},
         workloads=[
             {"id": "allreduce", "kind": "allreduce", "sizes": [4 * KiB * 4 ** k for k in range(6)],  # 4 KiB .. 4 MiB
-             "variants": ["tcp-control"], "timing": _timing(20, 100, 400, 1.0), "timeout": 400},
+             "variants": ["tcp-control", "loop-only"], "timing": _timing(20, 100, 400, 1.0), "timeout": 400},
             {"id": "tiny", "kind": "tiny", "count": 1000, "elements": 1, "stacks": TINY_STACKS,
-             "variants": ["tcp-control"], "timing": _timing(3, 10, 50, 2.0), "timeout": 300},
+             "variants": ["tcp-control", "loop-only"], "timing": _timing(3, 10, 50, 2.0), "timeout": 300},
             # hvd.SyncBatchNorm on herring against DDP with nn.SyncBatchNorm's algorithm on gloo
             # (Horovod-gloo's SyncBatchNorm and torch's need a GPU).
             {"id": "syncbn", "kind": "syncbn", "batch": 8, "image": 32, "widths": [16, 32, 32],

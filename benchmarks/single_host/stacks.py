@@ -43,13 +43,16 @@ CACHE_OFF = {"cache-off": {"HOROVOD_CACHE_CAPACITY": "0"}}
 # The engine's first-round latency path, for a before/after in one run: bit vectors through rank 0
 # over TCP, and no one-step shared-memory path for small collectives.
 TCP_CONTROL = {"tcp-control": {"HERRING_CONTROL_PLANE": "tcp", "HERRING_SMALL_MESSAGE_BYTES": "0"}}
+# Every cycle on the engine's loop thread (the waiter wakes it and sleeps until it is done), for a
+# before/after of HERRING_CALLER_RUNS_CYCLES in one run.
+LOOP_ONLY = {"loop-only": {"HERRING_CALLER_RUNS_CYCLES": "0"}}
 # DDP with gradient_as_bucket_view=True: the gradients live in the buckets, which saves DDP's copy
 # of every gradient into its bucket and back (the same for every backend).
 BUCKET_VIEW = {"bucket-view": {"HERRING_BENCH_DDP_BUCKET_VIEW": "1"}}
 
 STACKS = {s.name: s for s in [
     Stack("herring", "horovod", "horovodrun", {"HOROVOD_BACKEND": "herring", "HERRING_ALLREDUCE": "herring"},
-          dict(CACHE_OFF, **TCP_CONTROL), "Horovod's torch API on the herring engine (HOROVOD_BACKEND=herring): parameter-server "
+          dict(CACHE_OFF, **TCP_CONTROL, **LOOP_ONLY), "Horovod's torch API on the herring engine (HOROVOD_BACKEND=herring): parameter-server "
           "allreduce (shared-memory reduce-scatter, server shards, shared-memory all-gather); "
           "launched by horovodrun --gloo"),
     Stack("herring-ring", "horovod", "horovodrun", {"HOROVOD_BACKEND": "herring", "HERRING_ALLREDUCE": "ring"},

@@ -34,10 +34,12 @@ const std::vector<KnobSpec>& AllKnobs() {
        "hand-off instead of a reduce-scatter and an all-gather); across hosts, each host's sum "
        "goes straight to the other hosts instead of through the server shards. 0 turns it off.", true},
       {"HERRING_CALLER_RUNS_CYCLES", "1", "bool",
-       "A thread that waits on a collective while the background loop is idle runs the cycle its "
-       "request needs itself (negotiation and execution), instead of waking the loop's thread and "
-       "sleeping until it is done: two thread hand-offs fewer per small collective, which matter "
-       "where ranks outnumber cores. 0: only the loop's thread runs cycles.", false},
+       "A synchronous collective (hvd.allreduce, allreduce_, broadcast, broadcast_) of at most "
+       "HERRING_SMALL_MESSAGE_BYTES that finds the background loop idle runs its cycle "
+       "(negotiation and execution) on the calling thread, "
+       "instead of waking the loop's thread and sleeping until it is done: two thread hand-offs "
+       "fewer per small collective. Asynchronous requests stay with the loop, which batches "
+       "their bursts. 0: only the loop's thread runs cycles.", false},
       {"HOROVOD_DYNAMIC_PROCESS_SETS", "0", "bool",
        "Allow hvd.add_process_set / remove_process_set after init.", true},
       {"HOROVOD_TIMELINE", "", "path",

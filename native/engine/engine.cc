@@ -346,7 +346,7 @@ int64_t Engine::Enqueue(Request request) {
   ValidateAndComplete(&request);
   if (timeline_) request.enqueued_us = Timeline::NowMicros();
   RequestMeta& m = request.meta;
-  const bool wake_loop = !(request.waiter_follows && config_.caller_runs_cycles);
+  const bool wake_loop = !WaiterRuns(request);
   int64_t handle;
   {
     std::lock_guard<std::mutex> lock(queue_mu_);

@@ -85,7 +85,8 @@ struct Request {
   bool in_program_order = false;
   // The caller waits for the result right after enqueueing (a synchronous call): the loop is not
   // woken for it, the waiter runs its cycle (HERRING_CALLER_RUNS_CYCLES), saving the loop's
-  // thread a wake-up it would only spend blocked behind the waiter.
+  // thread a wake-up it would only spend blocked behind the waiter. Only such requests are run
+  // by their waiters.
   bool waiter_follows = false;
 };
 
@@ -127,9 +128,10 @@ class Engine {
   // queues it for the background thread and returns its handle.
   int64_t Enqueue(Request request);
   bool Poll(int64_t handle) const { return handles_.Poll(handle); }
-  // Blocks until the handle completes or the deadline. A waiter that finds the loop idle runs the
-  // cycle its request needs on its own thread (HERRING_CALLER_RUNS_CYCLES): the hand-offs to the
-  // loop's thread and back cost more than a small collective itself where ranks outnumber cores.
+  // Blocks until the handle completes or the deadline. The waiter of a small synchronous call
+  // (Request::waiter_follows, at most HERRING_SMALL_MESSAGE_BYTES) that finds the loop idle runs the cycle its request needs on its
+  // own thread (HERRING_CALLER_RUNS_CYCLES): the hand-offs to the loop's thread and back cost
+  // more than a small collective itself.
   Status Wait(int64_t handle, Deadline deadline);
   OpResult Take(int64_t handle) { return handles_.Take(handle); }
 
@@ -202,9 +204,14 @@ class Engine {
   Trigger LookForCycle();
   // The loop's wait for a cycle to run; sleeps without `cycle` (cycle_mu_). False: stop.
   bool WaitForTrigger(std::unique_lock<std::mutex>& cycle);
-  // A waiter's turn at running the cycle that takes its request `handle` from the queue, if no
-  // cycle took it yet and the loop is not in one. A request already taken waits for its peers;
-  // the loop answers their invitations (and the waiter stays "blocked" for the deadlock detector).
+  // Whether the waiter of `request` runs its cycle (RunCycleForWaiter) instead of the loop: a
+  // small synchronous request (Request::waiter_follows), with HERRING_CALLER_RUNS_CYCLES on. The
+  // loop is not woken for such a request.
+  bool WaiterRuns(const Request& request) const;
+  // A waiter's turn at running the cycle that takes its small synchronous request `handle` from the
+  // queue, if no cycle took it yet and the loop is not in one. A request already taken waits for
+  // its peers; the loop answers their invitations (and the waiter stays "blocked" for the
+  // deadlock detector).
   void RunCycleForWaiter(int64_t handle);
   void RunCycle();  // one negotiation cycle and the execution of what it decided
   void RunCycleSteps();
