@@ -423,14 +423,17 @@ def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
 
 def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
     """In-place asynchronous broadcast."""
+    return _broadcast_inplace(tensor, root_rank, name, process_set)
+
+
+def _broadcast_inplace(tensor, root_rank, name, process_set, waiter_follows=False):
     t = _inplace(tensor)
-    return _broadcast_async(t, t, root_rank, name, process_set)
+    return _broadcast_async(t, t, root_rank, name, process_set, waiter_follows)
 
 
 def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
     """In-place broadcast."""
-    t = _inplace(tensor)
-    return synchronize(_broadcast_async(t, t, root_rank, name, process_set, waiter_follows=True))
+    return synchronize(_broadcast_inplace(tensor, root_rank, name, process_set, waiter_follows=True))
 
 
 # --- alltoall ------------------------------------------------------------------------------------
