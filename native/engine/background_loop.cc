@@ -168,7 +168,7 @@ void Engine::RunCycleForWaiter(int64_t handle) {
     auto it = std::find_if(incoming_.begin(), incoming_.end(),
                            [handle](const std::pair<Request, int64_t>& q) { return q.second == handle; });
     // Not queued (taken, or held behind its name), or the loop's to run (and woken for it).
-    if (it == incoming_.end() || !WaiterRuns(it->first)) return;
+    if (it == incoming_.end() || !it->first.waiter_follows) return;
   }
   std::unique_lock<std::mutex> cycle(cycle_mu_, std::try_to_lock);
   if (!cycle.owns_lock()) {

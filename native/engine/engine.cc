@@ -346,7 +346,9 @@ int64_t Engine::Enqueue(Request request) {
   ValidateAndComplete(&request);
   if (timeline_) request.enqueued_us = Timeline::NowMicros();
   RequestMeta& m = request.meta;
-  const bool wake_loop = !WaiterRuns(request);
+  // Decided once here: the waiter reads the flag (RunCycleForWaiter).
+  request.waiter_follows = WaiterRuns(request);
+  const bool wake_loop = !request.waiter_follows;
   int64_t handle;
   {
     std::lock_guard<std::mutex> lock(queue_mu_);

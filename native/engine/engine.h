@@ -83,10 +83,9 @@ struct Request {
   // behind it instead of being rejected, so the n-th request of a name pairs with every rank's
   // n-th. Such names can stay the same from step to step, and so hit the response cache.
   bool in_program_order = false;
-  // The caller waits for the result right after enqueueing (a synchronous call): the loop is not
-  // woken for it, the waiter runs its cycle (HERRING_CALLER_RUNS_CYCLES), saving the loop's
-  // thread a wake-up it would only spend blocked behind the waiter. Only such requests are run
-  // by their waiters.
+  // The caller waits for the result right after enqueueing (a synchronous call). Enqueue keeps
+  // it only where the waiter will run the request's cycle (Engine::WaiterRuns); the loop is not
+  // woken for such a request, sparing its thread a wake-up it would spend blocked behind the waiter.
   bool waiter_follows = false;
 };
 
@@ -129,9 +128,9 @@ class Engine {
   int64_t Enqueue(Request request);
   bool Poll(int64_t handle) const { return handles_.Poll(handle); }
   // Blocks until the handle completes or the deadline. The waiter of a small synchronous call
-  // (Request::waiter_follows, at most HERRING_SMALL_MESSAGE_BYTES) that finds the loop idle runs the cycle its request needs on its
-  // own thread (HERRING_CALLER_RUNS_CYCLES): the hand-offs to the loop's thread and back cost
-  // more than a small collective itself.
+  // (Request::waiter_follows, at most HERRING_SMALL_MESSAGE_BYTES) that finds the loop idle runs
+  // the cycle its request needs on its own thread (HERRING_CALLER_RUNS_CYCLES): the hand-offs to
+  // the loop's thread and back cost more than a small collective itself.
   Status Wait(int64_t handle, Deadline deadline);
   OpResult Take(int64_t handle) { return handles_.Take(handle); }
 
