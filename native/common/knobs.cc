@@ -40,6 +40,12 @@ const std::vector<KnobSpec>& AllKnobs() {
        "instead of waking the loop's thread and sleeping until it is done: two thread hand-offs "
        "fewer per small collective. Asynchronous requests stay with the loop, which batches "
        "their bursts. 0: only the loop's thread runs cycles.", false},
+      {"HERRING_INPUTS_WITH_BITS", "1", "bool",
+       "With the shared-memory control plane, a rank whose only request is one small cached "
+       "allreduce writes its input beside its bit vector. When every rank did so for the same "
+       "allreduce, each reduces the inputs at once, in rank order: one hand-off per collective "
+       "instead of two (the AND, then the one-step exchange). The result is bitwise the same. "
+       "0: the inputs always go through the one-step exchange.", false},
       {"HOROVOD_DYNAMIC_PROCESS_SETS", "0", "bool",
        "Allow hvd.add_process_set / remove_process_set after init.", true},
       {"HOROVOD_TIMELINE", "", "path",
@@ -215,6 +221,7 @@ Config Config::FromEnvironment(const std::map<std::string, std::string>& env) {
   c.shm_control_plane = control == "auto";
   c.small_message_bytes = r.Int("HERRING_SMALL_MESSAGE_BYTES", 0);
   c.caller_runs_cycles = r.Bool("HERRING_CALLER_RUNS_CYCLES");
+  c.inputs_with_bits = r.Bool("HERRING_INPUTS_WITH_BITS");
   c.balance_interval = static_cast<int>(r.Int("HERRING_BALANCE_INTERVAL", 1));
   std::string slow = r.Raw("HERRING_SLOWDOWN");
   if (!slow.empty()) {

@@ -218,6 +218,11 @@ class Engine {
   std::vector<uint64_t> ReadyBits(bool has_uncached, bool has_stale) const;
   std::vector<uint64_t> AgreeOnBits(const std::vector<uint64_t>& mine);
   std::vector<uint64_t> AgreeOnBitsInSharedMemory(const std::vector<uint64_t>& mine);
+  // The request whose input may travel with this cycle's bit vector (HERRING_INPUTS_WITH_BITS):
+  // this rank's only request, a cached allreduce of the whole world that fits beside the vector
+  // and takes the one-step path; null if there is none.
+  const Pending* LoneSmallAllreduce(size_t words) const;
+  void PostBitsInSharedMemory(const std::vector<uint64_t>& mine);  // with that input, if there is one
   void AttachShmControlPlane(Deadline deadline);
   void CoordinatorRound(const std::vector<RequestMeta>& uncached, const std::vector<uint32_t>& stale,
                         std::vector<Response>* responses, std::vector<uint32_t>* evict);
@@ -281,6 +286,15 @@ class Engine {
   // The same, for Wake() on other threads (the transport's, the application's): set once, after
   // the attach, before the loop starts.
   std::atomic<ShmBitsExchange*> shm_bell_{nullptr};
+  // This cycle's inputs that came with the bit vectors (every rank posted one for the same
+  // cached allreduce), by rank; empty: none. Valid until the cycle ends.
+  struct InputsWithBits {
+    int32_t process_set = -1;
+    std::string name;
+    std::vector<const void*> by_rank;
+  } inputs_with_bits_;
+  // The cycle running now was started by a waiter (RunCycleForWaiter), not by the loop.
+  bool waiter_cycle_ = false;
   // Who takes part: the workers, the world in negotiation, every rank's host, and rank 0's
   // pending joins and leaves of elastic dedicated servers.
   ServerMembership membership_;

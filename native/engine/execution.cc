@@ -11,12 +11,6 @@
 namespace herring {
 namespace {
 
-size_t ResponseBytes(const Response& r) {
-  size_t n = 0;
-  for (const auto& s : r.shapes) n += NumElements(s) * ElementSize(r.dtype);
-  return n;
-}
-
 bool Fusable(const Response& a, const Response& b) {
   return b.ok() && b.type == OpType::kAllreduce && a.process_set == b.process_set && a.dtype == b.dtype &&
          a.reduce_op == b.reduce_op && a.prescale == b.prescale && a.postscale == b.postscale &&
@@ -53,11 +47,11 @@ void Engine::Execute(const std::vector<Response>& ready) {
       continue;
     }
     std::vector<const Response*> batch = {&r};
-    size_t bytes = ResponseBytes(r);
+    size_t bytes = TensorBytes(r);
     if (threshold > 0) {
       for (size_t j = i + 1; j < ready.size(); ++j) {
         if (done[j] || !Fusable(r, ready[j])) continue;
-        size_t more = ResponseBytes(ready[j]);
+        size_t more = TensorBytes(ready[j]);
         if (bytes + more > threshold) continue;
         batch.push_back(&ready[j]);
         bytes += more;
@@ -143,7 +137,7 @@ void Engine::ExecuteAllreduceBatch(const std::vector<const Response*>& responses
   // A joined rank contributes zeros and discards the result.
   size_t missing = 0;
   for (const Response* r : responses) {
-    if (pending_.count({r->process_set, r->name}) == 0) missing += ResponseBytes(*r);
+    if (pending_.count({r->process_set, r->name}) == 0) missing += TensorBytes(*r);
   }
   uint8_t* zeros = nullptr;
   uint8_t* sink = nullptr;
@@ -167,6 +161,10 @@ void Engine::ExecuteAllreduceBatch(const std::vector<const Response*>& responses
     batch.label += (batch.label.empty() ? "" : ", ") + r->name;
   }
   ExecContext ctx = MakeContext(set, unit);
+  if (responses.size() == 1 && !inputs_with_bits_.by_rank.empty() && first.process_set == inputs_with_bits_.process_set &&
+      first.name == inputs_with_bits_.name) {
+    for (int member : set.local_members()) ctx.posted_inputs.push_back(inputs_with_bits_.by_rank[set.ranks[member]]);
+  }
   if (psld_->Measures(set.id)) {
     ctx.observe_shard = [this](int shard, double seconds, double mib) { psld_->Observe(shard, seconds, mib); };
   }

@@ -4,7 +4,7 @@
 
 namespace herring {
 
-bool ShmBitsExchange::Fits(size_t words) { return words * sizeof(uint64_t) <= ShmArena::kNoticeBytes / 2; }
+bool ShmBitsExchange::Fits(size_t words) { return HeaderOffset(words) + 64 <= ShmArena::kNoticeBytes / 2; }
 
 std::unique_ptr<ShmBitsExchange> ShmBitsExchange::Attach(const std::string& name, int rank, int size,
                                                          Deadline deadline, std::function<Status()> check_abort) {
@@ -20,6 +20,7 @@ std::unique_ptr<ShmBitsExchange> ShmBitsExchange::Attach(const std::string& name
   // costs tens of microseconds on a virtual machine. Spinning longer than the arena's default
   // pays off here, where the whole exchange is a few cache lines.
   o.spin = kSpin;
+  static_assert(kInvitationGrace < kSpin, "the grace before invitations is spent spinning, not asleep");
   return std::unique_ptr<ShmBitsExchange>(new ShmBitsExchange(ShmArena::Attach(o)));
 }
 
@@ -27,9 +28,46 @@ uint64_t* ShmBitsExchange::half(int rank, uint64_t cycle) {
   return reinterpret_cast<uint64_t*>(arena_->notice(rank) + (cycle % 2) * (ShmArena::kNoticeBytes / 2));
 }
 
+size_t ShmBitsExchange::HeaderOffset(size_t words) { return (words * sizeof(uint64_t) + 63) & ~size_t{63}; }
+
+size_t ShmBitsExchange::InputCapacity(size_t words) {
+  const size_t used = HeaderOffset(words) + 64;  // the header has a cache line to itself
+  return used < ShmArena::kNoticeBytes / 2 ? ShmArena::kNoticeBytes / 2 - used : 0;
+}
+
+ShmBitsExchange::InputHeader* ShmBitsExchange::header(int rank, uint64_t cycle, size_t words) {
+  return reinterpret_cast<InputHeader*>(reinterpret_cast<uint8_t*>(half(rank, cycle)) + HeaderOffset(words));
+}
+
+uint8_t* ShmBitsExchange::InputArea(uint64_t cycle, size_t words) {
+  return reinterpret_cast<uint8_t*>(header(arena_->local_index(), cycle, words)) + 64;
+}
+
 void ShmBitsExchange::Post(uint64_t cycle, const std::vector<uint64_t>& bits) {
+  PostWithInput(cycle, bits, 0, 0);  // the header still says "no input": the half held older cycles'
+}
+
+void ShmBitsExchange::PostWithInput(uint64_t cycle, const std::vector<uint64_t>& bits, uint32_t position,
+                                    uint32_t bytes) {
   std::memcpy(half(arena_->local_index(), cycle), bits.data(), bits.size() * sizeof(uint64_t));
-  arena_->Publish(kPostedFlag, cycle);  // release: the vector is visible before the cycle number
+  *header(arena_->local_index(), cycle, bits.size()) = InputHeader{bytes, position};
+  // Release: the vector, the header and the input are visible before the cycle number.
+  arena_->Publish(kPostedFlag, cycle);
+}
+
+bool ShmBitsExchange::EveryonePostedInput(uint64_t cycle, size_t words, uint32_t* position,
+                                          std::vector<const void*>* inputs) {
+  const InputHeader first = *header(0, cycle, words);
+  if (first.bytes == 0) return false;
+  std::vector<const void*> found(arena_->local_size());
+  for (int r = 0; r < arena_->local_size(); ++r) {
+    const InputHeader h = *header(r, cycle, words);
+    if (h.bytes != first.bytes || h.position != first.position) return false;
+    found[r] = reinterpret_cast<const uint8_t*>(header(r, cycle, words)) + 64;
+  }
+  *position = first.position;
+  inputs->swap(found);
+  return true;
 }
 
 void ShmBitsExchange::InviteLate(uint64_t cycle) {

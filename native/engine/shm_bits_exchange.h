@@ -7,6 +7,13 @@
 // A vector posted for cycle c lives in half c % 2 of the notice area. A rank writes cycle c + 2's
 // vector into the same half only after every rank posted c + 1, which each did after reading
 // cycle c's: no vector is overwritten while someone may still read it.
+//
+// Inputs with the bits: a rank whose only request is one small cached allreduce may post its
+// input in the same half, after its vector, saying which cache position it is for. When every
+// rank posted one for the same position, that position is the cycle's only collective and every
+// rank already holds every input: the allreduce needs no second hand-off (ops/shm_staging.h,
+// ExecContext::posted_inputs). Otherwise the inputs are ignored and the allreduce stages its
+// own. Either way all ranks decide alike, from the same posted headers.
 #pragma once
 
 #include <chrono>
@@ -30,11 +37,26 @@ class ShmBitsExchange {
   static std::unique_ptr<ShmBitsExchange> Attach(const std::string& name, int rank, int size, Deadline deadline,
                                                  std::function<Status()> check_abort);
 
-  // Publishes this rank's vector for `cycle`.
+  // Publishes this rank's vector for `cycle`, with no input (the header says so).
   void Post(uint64_t cycle, const std::vector<uint64_t>& bits);
+  // Bytes of input that fit beside vectors of `words` words.
+  static size_t InputCapacity(size_t words);
+  // Where this rank writes the input it posts with its vector of `words` words for `cycle`.
+  uint8_t* InputArea(uint64_t cycle, size_t words);
+  // Publishes the vector and the input written into InputArea: `bytes` of cache position
+  // `position`'s allreduce.
+  void PostWithInput(uint64_t cycle, const std::vector<uint64_t>& bits, uint32_t position, uint32_t bytes);
+  // After AwaitAnd: if every rank posted an input for `cycle`, all for one position and of one
+  // size, returns true with that position and every rank's input (by rank); otherwise false,
+  // leaving both untouched.
+  bool EveryonePostedInput(uint64_t cycle, size_t words, uint32_t* position, std::vector<const void*>* inputs);
   // Rings the doorbell of every rank that has not posted `cycle` yet: it may be idle, waiting in
   // WaitForInvitation.
   void InviteLate(uint64_t cycle);
+  // How long a rank that posted for a synchronous collective waits for the others to come on
+  // their own before it invites the late ones (the engine's AgreeOnBitsInSharedMemory says why).
+  // Within the waits' spin.
+  static constexpr std::chrono::microseconds kInvitationGrace{20};
   // Whether some rank posted `cycle` (a cycle to join).
   bool SomeonePosted(uint64_t cycle) const;
   // The idle wait of this rank's loop: returns when a peer invites it, when Wake() is called
@@ -50,6 +72,13 @@ class ShmBitsExchange {
  private:
   explicit ShmBitsExchange(std::unique_ptr<ShmArena> arena) : arena_(std::move(arena)) {}
   uint64_t* half(int rank, uint64_t cycle);
+  // What follows a rank's vector in its half: which input (if any) it posted.
+  struct InputHeader {
+    uint32_t bytes;     // 0: no input
+    uint32_t position;  // its cache position
+  };
+  static size_t HeaderOffset(size_t words);  // a cache line after the vector
+  InputHeader* header(int rank, uint64_t cycle, size_t words);
 
   static constexpr int kPostedFlag = 0;
   static constexpr std::chrono::microseconds kSpin{100};

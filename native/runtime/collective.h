@@ -39,6 +39,9 @@ struct ExecContext {
   // This process's zero-copy memory, as its owner handed it to the engine (null: none; its pool is
   // null until the first tensor is allocated there).
   const ZeroCopyMemory* zero_copy = nullptr;
+  // The members' inputs of this allreduce (by local index), already staged, prescaled, beside the
+  // cycle's bit vectors (engine/shm_bits_exchange.h); empty: the one-step path stages them.
+  std::vector<const void*> posted_inputs;
 
   static constexpr int kSubTagBits = 20;
   uint64_t Tag(uint64_t sub) const;

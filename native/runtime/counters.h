@@ -25,6 +25,7 @@ struct Counters {
   std::atomic<uint64_t> shm_chunks{0};           // chunks staged through shared memory
   std::atomic<uint64_t> shm_negotiations{0};     // cycles whose AND met in shared memory
   std::atomic<uint64_t> one_step_allreduces{0};  // small batches reduced by every rank in one step
+  std::atomic<uint64_t> inputs_with_bits{0};     // of those, whose inputs came with the bit vectors
   std::atomic<uint64_t> host_sum_exchanges{0};   // small batches across hosts: host sums sent host to host
   std::atomic<uint64_t> one_step_allgathers{0};  // small allgathers through shared memory in one step
   std::atomic<uint64_t> one_step_broadcasts{0};  // small broadcasts through shared memory in one step
@@ -52,6 +53,7 @@ struct Counters {
             {"shm_chunks", shm_chunks},
             {"shm_negotiations", shm_negotiations},
             {"one_step_allreduces", one_step_allreduces},
+            {"inputs_with_bits", inputs_with_bits},
             {"host_sum_exchanges", host_sum_exchanges},
             {"one_step_allgathers", one_step_allgathers},
             {"one_step_broadcasts", one_step_broadcasts},

@@ -27,6 +27,18 @@ int64_t NumElements(const std::vector<int64_t>& shape) {
   return n;
 }
 
+size_t TensorBytes(const RequestMeta& request) {
+  int64_t n = 0;
+  for (const auto& t : request.tensors) n += NumElements(t.shape);
+  return static_cast<size_t>(n) * ElementSize(request.dtype);
+}
+
+size_t TensorBytes(const Response& response) {
+  int64_t n = 0;
+  for (const auto& shape : response.shapes) n += NumElements(shape);
+  return static_cast<size_t>(n) * ElementSize(response.dtype);
+}
+
 std::string ShapeToString(const std::vector<int64_t>& shape) {
   std::ostringstream s;
   s << "[";

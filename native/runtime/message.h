@@ -77,6 +77,9 @@ void EncodeResponse(const Response& r, class WireWriter* w);
 Response DecodeResponse(class WireReader* r);
 
 int64_t NumElements(const std::vector<int64_t>& shape);
+// Bytes of every tensor a request or a response names (an allreduce's share of a fused buffer).
+size_t TensorBytes(const RequestMeta& request);
+size_t TensorBytes(const Response& response);
 std::string ShapeToString(const std::vector<int64_t>& shape);
 
 }  // namespace herring

@@ -1,0 +1,128 @@
+// Tests of ShmBitsExchange: the AND of the posted vectors, and the inputs posted beside them,
+// which count only when every rank posted one for the same position and size. The ranks are
+// threads of this process (the exchange is shared memory either way; shm_arena_test covers the
+// separate processes).
+#include <unistd.h>
+
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/deadline.h"
+#include "common/status.h"
+#include "engine/shm_bits_exchange.h"
+#include <gtest/gtest.h>
+
+using namespace herring;
+
+namespace {
+
+constexpr size_t kWords = 2;
+
+// Attaches `n` ranks (each attach waits for the others, so they attach on threads).
+std::vector<std::unique_ptr<ShmBitsExchange>> AttachRanks(int n, const std::string& tag) {
+  const std::string name = "/herring.test." + std::to_string(getpid()) + ".bits." + tag;
+  std::vector<std::unique_ptr<ShmBitsExchange>> ranks(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      ranks[r] = ShmBitsExchange::Attach(name, r, n, Deadline::AfterSeconds(10), [] { return Status::OK(); });
+    });
+  }
+  for (auto& t : threads) t.join();
+  return ranks;
+}
+
+// Rank r posts {bits[r], ~0}; with an input of `bytes[r]` bytes (0: none) for `positions[r]`,
+// whose bytes are all r + 1.
+void PostAll(std::vector<std::unique_ptr<ShmBitsExchange>>& ranks, uint64_t cycle, const std::vector<uint64_t>& bits,
+             const std::vector<uint32_t>& positions, const std::vector<uint32_t>& bytes) {
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    const std::vector<uint64_t> mine{bits[r], ~uint64_t{0}};
+    if (bytes[r] == 0) {
+      ranks[r]->Post(cycle, mine);
+    } else {
+      std::memset(ranks[r]->InputArea(cycle, kWords), static_cast<int>(r + 1), bytes[r]);
+      ranks[r]->PostWithInput(cycle, mine, positions[r], bytes[r]);
+    }
+  }
+}
+
+std::vector<uint64_t> And(ShmBitsExchange& rank, uint64_t cycle) {
+  std::vector<uint64_t> agreed;
+  Status s = rank.AwaitAnd(cycle, kWords, Deadline::AfterSeconds(5), &agreed);
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  return agreed;
+}
+
+}  // namespace
+
+TEST(ShmBitsExchange, EveryRankAndsTheSameVectors) {
+  auto ranks = AttachRanks(3, "and");
+  PostAll(ranks, 1, {0b1110, 0b0111, 0b1111}, {0, 0, 0}, {0, 0, 0});
+  for (auto& rank : ranks) EXPECT_EQ(And(*rank, 1), (std::vector<uint64_t>{0b0110, ~uint64_t{0}}));
+}
+
+TEST(ShmBitsExchange, InputsCountWhenEveryRankPostedOneForTheSamePosition) {
+  auto ranks = AttachRanks(3, "inputs");
+  PostAll(ranks, 1, {1, 1, 1}, {5, 5, 5}, {4096, 4096, 4096});
+  for (auto& rank : ranks) {
+    And(*rank, 1);
+    uint32_t position = 0;
+    std::vector<const void*> inputs;
+    ASSERT_TRUE(rank->EveryonePostedInput(1, kWords, &position, &inputs));
+    EXPECT_EQ(position, 5u);
+    ASSERT_EQ(inputs.size(), 3u);
+    for (int r = 0; r < 3; ++r) {  // by rank: rank r's bytes
+      const auto* bytes = static_cast<const uint8_t*>(inputs[r]);
+      EXPECT_EQ(bytes[0], r + 1);
+      EXPECT_EQ(bytes[4095], r + 1);
+    }
+  }
+}
+
+TEST(ShmBitsExchange, InputsAreIgnoredUnlessAllAgree) {
+  auto ranks = AttachRanks(3, "disagree");
+  uint32_t position = 0;
+  std::vector<const void*> inputs;
+  // One rank posted no input.
+  PostAll(ranks, 1, {1, 1, 1}, {5, 5, 0}, {64, 64, 0});
+  And(*ranks[0], 1);
+  EXPECT_FALSE(ranks[0]->EveryonePostedInput(1, kWords, &position, &inputs));
+  // Another position.
+  PostAll(ranks, 2, {1, 1, 1}, {5, 6, 5}, {64, 64, 64});
+  And(*ranks[1], 2);
+  EXPECT_FALSE(ranks[1]->EveryonePostedInput(2, kWords, &position, &inputs));
+  // Another size.
+  PostAll(ranks, 3, {1, 1, 1}, {5, 5, 5}, {64, 64, 128});
+  And(*ranks[2], 3);
+  EXPECT_FALSE(ranks[2]->EveryonePostedInput(3, kWords, &position, &inputs));
+  // Cycle 5 reuses cycle 3's half: a plain post there says "no input", whatever cycle 3 left.
+  PostAll(ranks, 4, {1, 1, 1}, {5, 5, 5}, {64, 64, 64});
+  And(*ranks[0], 4);
+  EXPECT_TRUE(ranks[0]->EveryonePostedInput(4, kWords, &position, &inputs));
+  const std::vector<const void*> cycle4 = inputs;
+  PostAll(ranks, 5, {1, 1, 1}, {0, 0, 0}, {0, 0, 0});
+  And(*ranks[0], 5);
+  PostAll(ranks, 6, {1, 1, 1}, {0, 0, 0}, {0, 0, 0});  // cycle 6 reuses cycle 4's half
+  And(*ranks[0], 6);
+  EXPECT_FALSE(ranks[0]->EveryonePostedInput(5, kWords, &position, &inputs));
+  EXPECT_FALSE(ranks[0]->EveryonePostedInput(6, kWords, &position, &inputs));
+  // A refusal leaves the outputs as they were (never a half-filled list of inputs).
+  PostAll(ranks, 7, {1, 1, 1}, {5, 5, 0}, {64, 64, 0});
+  And(*ranks[0], 7);
+  EXPECT_FALSE(ranks[0]->EveryonePostedInput(7, kWords, &position, &inputs));
+  EXPECT_EQ(inputs, cycle4);
+  EXPECT_EQ(position, 5u);
+}
+
+TEST(ShmBitsExchange, InputCapacityLeavesRoomForTheVectorAndItsHeader) {
+  EXPECT_TRUE(ShmBitsExchange::Fits(kWords));
+  const size_t capacity = ShmBitsExchange::InputCapacity(kWords);
+  EXPECT_GE(capacity, size_t{32 << 10} - 256);  // a 4 KiB..32 KiB input fits beside a few words
+  EXPECT_LT(capacity, size_t{32 << 10});
+  EXPECT_GT(ShmBitsExchange::InputCapacity(kWords), ShmBitsExchange::InputCapacity(1000));
+}
