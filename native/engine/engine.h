@@ -220,7 +220,8 @@ class Engine {
   std::vector<uint64_t> AgreeOnBitsInSharedMemory(const std::vector<uint64_t>& mine);
   // The request whose input may travel with this cycle's bit vector (HERRING_INPUTS_WITH_BITS):
   // this rank's only request, a cached allreduce of the whole world that fits beside the vector
-  // and takes the one-step path; null if there is none.
+  // and within HERRING_SMALL_MESSAGE_BYTES; null if there is none. The one-step path uses the
+  // inputs (ReduceHostInOneStep); any other algorithm ignores them.
   const Pending* LoneSmallAllreduce(size_t words) const;
   void PostBitsInSharedMemory(const std::vector<uint64_t>& mine);  // with that input, if there is one
   void AttachShmControlPlane(Deadline deadline);
