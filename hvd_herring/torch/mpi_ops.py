@@ -59,7 +59,8 @@ def _dtype_code(tensor):
 
 
 def _check_device(tensor):
-    if tensor.device.type != "cpu":
+    # is_cpu, not device.type: building the device object costs more than the rest of this check.
+    if not tensor.is_cpu:
         raise ValueError(f"hvd_herring reduces CPU tensors; got a tensor on {tensor.device}")
 
 
@@ -94,8 +95,11 @@ def _enqueue_one(op_type, name, tensor, output, process_set, op, prescale, posts
     code = _DTYPE_CODES.get(tensor.dtype)
     if code is None:
         raise ValueError(f"Tensor type {tensor.type()} is not supported.")
+    engine = _basics._engine  # read directly on this path; engine() raises the error before init
+    if engine is None:
+        engine = _basics.engine()
     try:
-        work = _basics.engine().enqueue_one_work((tensor, output) if keep_alive is None else keep_alive, result,
+        work = engine.enqueue_one_work((tensor, output) if keep_alive is None else keep_alive, result,
                                                   _OP_TYPES[op_type], name or "", process_set.process_set_id, code,
                                                   op, prescale, postscale, root,
                                                   tensor.data_ptr(), output.data_ptr(), tensor.shape,
@@ -232,8 +236,12 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
 
 def _allreduce_inplace(tensor, average, name, op, prescale_factor, postscale_factor, process_set,
                        waiter_follows=False):
-    op = handle_average_backwards_compatibility(op, average)
-    _reject_adasum(op)
+    # One call per gradient (DistributedOptimizer's hooks): Horovod's checks, without the calls
+    # that cost more than the checks themselves when an op is given.
+    if op is None or average is not None:
+        op = handle_average_backwards_compatibility(op, average)
+    if op == Adasum:
+        _reject_adasum(op)
     return _enqueue_one("allreduce", name, _inplace(tensor), tensor, process_set, op, prescale_factor,
                         postscale_factor, result=tensor, waiter_follows=waiter_follows)
 

@@ -28,10 +28,9 @@ namespace {
 // One tensor as Python hands it over: (input address, output address, shape, splits).
 using TensorArg = std::tuple<uintptr_t, uintptr_t, std::vector<int64_t>, std::vector<int64_t>>;
 
-int64_t EnqueueFromPython(Engine& e, int op_type, const std::string& name, int process_set, int dtype,
-                          int reduce_op, double prescale, double postscale, int root,
-                          const std::vector<TensorArg>& tensors, const std::vector<int32_t>& set_ranks,
-                          int set_id, bool in_program_order, bool waiter_follows) {
+// The request's scalar fields, checked: what every enqueue path from Python fills alike.
+Request MakeRequest(int op_type, const std::string& name, int process_set, int dtype, int reduce_op,
+                    double prescale, double postscale, int root, bool waiter_follows) {
   if (op_type < 0 || op_type >= kNumOpTypes) throw Error(Status::InvalidArgument("bad op type"));
   if (!IsValidDataType(dtype)) throw Error(Status::InvalidArgument("bad dtype"));
   if (!IsValidReduceOp(reduce_op)) throw Error(Status::InvalidArgument("bad reduce op"));
@@ -44,10 +43,18 @@ int64_t EnqueueFromPython(Engine& e, int op_type, const std::string& name, int p
   req.meta.prescale = prescale;
   req.meta.postscale = postscale;
   req.meta.root = root;
+  req.waiter_follows = waiter_follows;
+  return req;
+}
+
+int64_t EnqueueFromPython(Engine& e, int op_type, const std::string& name, int process_set, int dtype,
+                          int reduce_op, double prescale, double postscale, int root,
+                          const std::vector<TensorArg>& tensors, const std::vector<int32_t>& set_ranks,
+                          int set_id, bool in_program_order, bool waiter_follows) {
+  Request req = MakeRequest(op_type, name, process_set, dtype, reduce_op, prescale, postscale, root, waiter_follows);
   req.meta.set_ranks = set_ranks;
   req.meta.set_id = set_id;
   req.in_program_order = in_program_order;
-  req.waiter_follows = waiter_follows;
   for (const auto& t : tensors) {
     req.meta.tensors.push_back({std::get<2>(t), std::get<3>(t)});
     req.buffers.push_back({reinterpret_cast<const void*>(std::get<0>(t)), reinterpret_cast<void*>(std::get<1>(t))});
@@ -55,12 +62,15 @@ int64_t EnqueueFromPython(Engine& e, int op_type, const std::string& name, int p
   return e.Enqueue(std::move(req));
 }
 
-// The fast path for one tensor (most calls in a training step): no list of tuples to convert.
+// The fast path for one tensor (most calls in a training step): no list of tuples to convert,
+// and the shape moved, not copied.
 int64_t EnqueueOne(Engine& e, int op_type, const std::string& name, int process_set, int dtype, int reduce_op,
                    double prescale, double postscale, int root, uintptr_t input, uintptr_t output,
-                   const std::vector<int64_t>& shape, bool waiter_follows) {
-  return EnqueueFromPython(e, op_type, name, process_set, dtype, reduce_op, prescale, postscale, root,
-                           {TensorArg{input, output, shape, {}}}, {}, -1, false, waiter_follows);
+                   std::vector<int64_t> shape, bool waiter_follows) {
+  Request req = MakeRequest(op_type, name, process_set, dtype, reduce_op, prescale, postscale, root, waiter_follows);
+  req.meta.tensors.push_back({std::move(shape), {}});
+  req.buffers.push_back({reinterpret_cast<const void*>(input), reinterpret_cast<void*>(output)});
+  return e.Enqueue(std::move(req));
 }
 
 // Engine.wait / wait_and_take: raw engine handles, for the torch.distributed backend's Work
@@ -230,13 +240,13 @@ PYBIND11_MODULE(_native, m) {
           "enqueue_one_work",
           [](std::shared_ptr<Engine> e, py::object keep_alive, py::object result, int op_type, const std::string& name,
              int process_set, int dtype, int reduce_op, double prescale, double postscale, int root,
-             uintptr_t input, uintptr_t output, const std::vector<int64_t>& shape, bool waiter_follows) {
+             uintptr_t input, uintptr_t output, std::vector<int64_t> shape, bool waiter_follows) {
             // enqueue_one and a Work holding its handle in one call: Horovod's allreduce_async_
             // is called per gradient, and each crossing into C++ costs about as much as the
             // engine's own work for a small tensor.
             auto work = std::make_shared<Work>(e, std::move(keep_alive), std::move(result), py::none());
             work->Add(EnqueueOne(*e, op_type, name, process_set, dtype, reduce_op, prescale, postscale, root, input,
-                                 output, shape, waiter_follows),
+                                 output, std::move(shape), waiter_follows),
                       dtype, {});
             return work;
           },

@@ -245,17 +245,20 @@ void Engine::ValidateAndComplete(Request* request) const {
   auto bad = [&](const std::string& why) {
     throw Error(Status::InvalidArgument(op + " '" + m.name + "' on rank " + std::to_string(rank()) + ": " + why));
   };
-  std::vector<int> members;
+  // What is needed of the set, read under its lock (no copy of its ranks: this runs per tensor).
+  int n = 0;
+  bool root_is_member = false;
   {
     std::lock_guard<std::mutex> lock(sets_mu_);
     const ProcessSet* set = sets_.Find(m.process_set);
     if (!set) bad("process set " + std::to_string(m.process_set) + " does not exist (was it removed?)");
-    members = set->ranks;
-  }
-  const int n = static_cast<int>(members.size());
-  if (!std::binary_search(members.begin(), members.end(), rank())) {
-    bad("this rank is not a member of process set " + std::to_string(m.process_set) + " " +
-        ShapeToString({members.begin(), members.end()}));
+    const std::vector<int>& members = set->ranks;
+    n = static_cast<int>(members.size());
+    if (!std::binary_search(members.begin(), members.end(), rank())) {
+      bad("this rank is not a member of process set " + std::to_string(m.process_set) + " " +
+          ShapeToString({members.begin(), members.end()}));
+    }
+    root_is_member = std::binary_search(members.begin(), members.end(), m.root);
   }
   if (request->buffers.size() != m.tensors.size()) bad("internal: buffers do not match tensors");
   const bool carries_tensors = m.type == OpType::kAllreduce || m.type == OpType::kAllgather ||
@@ -295,7 +298,7 @@ void Engine::ValidateAndComplete(Request* request) const {
       if (m.root < 0 || m.root >= size()) {
         bad("root rank " + std::to_string(m.root) + " is out of range [0, " + std::to_string(size()) + ")");
       }
-      if (!std::binary_search(members.begin(), members.end(), m.root)) {
+      if (!root_is_member) {
         bad("root rank " + std::to_string(m.root) + " is not a member of process set " +
             std::to_string(m.process_set));
       }
@@ -357,18 +360,19 @@ int64_t Engine::Enqueue(Request request) {
                std::to_string(++auto_names_[{static_cast<int>(m.type), m.process_set}]);
     }
     Key key{m.process_set, m.name};
-    if (in_flight_.count(key) && request.in_program_order) {
+    const bool name_in_flight = in_flight_.count(key) > 0;
+    if (name_in_flight && request.in_program_order) {
       handle = handles_.Create(std::move(request.on_complete));
       held_[key].emplace_back(std::move(request), handle);
       return handle;  // the loop is busy with its name: nothing to wake
     }
-    if (in_flight_.count(key)) {
+    if (name_in_flight) {
       throw Error(Status::InvalidArgument(std::string(OpTypeName(m.type)) + " '" + m.name + "' on rank " +
                                           std::to_string(rank()) +
                                           ": a collective with this name is already in flight; names must "
                                           "stay unique until the earlier one completes"));
     }
-    in_flight_.insert(key);
+    in_flight_.insert(std::move(key));
     last_enqueue_ticks_.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
     handle = handles_.Create(std::move(request.on_complete));
     incoming_.emplace_back(std::move(request), handle);

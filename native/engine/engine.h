@@ -16,6 +16,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <unordered_set>
 #include <vector>
 
 #include "common/knobs.h"
@@ -171,6 +172,13 @@ class Engine {
     int64_t uncache_position = -1;  // stalled cached request: send it through the coordinator
   };
   using Key = std::pair<int32_t, std::string>;
+  // For the sets looked up per tensor, where order does not matter (names share long prefixes:
+  // an ordered set compares them byte by byte at every level of its tree).
+  struct KeyHash {
+    size_t operator()(const Key& k) const noexcept {
+      return std::hash<std::string>()(k.second) ^ (static_cast<size_t>(static_cast<uint32_t>(k.first)) * 0x9e3779b97f4a7c15ULL);
+    }
+  };
 
   // Init (engine.cc).
   void Rendezvous(const EngineOptions& options, Deadline deadline);
@@ -258,6 +266,12 @@ class Engine {
   void ApplyProcessSetChange(const Response& response);
   Pending* FindPending(const Response& response);
   void Finish(const Response& response, OpResult result);
+  // Finish for a batch that succeeded (a fused allreduce): one lock of the queue and of the
+  // handle table for all of it, not one per tensor, which the adapters' threads contend for.
+  void FinishSucceeded(const std::vector<const Response*>& responses);
+  // Frees `key` for the next request of that name, or queues the request held behind it.
+  // Called with queue_mu_ held.
+  void ReleaseNameLocked(const Key& key);
   bool HeldRequestAwaited(const Key& key) const;  // a request held behind `key` is waited on
   ExecContext MakeContext(ProcessSet& set, uint32_t unit);
 
@@ -308,7 +322,7 @@ class Engine {
   // Shared between adapters and the loop.
   mutable std::mutex queue_mu_;
   std::deque<std::pair<Request, int64_t>> incoming_;
-  std::set<Key> in_flight_;            // names queued or pending: duplicates are rejected
+  std::unordered_set<Key, KeyHash> in_flight_;  // names queued or pending: duplicates are rejected
   // Requests in program order whose name was in flight (Request::in_program_order), oldest first:
   // the next one enters the queue when the one ahead of it finishes.
   std::map<Key, std::deque<std::pair<Request, int64_t>>> held_;

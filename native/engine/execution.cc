@@ -98,20 +98,45 @@ void Engine::Finish(const Response& r, OpResult result) {
   int64_t handle = it->second.handle;
   pending_.erase(it);
   {
-    // Free the name before waking the adapter, which may submit the same name right away; or
-    // hand it to the request held behind it, which the loop takes with its next cycle.
+    // Free the name before waking the adapter, which may submit the same name right away.
     std::lock_guard<std::mutex> lock(queue_mu_);
-    const Key key{r.process_set, r.name};
-    auto held = held_.find(key);
-    if (held == held_.end()) {
-      in_flight_.erase(key);
-    } else {
-      incoming_.push_back(std::move(held->second.front()));
-      held->second.pop_front();
-      if (held->second.empty()) held_.erase(held);
-    }
+    ReleaseNameLocked(Key{r.process_set, r.name});
   }
   handles_.Complete(handle, std::move(result));
+}
+
+void Engine::FinishSucceeded(const std::vector<const Response*>& responses) {
+  std::vector<int64_t> handles;
+  std::vector<const Response*> finished;
+  handles.reserve(responses.size());
+  finished.reserve(responses.size());
+  for (const Response* r : responses) {
+    auto it = pending_.find({r->process_set, r->name});
+    if (it == pending_.end()) continue;  // a joined rank's neutral part
+    handles.push_back(it->second.handle);
+    finished.push_back(r);
+    pending_.erase(it);
+  }
+  if (handles.empty()) return;
+  last_activity_ = Clock::now();
+  {
+    std::lock_guard<std::mutex> lock(queue_mu_);
+    for (const Response* r : finished) ReleaseNameLocked(Key{r->process_set, r->name});
+  }
+  handles_.CompleteAll(handles);
+}
+
+void Engine::ReleaseNameLocked(const Key& key) {
+  // The name is free again, or passes to the request held behind it (program order), which the
+  // loop takes with its next cycle.
+  auto held = held_.find(key);
+  if (held == held_.end()) {
+    in_flight_.erase(key);
+    return;
+  }
+  incoming_.push_back(std::move(held->second.front()));
+  held->second.pop_front();
+  if (held->second.empty()) held_.erase(held);
 }
 
 bool Engine::HeldRequestAwaited(const Key& key) const {
@@ -134,10 +159,13 @@ void Engine::ExecuteAllreduceBatch(const std::vector<const Response*>& responses
   batch.postscale = ExecutedPostscale(first.reduce_op, first.postscale, set.size());
   const size_t esz = ElementSize(first.dtype);
 
-  // A joined rank contributes zeros and discards the result.
+  // A joined rank contributes zeros and discards the result. Each request is looked up once.
+  std::vector<Pending*> requests;
+  requests.reserve(responses.size());
   size_t missing = 0;
   for (const Response* r : responses) {
-    if (pending_.count({r->process_set, r->name}) == 0) missing += TensorBytes(*r);
+    requests.push_back(FindPending(*r));
+    if (requests.back() == nullptr) missing += TensorBytes(*r);
   }
   uint8_t* zeros = nullptr;
   uint8_t* sink = nullptr;
@@ -147,8 +175,10 @@ void Engine::ExecuteAllreduceBatch(const std::vector<const Response*>& responses
     sink = joined_sink_.Get(missing);
   }
   size_t sink_offset = 0;
-  for (const Response* r : responses) {
-    Pending* p = FindPending(*r);
+  batch.entries.reserve(responses.size());
+  for (size_t i = 0; i < responses.size(); ++i) {
+    const Response* r = responses[i];
+    Pending* p = requests[i];
     for (size_t t = 0; t < r->shapes.size(); ++t) {
       int64_t count = NumElements(r->shapes[t]);
       if (p) {
@@ -158,7 +188,8 @@ void Engine::ExecuteAllreduceBatch(const std::vector<const Response*>& responses
         sink_offset += count * esz;
       }
     }
-    batch.label += (batch.label.empty() ? "" : ", ") + r->name;
+    if (!batch.label.empty()) batch.label += ", ";
+    batch.label += r->name;
   }
   ExecContext ctx = MakeContext(set, unit);
   if (responses.size() == 1 && !inputs_with_bits_.by_rank.empty() && first.process_set == inputs_with_bits_.process_set &&
@@ -187,10 +218,8 @@ void Engine::ExecuteAllreduceBatch(const std::vector<const Response*>& responses
   counters_.fused_buffers++;
   counters_.allreduce_bytes += batch.total_bytes();
   psld_->AfterAllreduce(set.id, set.hosts.size(), set.servers.map);
-  for (const Response* r : responses) {
-    counters_.responses++;
-    Finish(*r, OpResult{});
-  }
+  counters_.responses += responses.size();
+  FinishSucceeded(responses);
 }
 
 void Engine::ExecuteOne(const Response& r, uint32_t unit) {

@@ -8,13 +8,13 @@ namespace herring {
 int64_t HandleTable::Create(Callback on_complete) {
   std::lock_guard<std::mutex> lock(mu_);
   int64_t h = next_++;
-  slots_[h] = Slot{};
   slots_[h].on_complete = std::move(on_complete);
   return h;
 }
 
 void HandleTable::Complete(int64_t handle, OpResult result) {
   Callback callback;
+  bool sleepers = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = slots_.find(handle);
@@ -25,13 +25,37 @@ void HandleTable::Complete(int64_t handle, OpResult result) {
     } else {
       it->second.done = true;
       it->second.result = std::move(result);
+      // Only a waiter past its spin sleeps on the condition (counted in waiters, under this
+      // lock); one still spinning sees `done` when it looks next.
+      sleepers = it->second.waiters > 0;
     }
   }
   if (callback) {
     callback(std::move(result));
     return;
   }
-  cv_.notify_all();
+  if (sleepers) cv_.notify_all();
+}
+
+void HandleTable::CompleteAll(const std::vector<int64_t>& handles) {
+  std::vector<Callback> callbacks;
+  bool sleepers = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (int64_t handle : handles) {
+      auto it = slots_.find(handle);
+      if (it == slots_.end() || it->second.done) continue;
+      if (it->second.on_complete) {
+        callbacks.push_back(std::move(it->second.on_complete));
+        slots_.erase(it);
+        continue;
+      }
+      it->second.done = true;
+      sleepers = sleepers || it->second.waiters > 0;
+    }
+  }
+  for (auto& callback : callbacks) callback(OpResult{});
+  if (sleepers) cv_.notify_all();
 }
 
 bool HandleTable::Poll(int64_t handle) const {

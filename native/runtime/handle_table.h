@@ -6,7 +6,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
-#include <map>
+#include <unordered_map>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -37,6 +37,8 @@ class HandleTable {
 
   int64_t Create(Callback on_complete = nullptr);
   void Complete(int64_t handle, OpResult result);
+  // Completes each handle with success (an empty OpResult), under one lock.
+  void CompleteAll(const std::vector<int64_t>& handles);
   // Throws Error(InvalidArgument) for an unknown handle.
   bool Poll(int64_t handle) const;
   // Blocks until complete or the deadline; returns Timeout if still pending.
@@ -59,7 +61,7 @@ class HandleTable {
   };
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::map<int64_t, Slot> slots_;
+  std::unordered_map<int64_t, Slot> slots_;  // looked up per tensor; nothing depends on its order
   int64_t next_ = 1;
 };
 
