@@ -171,14 +171,7 @@ class Engine {
     Clock::time_point taken_at;     // same, for the stall inspector
     int64_t uncache_position = -1;  // stalled cached request: send it through the coordinator
   };
-  using Key = std::pair<int32_t, std::string>;
-  // For the sets looked up per tensor, where order does not matter (names share long prefixes:
-  // an ordered set compares them byte by byte at every level of its tree).
-  struct KeyHash {
-    size_t operator()(const Key& k) const noexcept {
-      return std::hash<std::string>()(k.second) ^ (static_cast<size_t>(static_cast<uint32_t>(k.first)) * 0x9e3779b97f4a7c15ULL);
-    }
-  };
+  using Key = CollectiveKey;
 
   // Init (engine.cc).
   void Rendezvous(const EngineOptions& options, Deadline deadline);
@@ -322,7 +315,7 @@ class Engine {
   // Shared between adapters and the loop.
   mutable std::mutex queue_mu_;
   std::deque<std::pair<Request, int64_t>> incoming_;
-  std::unordered_set<Key, KeyHash> in_flight_;  // names queued or pending: duplicates are rejected
+  std::unordered_set<Key, CollectiveKeyHash> in_flight_;  // names queued or pending: duplicates are rejected
   // Requests in program order whose name was in flight (Request::in_program_order), oldest first:
   // the next one enters the queue when the one ahead of it finishes.
   std::map<Key, std::deque<std::pair<Request, int64_t>>> held_;

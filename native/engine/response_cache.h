@@ -6,7 +6,7 @@
 
 #include <cstdint>
 #include <list>
-#include <map>
+#include <unordered_map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -46,7 +46,7 @@ class ResponseCache {
   static bool Describes(const Response& response, const RequestMeta& req, int member);
 
  private:
-  using Key = std::pair<int32_t, std::string>;
+  using Key = CollectiveKey;
   struct Entry {
     bool used = false;
     Response response;
@@ -55,7 +55,7 @@ class ResponseCache {
 
   uint32_t capacity_;
   std::vector<Entry> entries_;
-  std::map<Key, uint32_t> by_key_;
+  std::unordered_map<Key, uint32_t, CollectiveKeyHash> by_key_;
   std::list<uint32_t> lru_;            // front: least recently used
   std::vector<uint32_t> free_;         // free positions, lowest last
 };

@@ -4,7 +4,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/dtype.h"
@@ -25,6 +27,17 @@ enum class OpType : uint8_t {
 };
 constexpr int kNumOpTypes = 9;
 const char* OpTypeName(OpType t);
+
+// A collective as the engine files it: (process set, name). Looked up per tensor in hashed
+// tables where order does not matter: names share long prefixes ("allreduce.layer1.0.conv1...")
+// that an ordered table compares byte by byte at every level.
+using CollectiveKey = std::pair<int32_t, std::string>;
+struct CollectiveKeyHash {
+  size_t operator()(const CollectiveKey& k) const noexcept {
+    return std::hash<std::string>()(k.second) ^
+           (static_cast<size_t>(static_cast<uint32_t>(k.first)) * 0x9e3779b97f4a7c15ULL);
+  }
+};
 
 struct TensorMeta {
   std::vector<int64_t> shape;
