@@ -4,6 +4,7 @@
 // arrived during the last cycle waits for its pause, at most HOROVOD_CYCLE_TIME), or when rank 0
 // asks for it (kBegin) because another rank started one. Idle ranks block; nobody spins.
 #include <algorithm>
+#include <tuple>
 
 #include "common/logging.h"
 #include "engine/engine.h"
@@ -263,6 +264,10 @@ void Engine::TakeNewRequests(std::vector<RequestMeta>* uncached, std::vector<uin
     p.state = RequestState::kAnnounced;
     uncached->push_back(m);
   }
+  // In (set, name) order, as the coordinator has always received them (pending_ is hashed).
+  std::sort(uncached->begin(), uncached->end(), [](const RequestMeta& a, const RequestMeta& b) {
+    return std::tie(a.process_set, a.name) < std::tie(b.process_set, b.name);
+  });
 }
 
 std::vector<uint64_t> Engine::ReadyBits(bool has_uncached, bool has_stale) const {
@@ -500,6 +505,10 @@ void Engine::ReportBlocked(bool new_work) {
       }
     }
   }
+  // In (set, name) order: the report changes only when what is awaited does (pending_ is hashed).
+  std::sort(awaited.begin(), awaited.end(), [](const AwaitedCollective& a, const AwaitedCollective& b) {
+    return std::tie(a.process_set, a.name) < std::tie(b.process_set, b.name);
+  });
   if (awaited == reported_awaited_) return;
   reported_awaited_ = awaited;
   if (!awaited.empty()) {

@@ -16,6 +16,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
@@ -344,7 +345,8 @@ class Engine {
   std::atomic<bool> stopped_{false};
 
   // Owned by the loop (cycle_mu_).
-  std::map<Key, Pending> pending_;
+  // Hashed (looked up per tensor); what is built by walking it is put in (set, name) order.
+  std::unordered_map<Key, Pending, CollectiveKeyHash> pending_;
   std::vector<ControlMessage> inbox_;
   uint64_t cycle_ = 0;
   Clock::time_point last_cycle_start_{};
