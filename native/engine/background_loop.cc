@@ -4,7 +4,6 @@
 // arrived during the last cycle waits for its pause, at most HOROVOD_CYCLE_TIME), or when rank 0
 // asks for it (kBegin) because another rank started one. Idle ranks block; nobody spins.
 #include <algorithm>
-#include <tuple>
 
 #include "common/logging.h"
 #include "engine/engine.h"
@@ -265,9 +264,7 @@ void Engine::TakeNewRequests(std::vector<RequestMeta>* uncached, std::vector<uin
     uncached->push_back(m);
   }
   // In (set, name) order, as the coordinator has always received them (pending_ is hashed).
-  std::sort(uncached->begin(), uncached->end(), [](const RequestMeta& a, const RequestMeta& b) {
-    return std::tie(a.process_set, a.name) < std::tie(b.process_set, b.name);
-  });
+  std::sort(uncached->begin(), uncached->end(), ByCollectiveKey());
 }
 
 std::vector<uint64_t> Engine::ReadyBits(bool has_uncached, bool has_stale) const {
@@ -506,9 +503,7 @@ void Engine::ReportBlocked(bool new_work) {
     }
   }
   // In (set, name) order: the report changes only when what is awaited does (pending_ is hashed).
-  std::sort(awaited.begin(), awaited.end(), [](const AwaitedCollective& a, const AwaitedCollective& b) {
-    return std::tie(a.process_set, a.name) < std::tie(b.process_set, b.name);
-  });
+  std::sort(awaited.begin(), awaited.end(), ByCollectiveKey());
   if (awaited == reported_awaited_) return;
   reported_awaited_ = awaited;
   if (!awaited.empty()) {

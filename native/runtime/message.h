@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -36,6 +37,15 @@ struct CollectiveKeyHash {
   size_t operator()(const CollectiveKey& k) const noexcept {
     return std::hash<std::string>()(k.second) ^
            (static_cast<size_t>(static_cast<uint32_t>(k.first)) * 0x9e3779b97f4a7c15ULL);
+  }
+};
+
+// Orders what names a collective (a request, a report entry) as CollectiveKey orders: by set, then
+// name. Lists built from a hashed table are put in this order where their order is seen.
+struct ByCollectiveKey {
+  template <class T>
+  bool operator()(const T& a, const T& b) const {
+    return std::tie(a.process_set, a.name) < std::tie(b.process_set, b.name);
   }
 };
 
