@@ -12,28 +12,30 @@ int64_t HandleTable::Create(Callback on_complete) {
   return h;
 }
 
+HandleTable::Callback HandleTable::SettleLocked(int64_t handle, OpResult* result, bool* sleepers) {
+  auto it = slots_.find(handle);
+  if (it == slots_.end() || it->second.done) return nullptr;
+  if (it->second.on_complete) {
+    Callback callback = std::move(it->second.on_complete);
+    slots_.erase(it);  // nobody waits on a callback handle
+    return callback;
+  }
+  it->second.done = true;
+  it->second.result = std::move(*result);
+  // Only a waiter past its spin sleeps on the condition (counted in waiters, under this lock);
+  // one still spinning sees `done` when it looks next.
+  *sleepers = *sleepers || it->second.waiters > 0;
+  return nullptr;
+}
+
 void HandleTable::Complete(int64_t handle, OpResult result) {
   Callback callback;
   bool sleepers = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = slots_.find(handle);
-    if (it == slots_.end() || it->second.done) return;
-    if (it->second.on_complete) {
-      callback = std::move(it->second.on_complete);
-      slots_.erase(it);  // nobody waits on a callback handle
-    } else {
-      it->second.done = true;
-      it->second.result = std::move(result);
-      // Only a waiter past its spin sleeps on the condition (counted in waiters, under this
-      // lock); one still spinning sees `done` when it looks next.
-      sleepers = it->second.waiters > 0;
-    }
+    callback = SettleLocked(handle, &result, &sleepers);
   }
-  if (callback) {
-    callback(std::move(result));
-    return;
-  }
+  if (callback) callback(std::move(result));  // a callback's slot kept no result
   if (sleepers) cv_.notify_all();
 }
 
@@ -43,15 +45,8 @@ void HandleTable::CompleteAll(const std::vector<int64_t>& handles) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (int64_t handle : handles) {
-      auto it = slots_.find(handle);
-      if (it == slots_.end() || it->second.done) continue;
-      if (it->second.on_complete) {
-        callbacks.push_back(std::move(it->second.on_complete));
-        slots_.erase(it);
-        continue;
-      }
-      it->second.done = true;
-      sleepers = sleepers || it->second.waiters > 0;
+      OpResult success;
+      if (Callback callback = SettleLocked(handle, &success, &sleepers)) callbacks.push_back(std::move(callback));
     }
   }
   for (auto& callback : callbacks) callback(OpResult{});

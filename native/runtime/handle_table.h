@@ -59,6 +59,11 @@ class HandleTable {
     OpResult result;
     Callback on_complete;
   };
+  // Under mu_: a callback handle is removed and its callback returned; any other is marked done
+  // with *result. Sets *sleepers if a waiter sleeps on the condition. The one step Complete and
+  // CompleteAll share.
+  Callback SettleLocked(int64_t handle, OpResult* result, bool* sleepers);
+
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::unordered_map<int64_t, Slot> slots_;  // looked up per tensor; nothing depends on its order
