@@ -249,8 +249,15 @@ def test_ddp_report_tables_and_verdicts():
         ("torch-gloo", "", 4, "resnet50", 0.100), ("ddp-herring", "", 4, "resnet50", 0.040),
         ("herring", "", 4, "resnet50", 0.038),
         ("torch-gloo", "", 4, "bert-base", 0.300), ("ddp-herring", "", 4, "bert-base", 0.200),
-        ("herring", "", 4, "bert-base", 0.100)])
+        ("herring", "", 4, "bert-base", 0.100),
+        ("torch-gloo", "bucket-view", 4, "bert-base", 0.250),
+        ("ddp-herring", "bucket-view-average-hook", 4, "bert-base", 0.105)])
     md = ddp_report.section(data)
+    # With the hook, herring is compared with gloo's bucket view (gloo has no such hook).
+    assert ("| bert-base, np=4, gradient_as_bucket_view + average_hook (gloo: bucket view): DDP on herring faster "
+            "than on gloo | >= 2x | 2.38x | met |") in md, md
+    assert ("| bert-base, np=4, gradient_as_bucket_view + average_hook: DDP on herring within 10% of Horovod's API "
+            "on herring | <= 1.10x | 1.05x | met |") in md, md
     assert "| resnet50, np=4, torch's defaults: DDP on herring faster than on gloo | >= 2x | 2.50x | met |" in md, md
     assert "| bert-base, np=4, torch's defaults: DDP on herring faster than on gloo | >= 2x | 1.50x | not met |" in md
     assert "| resnet50, np=4, torch's defaults: DDP on herring within 10% of Horovod's API on herring | <= 1.10x | 1.05x | met |" in md

@@ -17,6 +17,11 @@ def _timing(warmup, min_iters, max_iters, budget):
     return {"warmup": warmup, "min_iters": min_iters, "max_iters": max_iters, "budget": budget}
 
 
+# The DDP settings measured beside torch's defaults (stacks.BUCKET_VIEW, stacks.AVERAGE_HOOK); a
+# stack runs those it has.
+DDP_VARIANTS = ["bucket-view", "bucket-view-average-hook"]
+
+
 def _full():
     return dict(
         nps=[2, 4], stacks=list(ALL_STACKS), repeats=1,
@@ -24,14 +29,14 @@ def _full():
         workloads=[
             {"id": "allreduce", "kind": "allreduce", "sizes": [4 * KiB * 4 ** k for k in range(9)],  # 4 KiB .. 256 MiB
              "timing": _timing(2, 5, 50, 1.5), "timeout": 900},
-            {"id": "gradset-resnet50", "kind": "gradset", "model": "resnet50", "variants": ["bucket-view"],
+            {"id": "gradset-resnet50", "kind": "gradset", "model": "resnet50", "variants": DDP_VARIANTS,
              "timing": _timing(2, 5, 20, 3.0), "baseline_timing": _timing(1, 3, 10, 1.0), "timeout": 300},
-            {"id": "gradset-bert-base", "kind": "gradset", "model": "bert-base", "variants": ["bucket-view"],
+            {"id": "gradset-bert-base", "kind": "gradset", "model": "bert-base", "variants": DDP_VARIANTS,
              "timing": _timing(2, 5, 10, 4.0), "baseline_timing": _timing(1, 3, 5, 1.0), "timeout": 600},
             {"id": "tiny", "kind": "tiny", "count": 1000, "elements": 1, "stacks": TINY_STACKS,
              "variants": ["cache-off"], "timing": _timing(3, 10, 50, 2.0), "timeout": 300},
             {"id": "train", "kind": "train", "widths": [1024, 4096, 4096, 4096, 1024], "batch": 8,
-             "variants": ["bucket-view"],
+             "variants": DDP_VARIANTS,
              "timing": _timing(2, 5, 30, 4.0), "baseline_timing": _timing(1, 3, 10, 1.0), "timeout": 400},
         ])
 

@@ -49,6 +49,10 @@ LOOP_ONLY = {"loop-only": {"HERRING_CALLER_RUNS_CYCLES": "0"}}
 # DDP with gradient_as_bucket_view=True: the gradients live in the buckets, which saves DDP's copy
 # of every gradient into its bucket and back (the same for every backend).
 BUCKET_VIEW = {"bucket-view": {"HERRING_BENCH_DDP_BUCKET_VIEW": "1"}}
+# The DDP setting the README recommends on herring: the bucket view, and the engine averaging as it
+# writes the result (hvd_herring.torch.distributed.average_hook) instead of DDP's division pass.
+AVERAGE_HOOK = {"bucket-view-average-hook": {"HERRING_BENCH_DDP_BUCKET_VIEW": "1",
+                                             "HERRING_BENCH_DDP_AVERAGE_HOOK": "1"}}
 
 STACKS = {s.name: s for s in [
     Stack("herring", "horovod", "horovodrun", {"HOROVOD_BACKEND": "herring", "HERRING_ALLREDUCE": "herring"},
@@ -66,7 +70,7 @@ STACKS = {s.name: s for s in [
           BUCKET_VIEW, "torch.distributed with the gloo backend (torchrun); models wrapped in torch's own "
           "DistributedDataParallel with its defaults (25 MiB buckets, first bucket 1 MiB)"),
     Stack("ddp-herring", "torch", "torchrun", {"HERRING_BENCH_TORCH_BACKEND": "herring"},
-          BUCKET_VIEW, "the torch-gloo stack's code (torch.distributed, DistributedDataParallel with its defaults) "
+          dict(BUCKET_VIEW, **AVERAGE_HOOK), "the torch-gloo stack's code (torch.distributed, DistributedDataParallel with its defaults) "
           "with init_process_group(\"herring\"): every collective on the herring engine (torchrun)"),
     Stack("horovod-gloo", "horovod", "horovodrun-peer", {},
           CACHE_OFF, "stock Horovod 0.28.1 built with PyTorch and gloo (CPU operations gloo), in its own "

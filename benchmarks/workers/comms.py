@@ -120,6 +120,9 @@ class TorchComm:
         from torch.nn.parallel import DistributedDataParallel
         bucket_view = os.environ.get("HERRING_BENCH_DDP_BUCKET_VIEW") == "1"   # the bucket-view variant
         ddp = DistributedDataParallel(model, gradient_as_bucket_view=bucket_view)
+        if os.environ.get("HERRING_BENCH_DDP_AVERAGE_HOOK") == "1":  # the bucket-view-average-hook variant
+            import hvd_herring.torch.distributed as herring_dist
+            ddp.register_comm_hook(None, herring_dist.average_hook)
         return Distributed(ddp, optimizer.step)
 
     def sync_batch_norm(self, num_features):
