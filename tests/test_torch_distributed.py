@@ -18,7 +18,8 @@ CHECK_NAMES = [
     "all_gather_and_all_gather_into_tensor", "reduce_scatter_and_reduce_scatter_tensor",
     "all_to_all_and_all_to_all_single", "reduce_gather_scatter", "barrier_send_recv_and_coalesced",
     "subgroups_are_process_sets", "one_engine_with_horovods_api", "ddp_training_identical_to_reference",
-    "ddp_with_average_hook_and_bucket_view", "ddp_with_fp16_compress_hook", "ddp_with_powersgd", "ddp_with_torch_compile",
+    "ddp_with_average_hook_and_bucket_view", "ddp_buckets_move_into_zero_copy_memory", "ddp_with_fp16_compress_hook",
+    "ddp_with_powersgd", "ddp_with_torch_compile",
     "fsdp2_training_equal_to_reference", "mismatched_collectives_are_named",
     "timeouts_raise_and_the_collective_can_still_complete",
 ]

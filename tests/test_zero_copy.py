@@ -17,7 +17,7 @@ CHECK_NAMES = [
     "out_of_place_output_is_zero_copy_and_input_untouched", "grouped_tensors_fused_into_one_buffer",
     "one_rank_with_an_ordinary_tensor_makes_every_rank_stage", "large_buffer_and_repeated_steps",
     "distributed_optimizer_with_zero_copy_gradients_matches_ordinary_ones",
-    "memory_is_given_back", "bad_input_is_rejected",
+    "an_ordinary_buffer_moved_in_place_keeps_its_views", "memory_is_given_back", "bad_input_is_rejected",
 ]
 # name -> (ranks, ranks per simulated host or 0 for one host, is the zero-copy path expected)
 CONFIGS = {"one-host-np4": (4, 0, True), "one-host-np3-fused": (3, 0, True), "2hosts-np4": (4, 2, False)}

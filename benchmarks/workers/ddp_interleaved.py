@@ -20,6 +20,7 @@ import torch.distributed as dist
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import gradient_sets  # noqa: E402
+import hvd_herring  # noqa: E402
 import hvd_herring.torch.distributed as herring_dist  # noqa: E402
 
 
@@ -27,10 +28,11 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("model", choices=["resnet50", "bert-base", "resnet18"])
     p.add_argument("--steps", type=int, default=4, help="timed steps per setup and round")
-    # DDP's first two steps are not its steady state: the first builds its buckets in parameter
+    # DDP's first three steps are not its steady state: the first builds its buckets in parameter
     # order, the second rebuilds them in the order the gradients came and touches the new memory
-    # (measured: about 540 ms against 200 ms for BERT-base at np=4).
-    p.add_argument("--warmup", type=int, default=2, help="untimed steps per setup and round, first")
+    # (measured: about 540 ms against 200 ms for BERT-base at np=4), the third moves them into
+    # zero-copy memory on herring (HERRING_DIST_ZERO_COPY).
+    p.add_argument("--warmup", type=int, default=3, help="untimed steps per setup and round, first")
     p.add_argument("--rounds", type=int, default=3)
     args = p.parse_args()
     dist.init_process_group("herring")
@@ -60,6 +62,7 @@ def main():
     setups = {"ddp-gloo": ddp(group=gloo), "ddp-herring": ddp(), "ddp-herring bucket-view": ddp(view=True),
               "ddp-herring bucket-view + average_hook": ddp(view=True, hook=True), "horovod-herring": horovod}
     times = {k: [] for k in setups}
+    in_place = {k: 0 for k in setups}  # allreduces of the timed steps that ran in zero-copy memory
     for _ in range(args.rounds):
         for name, make in setups.items():
             model, step = make()
@@ -68,10 +71,12 @@ def main():
                     if p_.grad is not None:
                         p_.grad.zero_()
                 dist.barrier()
+                zero_copy_before = hvd_herring.counters()["zero_copy_allreduces"]
                 start = time.perf_counter()
                 step()
                 if i >= args.warmup:
                     times[name].append(time.perf_counter() - start)
+                    in_place[name] += hvd_herring.counters()["zero_copy_allreduces"] - zero_copy_before
             grad = next(iter(model.parameters())).grad
             if not torch.allclose(grad, torch.full_like(grad, (size + 1) / 2)):
                 raise RuntimeError(f"{name}: wrong average gradient {grad.flatten()[:4]}")
@@ -82,7 +87,7 @@ def main():
             ts.sort()
             med = ts[len(ts) // 2]
             print(f"{args.model} np={size} {name:40s} median {1000 * med:7.0f} ms  min {1000 * ts[0]:7.0f} ms  "
-                  f"gloo/this {base / med:.2f}x")
+                  f"gloo/this {base / med:.2f}x  zero-copy allreduces per step {in_place[name] / len(ts):.1f}")
     dist.destroy_process_group()
 
 

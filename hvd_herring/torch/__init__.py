@@ -46,7 +46,7 @@ from horovod.torch.optimizer import DistributedOptimizer  # noqa: E402,F401
 from hvd_herring.torch.batch_tuner import BatchSizeTuner  # noqa: E402,F401  (herring's own: R2SP)
 from hvd_herring.torch.r2sp import R2SPTrainer  # noqa: E402,F401  (herring's own: R2SP training mode)
 from hvd_herring.torch.zero_copy import (  # noqa: E402,F401  (herring's own: zero-copy memory)
-    zero_copy_empty, zero_copy_like, zero_copy_gradients, in_zero_copy_memory)
+    zero_copy_empty, zero_copy_like, zero_copy_gradients, in_zero_copy_memory, move_to_zero_copy)
 from hvd_herring.torch.sync_batch_norm import SyncBatchNorm  # noqa: E402,F401  (Horovod's, on CPU too)
 
 

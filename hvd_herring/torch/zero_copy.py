@@ -82,6 +82,32 @@ def in_zero_copy_memory(tensor):
     return _basics.zero_copy.contains(tensor.data_ptr(), tensor.numel() * tensor.element_size())
 
 
+def storage_in_zero_copy_memory(storage):
+    """True when the whole of `storage` (a torch.UntypedStorage) lies in zero-copy memory."""
+    if not _used or storage.device.type != "cpu":
+        return False
+    return _basics.zero_copy.contains(storage.data_ptr(), storage.nbytes())
+
+
+def move_to_zero_copy(tensor):
+    """Moves the memory under `tensor`, its whole storage, into zero-copy memory in place: every
+    tensor viewing that storage (say DDP's bucket views and, with gradient_as_bucket_view, the
+    gradients) reads and writes the new memory from then on, and the old memory is freed. For
+    buffers that someone else allocates and that are reduced step after step. As with torch's
+    share_memory_(), the storage can no longer be resized afterwards. No-op for an empty storage
+    or one already there; raises what zero_copy_empty raises (allocator off, pool full)."""
+    if tensor.device.type != "cpu":
+        raise ValueError(f"zero-copy memory holds CPU tensors; this one is on {tensor.device}")
+    storage = tensor.untyped_storage()
+    if storage.nbytes() == 0 or storage_in_zero_copy_memory(storage):
+        return
+    moved = zero_copy_empty(storage.nbytes(), dtype=torch.uint8)
+    moved.copy_(torch.empty(0, dtype=torch.uint8).set_(storage))
+    # Exchanges the memory (and its allocator) of the two storages: `storage` keeps its identity,
+    # and with it every view; `moved` takes the old memory away and frees it.
+    storage._swap_data_ptr_(moved.untyped_storage())
+
+
 def empty_output_like(tensor):
     """The output of an out-of-place collective on `tensor`: zero-copy memory if `tensor` is."""
     if in_zero_copy_memory(tensor) and tensor.is_contiguous():

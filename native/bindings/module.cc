@@ -14,6 +14,7 @@
 #include "common/pid_namespace.h"
 #include "engine/engine.h"
 #include "engine/engine_slot.h"
+#include "ops/zero_copy_allreduce.h"
 #include "transport/zero_copy_pool.h"
 
 namespace py = pybind11;
@@ -127,6 +128,11 @@ PYBIND11_MODULE(_native, m) {
     knobs.append(d);
   }
   m.attr("KNOBS") = knobs;
+  // Below this a batch is staged even in zero-copy memory (torch.distributed moves no smaller
+  // buffer there: hvd_herring/torch/distributed/persistent_buffers.py).
+  m.attr("ZERO_COPY_MIN_BYTES") = ZeroCopyAllreduce::kMinBytes;
+  m.def("bool_knob", &BoolKnobFromProcessEnvironment, py::arg("name"),
+        "A bool knob as this process would use it (the table's default where unset).");
   m.def("resolved_knobs", [] { return Config::FromProcessEnvironment().resolved; },
         "Every knob's value as this process would use it.");
   // This process's zero-copy memory: the Python front owns one (hvd_herring.basics), creates the

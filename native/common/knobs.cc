@@ -129,6 +129,12 @@ const std::vector<KnobSpec>& AllKnobs() {
        "Address space of this process's zero-copy memory (hvd.zero_copy_empty and friends): "
        "tensors there are reduced in place by the ranks of their host, without staging copies. "
        "Pages are used only as tensors are allocated; 0 turns the allocator off.", false},
+      {"HERRING_DIST_ZERO_COPY", "1", "bool",
+       "torch.distributed (backend \"herring\"), every rank on one host: a buffer allreduced a "
+       "second time while still alive (DDP's buckets) is moved, once and in place, into zero-copy "
+       "memory, so that the engine reduces it without staging copies; its views (DDP's gradients "
+       "with gradient_as_bucket_view) follow. Like share_memory_(), a moved storage can no longer "
+       "be resized. 0: buffers stay where their owner put them.", false},
       {"HERRING_CHUNK_BYTES", "1048576", "bytes",
        "Unit in which bulk TCP messages are striped over the streams.", false},
   };
@@ -251,8 +257,14 @@ Config Config::FromEnvironment(const std::map<std::string, std::string>& env) {
   c.shm_slot_bytes = r.Int("HERRING_SHM_SLOT_BYTES", 4096);
   c.chunk_bytes = r.Int("HERRING_CHUNK_BYTES", 4096);
   c.zero_copy_bytes = r.Int("HERRING_ZERO_COPY_BYTES", 0);
+  r.Bool("HERRING_DIST_ZERO_COPY");  // the torch.distributed front reads it; a bad value fails init
   for (const auto& k : AllKnobs()) c.resolved[k.name] = r.Raw(k.name);
   return c;
+}
+
+bool BoolKnobFromProcessEnvironment(const std::string& name) {
+  const std::map<std::string, std::string> env = ProcessEnvironment();
+  return KnobReader(env).Bool(name);
 }
 
 Config Config::FromProcessEnvironment() {

@@ -20,6 +20,10 @@ struct KnobSpec {
 
 const std::vector<KnobSpec>& AllKnobs();
 
+// A bool knob's value in this process's environment (the table's default where unset), parsed as
+// Config parses its own: for the knobs that only a front end reads. Throws Error naming the knob.
+bool BoolKnobFromProcessEnvironment(const std::string& name);
+
 enum class AllreduceAlgorithm { kHerring, kRing, kHalvingDoubling, kHalvingDoublingTopo };
 
 enum class PushSchedule { kAllAtOnce, kRoundRobin };

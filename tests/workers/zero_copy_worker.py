@@ -163,6 +163,29 @@ def distributed_optimizer_with_zero_copy_gradients_matches_ordinary_ones():
 
 
 @check
+def an_ordinary_buffer_moved_in_place_keeps_its_views():
+    inputs = [make(r, (COUNT,), torch.float32, 560) for r in range(N)]
+    buf = inputs[R].clone()
+    views = [buf[:10], buf[1000:]]
+    base = basics.zero_copy.bytes_in_use()
+    hvd.move_to_zero_copy(views[0])  # any view moves the whole storage
+    assert hvd.in_zero_copy_memory(buf) and all(hvd.in_zero_copy_memory(v) for v in views)
+    assert basics.zero_copy.bytes_in_use() >= base + buf.numel() * 4
+    assert torch.equal(buf, inputs[R]), "moving the buffer changed its values"
+    before = zero_copy_runs()
+    hvd.allreduce_(buf, op=hvd.Sum, name="zc.moved")
+    expect_path(before, 1, "moved buffer")
+    want = reduce_reference(inputs, hvd.Sum)
+    assert_close(buf, want, "moved buffer")
+    # The views still share buf's storage (had the move given buf a new one, they would hold the inputs).
+    assert_close(views[0], want[:10], "a view taken before the move")
+    assert_close(views[1], want[1000:], "another view taken before the move")
+    hvd.move_to_zero_copy(buf)  # already there: nothing happens
+    del buf, views
+    assert basics.zero_copy.bytes_in_use() == base, "the moved buffer's memory was not given back"
+
+
+@check
 def memory_is_given_back():
     base = basics.zero_copy.bytes_in_use()
     t = hvd.zero_copy_empty(3, 1000, dtype=torch.float64)

@@ -16,6 +16,7 @@ from torch.distributed import ReduceOp
 from hvd_herring import _native
 from hvd_herring.basics import basics, DTYPES
 from hvd_herring.torch.distributed.naming import collective_name, last_chain
+from hvd_herring.torch.distributed.persistent_buffers import persistent_buffers
 from hvd_herring.torch.distributed.work import CompletedWork, EnginePart, HerringWork, TransferPart, _seconds
 
 _TORCH_DTYPES = {  # torch dtype -> the engine's dtype code
@@ -160,6 +161,8 @@ class HerringProcessGroup(dist.ProcessGroup):
                 buf = t if t.is_contiguous() else t.contiguous()
                 if buf is not t:
                     copies_back.append((t, buf))
+                else:
+                    persistent_buffers.visit(t)  # may move it into zero-copy memory: before its address is taken
                 entries.append((buf, buf, None))
                 keep.append(buf)
             parts.append(EnginePart(self._enqueue("allreduce", entries, code, op, prescale)))
