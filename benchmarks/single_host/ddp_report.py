@@ -71,6 +71,25 @@ def goals(steps):
     return "\n".join(rows)
 
 
+def defaults_cost(steps):
+    """What torch's defaults cost over gradient_as_bucket_view on each backend: DDP's own passes
+    (each gradient multiplied into its bucket, and copied back), which the backend does not run."""
+    parts = []
+    for model in GOAL_MODELS:
+        cost = {}
+        for stack in ("torch-gloo", "ddp-herring"):
+            plain, view = steps.get((model, stack, "", GOAL_NP)), steps.get((model, stack, "bucket-view", GOAL_NP))
+            if plain and view:
+                cost[stack] = fmt_time(plain - view)
+        if len(cost) == 2:
+            parts.append(f"{model} {cost['torch-gloo']} on gloo and {cost['ddp-herring']} on herring")
+    if not parts:
+        return ""
+    return ("With torch's defaults DDP also multiplies every gradient into its bucket and copies the result back, "
+            f"passes of its own that the backend does not run. Their cost (defaults minus bucket view, np={GOAL_NP}): "
+            + "; ".join(parts) + ".")
+
+
 def goal_row(goal, target, ratio, met):
     """One row of the goal table; `ratio` is None when a side was not measured."""
     verdict = "not measured" if ratio is None else "met" if met(ratio) else "not met"
@@ -91,8 +110,10 @@ def section(data):
         "(`import hvd_herring.torch.distributed`); `bucket view` adds `gradient_as_bucket_view=True`; "
         "`+ average_hook` also registers `hvd_herring.torch.distributed.average_hook`, with which the engine "
         "averages while it writes the result instead of DDP dividing the bucket first (gloo has no such hook); "
-        "`Horovod API` is `hvd.DistributedOptimizer` on the same engine.\n",
-        "### torch.distributed goals\n", goals(steps), "",
+        "`Horovod API` is `hvd.DistributedOptimizer` on the same engine, with ordinary gradients. On herring "
+        "DDP's buckets move into zero-copy memory at their second allreduce (HERRING_DIST_ZERO_COPY, "
+        "docs/zero_copy.md); the timed steps follow three warm-up steps (build, rebuild, move).\n",
+        "### torch.distributed goals\n", goals(steps), "", defaults_cost(steps), "",
         "### Step time\n", table(steps), "",
     ]
     failed = [l for l in data["launches"] if not l["ok"]]
