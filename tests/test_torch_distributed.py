@@ -66,6 +66,14 @@ def test_check(launched, check):
         assert data["results"][check] == "ok", f"{name}: rank {r}: {data['results'][check]}"
 
 
+def test_ddp_buckets_stay_in_ordinary_memory_with_the_knob_off():
+    check = "ddp_buckets_move_into_zero_copy_memory"
+    run, per_rank = run_worker("torchrun", 2, HERRING_DIST_ZERO_COPY="0", HERRING_TEST_ONLY=check)
+    assert sorted(per_rank) == [0, 1], f"ranks reported {sorted(per_rank)}\n{run.output[-4000:]}"
+    for r, data in sorted(per_rank.items()):
+        assert data["results"] == {check: "ok"}, f"rank {r}: {data['results']}"
+
+
 @pytest.mark.parametrize("launcher,np", [("torchrun", 3), ("horovodrun", 2)])
 def test_peer_death_raises_on_every_rank_naming_the_rank(launcher, np):
     run, per_rank = run_worker(launcher, np, HERRING_TORCH_SCENARIO="peer_death")
