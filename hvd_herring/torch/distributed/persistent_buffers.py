@@ -37,12 +37,11 @@ class PersistentBuffers:
 
     def visit(self, tensor):
         """Called with every tensor about to be allreduced in place (contiguous, CPU)."""
-        if not self._decide():
+        nbytes = tensor.numel() * tensor.element_size()
+        if nbytes < _native.ZERO_COPY_MIN_BYTES or not self._decide():  # small ones first: the latency path
             return
         storage = tensor.untyped_storage()
-        nbytes = storage.nbytes()
-        if (nbytes < _native.ZERO_COPY_MIN_BYTES or tensor.numel() * tensor.element_size() != nbytes
-                or zero_copy.storage_in_zero_copy_memory(storage)):
+        if storage.nbytes() != nbytes or zero_copy.storage_in_zero_copy_memory(storage):
             return
         key = id(storage)
         ref = self._seen.get(key)
