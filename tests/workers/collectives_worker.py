@@ -200,8 +200,9 @@ def fewest_buffers_of_a_burst(submit_burst, attempts=3):
     Fusion batches what arrives while a cycle runs; a request that finds the engine idle starts a
     cycle of its own at once (the latency path). On a fast engine, requests submitted one by one
     from Python can each find it idle, so every burst goes in behind a 16 MiB allreduce: while its
-    cycle negotiates and runs, the burst queues up. Even then a rank descheduled on a busy 2-core machine can miss that window,
-    so every rank runs all attempts (the same collectives everywhere) and the best one counts."""
+    cycle negotiates and runs, the burst queues up. Even then a rank descheduled on a busy 2-core
+    machine can miss that window, so every rank runs all attempts (the same collectives
+    everywhere) and the best one counts."""
     fewest, outs = None, None
     for attempt in range(attempts):
         before = hvd_counters()["fused_buffers"]

@@ -17,8 +17,8 @@ import traceback
 import torch
 
 import horovod.torch as hvd
-from collectives_worker import (ALL_DTYPES, FLOATS, assert_close, bytes_identical_everywhere, fewest_buffers_of_a_burst, make,
-                                reduce_reference)
+from collectives_worker import (ALL_DTYPES, FLOATS, assert_close, bytes_identical_everywhere, fewest_buffers_of_a_burst,
+                                make, reduce_reference)
 
 CHECKS = []
 N = R = None
