@@ -241,6 +241,47 @@ def test_latency_report_tables_and_verdicts(tmp_path):
     assert "| 1000 tiny tensors per step, np=2: herring faster than horovod-gloo | >= 3.0 | 4.00x | met |" in md
     assert "| 4 KiB | 20 µs | 30 µs (1.50x) | 130 µs (6.50x) | 300 µs (15.00x) | - | 4 µs (0.20x) |" in md, md
     assert (tmp_path / "img" / "latency_allreduce.png").exists()
+    # No large-size records: no large-size rows (rather than rows claiming something unmeasured).
+    assert "64 MiB allreduce" not in md
+
+
+def test_latency_report_large_size_goals(tmp_path):
+    """64 MiB at np=4 against torch-gloo (>= 5x) and the memory-traffic bound (<= 1.4x): with
+    memcpy at 10 GB/s on every core the bound is 4 * 64 MiB / 10 GB/s = 26.8 ms."""
+    from benchmarks.single_host import latency_report
+    size = 64 << 20
+    data = _records("allreduce", [("herring", "", 4, size, 30e-3), ("herring-zero-copy", "", 4, size, 40e-3),
+                                  ("torch-gloo", "", 4, size, 140e-3)])
+    for r in data["records"]:
+        r["workload"] = "allreduce-large"
+    data["membw"] = {"results": [{"kernel": "copy", "procs": 2, "median": 10e9}]}
+    md = latency_report.section(data, str(tmp_path), str(tmp_path / "img"))
+    assert ("| 64 MiB allreduce, np=4: herring faster than torch-gloo | >= 5x | 4.67x (torch-gloo 140 ms, "
+            "herring 30 ms) | not met |") in md, md
+    assert ("| 64 MiB allreduce, np=4: herring, ordinary tensors, within 1.4x of the memory-traffic bound | <= 1.4x "
+            "| 1.12x (30 ms, bound 26.8 ms) | met |") in md, md
+    assert ("| 64 MiB allreduce, np=4: herring, buffers in zero-copy memory, within 1.4x of the memory-traffic "
+            "bound | <= 1.4x | 1.49x (40 ms, bound 26.8 ms) | not met |") in md, md
+
+
+def test_the_warm_up_fills_its_seconds():
+    """timed_loop's warm-up runs on past its count until warmup_seconds have passed (the same number
+    of iterations on every rank, since the elapsed time it compares is a collective's result)."""
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks", "workers"))
+    import time
+    import workloads
+
+    class OneRank:
+        barrier = staticmethod(lambda: None)
+        max_of = staticmethod(lambda value: value)
+
+    calls = []
+    times = workloads.timed_loop(OneRank(), lambda: None, lambda: (calls.append(1), time.sleep(0.01)),
+                                 {"warmup": 2, "min_iters": 3, "max_iters": 3, "budget": 0.0,
+                                  "warmup_seconds": 0.1})
+    assert len(times) == 3
+    # 0.1 s of 10 ms iterations after the 2 counted ones: at least 8 more before the timed 3.
+    assert len(calls) - len(times) >= 2 + 8, len(calls)
 
 
 def test_ddp_report_tables_and_verdicts():

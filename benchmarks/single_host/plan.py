@@ -13,8 +13,9 @@ ALL_STACKS = ["herring", "herring-ring", "herring-zero-copy", "torch-gloo", "ddp
 TINY_STACKS = ["herring", "torch-gloo", "horovod-gloo", "mpi"]
 
 
-def _timing(warmup, min_iters, max_iters, budget):
-    return {"warmup": warmup, "min_iters": min_iters, "max_iters": max_iters, "budget": budget}
+def _timing(warmup, min_iters, max_iters, budget, warmup_seconds=0.0):
+    return {"warmup": warmup, "min_iters": min_iters, "max_iters": max_iters, "budget": budget,
+            "warmup_seconds": warmup_seconds}
 
 
 # The DDP settings measured beside torch's defaults (stacks.BUCKET_VIEW, stacks.AVERAGE_HOOK); a
@@ -84,18 +85,28 @@ def _latency():
     # One call at a time after a barrier, small sizes: where negotiation and hand-offs dominate.
     # herring's tcp-control variant is the first round's control plane, for a before/after; its
     # loop-only variant runs every cycle on the loop's thread (HERRING_CALLER_RUNS_CYCLES=0).
+    # Every measurement warms up for half a second first (workloads.timed_loop says why).
+    latency_stacks = ["herring", "torch-gloo", "horovod-gloo", "mpi"]
     return dict(
-        nps=[2, 4], stacks=["herring", "torch-gloo", "horovod-gloo", "mpi"], repeats=1,
+        nps=[2, 4], stacks=latency_stacks + ["herring-zero-copy"], repeats=1,
         membw={"bytes": 64 * MiB, "trials": 2, "reps": 2},
         workloads=[
             {"id": "allreduce", "kind": "allreduce", "sizes": [4 * KiB * 4 ** k for k in range(6)],  # 4 KiB .. 4 MiB
-             "variants": ["tcp-control", "loop-only"], "timing": _timing(20, 100, 400, 1.0), "timeout": 400},
+             "stacks": latency_stacks, "variants": ["tcp-control", "loop-only"],
+             "timing": _timing(20, 100, 400, 1.0, warmup_seconds=0.5), "timeout": 400},
+            # The latency work must not cost the large sizes: 64 MiB at np=4 against torch-gloo and
+            # the memory-traffic bound (membw above), ordinary tensors and zero-copy memory.
+            {"id": "allreduce-large", "kind": "allreduce", "sizes": [64 * MiB], "nps": [4],
+             "stacks": ["herring", "herring-zero-copy", "torch-gloo"], "timing": _timing(2, 10, 30, 1.5),
+             "timeout": 300},
             {"id": "tiny", "kind": "tiny", "count": 1000, "elements": 1, "stacks": TINY_STACKS,
-             "variants": ["tcp-control", "loop-only"], "timing": _timing(3, 10, 50, 2.0), "timeout": 300},
+             "variants": ["tcp-control", "loop-only"], "timing": _timing(3, 10, 50, 2.0, warmup_seconds=0.5),
+             "timeout": 300},
             # hvd.SyncBatchNorm on herring against DDP with nn.SyncBatchNorm's algorithm on gloo
             # (Horovod-gloo's SyncBatchNorm and torch's need a GPU).
             {"id": "syncbn", "kind": "syncbn", "batch": 8, "image": 32, "widths": [16, 32, 32],
-             "stacks": ["herring", "torch-gloo"], "timing": _timing(3, 10, 60, 3.0), "timeout": 300},
+             "stacks": ["herring", "torch-gloo"], "timing": _timing(3, 10, 60, 3.0, warmup_seconds=0.5),
+             "timeout": 300},
         ])
 
 

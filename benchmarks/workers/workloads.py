@@ -4,9 +4,16 @@ results against the values every rank's inputs imply, raising with what differed
 
 Timing: an iteration starts after a barrier and its time is the slowest rank's (a collective is
 done when the last rank has its result); the barrier and the max are outside the timed region.
-After `warmup` iterations, the number of timed ones is chosen from the last warm-up time so that
-each measurement takes about `budget` seconds (at least min_iters, at most max_iters); every rank
-gets the same count because the warm-up time it uses is itself the result of a collective."""
+After `warmup` iterations (and, when `warmup_seconds` is set, as many more as fill that much wall
+time), the number of timed ones is chosen from the last warm-up time so that each measurement takes
+about `budget` seconds (at least min_iters, at most max_iters); every rank gets the same count
+because the warm-up time it uses is itself the result of a collective.
+
+Why a warm-up in seconds: on this machine (4 ranks on 2 cores) the first ~0.1 s of back-to-back
+small collectives in a job ran at about twice the steady state, on whichever size came first and
+whatever the count of warm-up iterations: herring np=4, sizes in the order 16, 4, 16, 4 KiB
+measured 89, 40, 45, 40 us; the first 16 KiB's iterations ran at ~100 us for their first 0.1 s
+and ~55 us after. A count alone cannot cover a phase measured in time."""
 
 import gc
 import math
@@ -26,6 +33,7 @@ def timed_loop(comm, prepare, body, timing):
     warmup = int(timing.get("warmup", 2))
     min_iters, max_iters = int(timing.get("min_iters", 5)), int(timing.get("max_iters", 100))
     budget = float(timing.get("budget", 2.0))
+    warmup_seconds = float(timing.get("warmup_seconds", 0.0))
 
     def one():
         prepare()
@@ -37,6 +45,12 @@ def timed_loop(comm, prepare, body, timing):
     last = None
     for _ in range(warmup):
         last = one()
+    if warmup_seconds > 0:
+        started = time.perf_counter()
+        # The elapsed time is itself a collective's result, so every rank stops after the same
+        # iteration.
+        while comm.max_of(time.perf_counter() - started) < warmup_seconds:
+            last = one()
     iters = min_iters if last is None else max(min_iters, min(max_iters, math.ceil(budget / max(last, 1e-6))))
     return [one() for _ in range(iters)]
 
