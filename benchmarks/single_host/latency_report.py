@@ -1,5 +1,5 @@
 """The latency report (docs/benchmarks_latency.md and its plots) from a run of the `latency` preset:
-one allreduce at a time after a barrier, 4 KiB to 4 MiB, and the 1000-tiny-tensors step, for
+one allreduce at a time after a barrier, 4 KiB to 16 MiB, and the 1000-tiny-tensors step, for
 herring (with every cycle on its loop thread, the `loop-only` variant, and its first-round
 control plane, the `tcp-control` variant) beside torch-gloo,
 Horovod-gloo and Open MPI, the SyncBatchNorm-bound training step (herring beside DDP on gloo), with

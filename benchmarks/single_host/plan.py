@@ -91,7 +91,7 @@ def _latency():
         nps=[2, 4], stacks=latency_stacks + ["herring-zero-copy"], repeats=1,
         membw={"bytes": 64 * MiB, "trials": 2, "reps": 2},
         workloads=[
-            {"id": "allreduce", "kind": "allreduce", "sizes": [4 * KiB * 4 ** k for k in range(6)],  # 4 KiB .. 4 MiB
+            {"id": "allreduce", "kind": "allreduce", "sizes": [4 * KiB * 4 ** k for k in range(7)],  # 4 KiB .. 16 MiB
              "stacks": latency_stacks, "variants": ["tcp-control", "loop-only"],
              "timing": _timing(20, 100, 400, 1.0, warmup_seconds=0.5), "timeout": 400},
             # The latency work must not cost the large sizes: 64 MiB at np=4 against torch-gloo and
