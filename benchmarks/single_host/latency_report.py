@@ -196,7 +196,8 @@ def section(data, doc_dir, img_dir):
         plot(lat, nps, sizes, img)
     m, meta = data["machine"], data["meta"]
     parts = [
-        f"From `{meta['command']}` on {m.get('date', '?')} (load average {m.get('load_average_start')} at the "
+        f"From `{meta['command']}` on {m.get('date', '?')}, {m.get('cpu', '?')} with {m.get('cores', '?')} cores "
+        f"(load average {m.get('load_average_start')} at the "
         f"start, {m.get('load_average_end')} at the end; raw results `{meta.get('results_path')}`).\n",
         "Each iteration: a barrier, then one float32 sum-allreduce in place, timed on every rank; the time of an "
         "iteration is the slowest rank's, the tables show the median over the iterations. Every size first warms "
@@ -211,9 +212,9 @@ def section(data, doc_dir, img_dir):
         "against torch-gloo and against the memory-traffic bound measured in the run (docs/benchmarks.md "
         "derives it), with ordinary tensors and with buffers in herring's zero-copy memory. The bound comes from "
         "memcpy's rate measured once, at the run's start; a ratio below 1 means a path moved its bytes faster "
-        "than memcpy did then (this machine's memory rate moves between runs: the full preset measured the "
-        "same zero-copy allreduce at 9.0 ms against a 12.5 ms bound one day and at 14.2 ms against 10.8 ms "
-        "another).\n",
+        "than memcpy did then (the machine itself changes between runs: the full preset measured the same "
+        "zero-copy allreduce at 9.0 ms against a 12.5 ms bound on an AMD EPYC and at 14.2 ms against 10.8 ms "
+        "on an Intel Xeon).\n",
         "### Latency goals\n", goals(lat, tiny, syncbn, large, bound, nps, sizes), "",
     ]
     for np in nps:
