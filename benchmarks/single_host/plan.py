@@ -32,8 +32,9 @@ def _full():
         nps=[2, 4], stacks=list(ALL_STACKS), repeats=1,
         membw={"bytes": 256 * MiB, "trials": 5, "reps": 4},
         workloads=[
+            # Each size warms up for half a second, as in the latency preset (workloads.timed_loop).
             {"id": "allreduce", "kind": "allreduce", "sizes": [4 * KiB * 4 ** k for k in range(9)],  # 4 KiB .. 256 MiB
-             "timing": _timing(2, 5, 50, 1.5), "timeout": 900},
+             "timing": _timing(2, 5, 50, 1.5, warmup_seconds=0.5), "timeout": 900},
             {"id": "gradset-resnet50", "kind": "gradset", "model": "resnet50", "variants": DDP_VARIANTS,
              "timing": _timing(DDP_WARMUP, 5, 20, 3.0), "baseline_timing": _timing(1, 3, 10, 1.0), "timeout": 300},
             {"id": "gradset-bert-base", "kind": "gradset", "model": "bert-base", "variants": DDP_VARIANTS,

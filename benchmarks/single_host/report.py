@@ -358,7 +358,10 @@ class Report:
                  "goes on. Every launch runs with the stack's defaults (the caller's HOROVOD_* and "
                  "HERRING_* variables are not passed on), torch with one thread per rank "
                  "(OMP_NUM_THREADS=1), ranks on one host. Iteration counts adapt to a time budget "
-                 "after the warm-up iterations; see `benchmarks/single_host/plan.py` for the presets.\n")
+                 "after the warm-up iterations (in the allreduce sweeps, after at least half a second of "
+                 "them: a job's first ~0.1 s of collectives ran slower on this machine, see "
+                 "`benchmarks/workers/workloads.py`); see `benchmarks/single_host/plan.py` for the "
+                 "presets.\n")
         extra = {k: v for k, v in self.data.get("plan", {}).get("extra_env", {}).items() if v}
         if extra:
             self.add("**Not the defaults:** this run set " + "; ".join(
