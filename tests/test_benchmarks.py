@@ -255,7 +255,9 @@ def test_latency_report_large_size_goals(tmp_path):
     for r in data["records"]:
         r["workload"] = "allreduce-large"
     data["membw"] = {"results": [{"kernel": "copy", "procs": 2, "median": 10e9}]}
+    data["plan"] = {"workloads": [{"id": "allreduce", "timing": {"warmup": 20, "warmup_seconds": 0.5}}]}
     md = latency_report.section(data, str(tmp_path), str(tmp_path / "img"))
+    assert "Every size first warms up for 0.5 s (at least 20 iterations)" in md, md  # from the run's plan
     assert ("| 64 MiB allreduce, np=4: herring faster than torch-gloo | >= 5x | 4.67x (torch-gloo 140 ms, "
             "herring 30 ms) | not met |") in md, md
     assert ("| 64 MiB allreduce, np=4: herring, ordinary tensors, within 1.4x of the memory-traffic bound | <= 1.4x "

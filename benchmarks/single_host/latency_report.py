@@ -188,7 +188,13 @@ def section(data, doc_dir, img_dir):
     """The goals, the tables and the plot as markdown (for docs/benchmarks_latency.md and, through
     benchmarks/single_host/report.py, for docs/benchmarks.md); image links relative to doc_dir."""
     lat, tiny, syncbn = medians(data, "allreduce"), medians(data, "tiny"), medians(data, "syncbn")
-    large, bound = medians(data, "allreduce-large"), Results(data).memory_bound(LARGE_SIZE, LARGE_NP)
+    res = Results(data)
+    large, bound = medians(data, "allreduce-large"), res.memory_bound(LARGE_SIZE, LARGE_NP)
+    warmup_iters, warmup_seconds = res.warmup("allreduce")
+    warmup = (f"Every size first warms up for {warmup_seconds:g} s (at least {warmup_iters} iterations): the first "
+              "~0.1 s of a job's small collectives ran at about twice the steady state on this machine, on "
+              "whichever size came first. " if warmup_seconds else
+              f"Every size first runs {warmup_iters if warmup_iters is not None else 'some'} warm-up iterations. ")
     nps = sorted({k[2] for k in lat})
     sizes = sorted({k[3] for k in lat})
     img = os.path.join(img_dir, "latency_allreduce.png")
@@ -200,11 +206,9 @@ def section(data, doc_dir, img_dir):
         f"(load average {m.get('load_average_start')} at the "
         f"start, {m.get('load_average_end')} at the end; raw results `{meta.get('results_path')}`).\n",
         "Each iteration: a barrier, then one float32 sum-allreduce in place, timed on every rank; the time of an "
-        "iteration is the slowest rank's, the tables show the median over the iterations. Every size first warms "
-        "up for half a second (at least 20 iterations): the first ~0.1 s of a job's small collectives ran at "
-        "about twice the steady state on this machine, on whichever size came first. `herring, first round` "
-        "is the same engine with `HERRING_CONTROL_PLANE=tcp HERRING_SMALL_MESSAGE_BYTES=0` (bit vectors through "
-        "rank 0 over TCP, staged two-step shared-memory reduction): the path of the first round, in the same run. "
+        "iteration is the slowest rank's, the tables show the median over the iterations. " + warmup +
+        "`herring, first round` is the same engine with `HERRING_CONTROL_PLANE=tcp "
+        "HERRING_SMALL_MESSAGE_BYTES=0` (bit vectors through rank 0 over TCP, staged two-step shared-memory reduction): the path of the first round, in the same run. "
         "`loop-only` is the same engine with `HERRING_CALLER_RUNS_CYCLES=0`: every cycle runs on the engine's "
         "loop thread, which the waiting thread wakes and then sleeps until it is done. "
         "Ratios are the stack's time over herring's (above 1: herring is faster). The last rows of the goal "

@@ -353,14 +353,16 @@ class Report:
         self.add("## How each stack runs\n")
         rows = [(name, STACKS[name].description) for name in ALL_STACKS if name in self.res.stacks]
         self.add(_table(["Stack", "What runs"], rows) + "\n")
+        _, warmup_seconds = self.res.warmup("allreduce")
+        sweep = (f" (in the allreduce sweep, after at least {warmup_seconds:g} s of them: a job's first ~0.1 s of "
+                 "collectives ran slower on this machine, see `benchmarks/workers/workloads.py`)"
+                 if warmup_seconds else "")
         self.add("Each (stack, rank count) is one launch through the stack's own launcher, in its own "
                  "process tree with a deadline; a stack that fails is reported as failed and the run "
                  "goes on. Every launch runs with the stack's defaults (the caller's HOROVOD_* and "
                  "HERRING_* variables are not passed on), torch with one thread per rank "
                  "(OMP_NUM_THREADS=1), ranks on one host. Iteration counts adapt to a time budget "
-                 "after the warm-up iterations (in the allreduce sweeps, after at least half a second of "
-                 "them: a job's first ~0.1 s of collectives ran slower on this machine, see "
-                 "`benchmarks/workers/workloads.py`); see `benchmarks/single_host/plan.py` for the "
+                 f"after the warm-up iterations{sweep}; see `benchmarks/single_host/plan.py` for the "
                  "presets.\n")
         extra = {k: v for k, v in self.data.get("plan", {}).get("extra_env", {}).items() if v}
         if extra:

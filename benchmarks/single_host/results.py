@@ -60,6 +60,13 @@ class Results:
     def nps(self):
         return self.data.get("plan", {}).get("nps", [])
 
+    def warmup(self, workload):
+        """(warm-up iterations, warm-up seconds) of a workload in the run's plan, (None, 0.0) when
+        the plan does not have it."""
+        spec = next((w for w in self.data.get("plan", {}).get("workloads", []) if w.get("id") == workload), {})
+        timing = spec.get("timing", {})
+        return timing.get("warmup"), float(timing.get("warmup_seconds", 0.0))
+
     # --- the memory-traffic bound ----------------------------------------------------------
     def membw(self, kernel, procs=None):
         """Median rate (bytes of the kernel's destination per second) of `kernel` with `procs`
