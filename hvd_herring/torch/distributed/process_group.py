@@ -84,7 +84,6 @@ class HerringProcessGroup(dist.ProcessGroup):
         self._set = int(process_set_id)
         self._ranks = list(global_ranks)          # global rank of every group rank
         self._timeout = timeout_seconds
-        self._in_flight_p2p = []                  # sends/recvs whose memory the engine still uses
         self._label = group_name
         self._desc = ""
 
@@ -131,7 +130,7 @@ class HerringProcessGroup(dist.ProcessGroup):
 
     def _work(self, op, parts, finish, result, opts, keep_alive):
         return HerringWork(self._what(op), parts, finish, result, self._timeout_of(opts), keep_alive,
-                           chain=last_chain())
+                           chain=last_chain(), ordered_in=self._set)
 
     def _by_dtype(self, tensors):
         groups = {}
@@ -446,8 +445,6 @@ class HerringProcessGroup(dist.ProcessGroup):
             if copy_back:
                 tensor.copy_(buf)
 
-        # The memory must outlive the transfer even if the caller drops the Work.
-        self._in_flight_p2p = [(t, b) for t, b in self._in_flight_p2p if not t.done] + [(transfer, buf)]
         # Named apart from the collectives: only two ranks take part (a chain id for its future).
         return HerringWork(self._what(f"{what} (peer {peer}, tag {tag})"), [TransferPart(transfer)], finish,
                            list(tensors), self._timeout, [buf], chain=f"{what}.{self._ranks[peer]}.{tag}")
