@@ -214,6 +214,15 @@ class HerringBasics:
     def stop_timeline(self):
         raise NotImplementedError("the herring timeline is configured with HOROVOD_TIMELINE")
 
+    def check_adasum(self, process_set):
+        """Horovod's own conditions for op=Adasum on CPU, raised as Horovod raises them, before
+        anything is queued (the engine checks dtype and size again: AdasumUnsupportedReason)."""
+        if process_set is not None and process_set.process_set_id != 0:
+            raise NotImplementedError("Adasum does not support non-global process sets yet.")
+        size = self.size()
+        if size & (size - 1):
+            raise NotImplementedError("Running Adasum with non-power of 2 ranks is not supported yet.")
+
     # --- collectives plumbing -----------------------------------------------------------------
     def enqueue(self, op_type, name, process_set_id, dtype, reduce_op, prescale, postscale, root, tensors,
                 set_ranks=(), set_id=-1, in_program_order=False):

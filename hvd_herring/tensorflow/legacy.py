@@ -85,8 +85,11 @@ def DistributedOptimizer(optimizer, name=None, use_locking=False, device_dense='
                          num_groups=0, groups=None, process_set=global_process_set, scale_local_gradients=True):
     """Horovod's hvd.DistributedOptimizer: wraps a tf.compat.v1.train.Optimizer, or a Keras
     optimizer (then it is horovod.tensorflow.keras.DistributedOptimizer)."""
-    if op == Adasum:
-        raise NotImplementedError("Adasum is not supported by the herring backend")
+    if op == Adasum and isinstance(optimizer, _LegacyOptimizer):
+        # Horovod's TF1 Adasum optimizer reduces the deltas of a local step (_DistributedAdasumOptimizer),
+        # not the gradients; Keras optimizers below reduce their gradients with Adasum, as Horovod's do.
+        raise NotImplementedError("op=Adasum with a tf.compat.v1 optimizer is not supported by the herring "
+                                  "backend; use a Keras optimizer (its gradients are reduced with Adasum)")
     if gradient_predivide_factor != 1.0 and op != Average:
         raise ValueError('gradient_predivide_factor not supported with op != Average')
     if num_groups != 0:

@@ -111,9 +111,9 @@ def _as_tensors(values, what):
     return tensors
 
 
-def _reduce_op_code(op):
-    if op == Adasum:
-        raise NotImplementedError("Adasum is not supported by the herring backend")
+def _reduce_op_code(op, process_set=None):
+    if op == Adasum:  # Horovod's conditions; the engine runs it (native/ops/adasum_allreduce.h)
+        _basics.check_adasum(process_set)
     return int(op)
 
 
@@ -125,7 +125,7 @@ def _allreduce(tensor, name=None, op=Sum, prescale_factor=1.0, postscale_factor=
     Returns a tensor of the same shape and type."""
     _check_not_xla("allreduce")
     tensor = _as_tensor(tensor)
-    return _LIB.herring_allreduce(tensor, reduce_op=_reduce_op_code(op), prescale_factor=prescale_factor,
+    return _LIB.herring_allreduce(tensor, reduce_op=_reduce_op_code(op, process_set), prescale_factor=prescale_factor,
                                   postscale_factor=postscale_factor, process_set_id=process_set.process_set_id,
                                   **_naming("HorovodAllreduce", [tensor], name, ignore_name_scope))
 
@@ -137,7 +137,8 @@ def _grouped_allreduce(tensors, name=None, op=Sum, prescale_factor=1.0, postscal
     tensors = _as_tensors(tensors, "grouped_allreduce")
     if not tensors:
         return []
-    return _LIB.herring_grouped_allreduce(tensors, reduce_op=_reduce_op_code(op), prescale_factor=prescale_factor,
+    return _LIB.herring_grouped_allreduce(tensors, reduce_op=_reduce_op_code(op, process_set),
+                                          prescale_factor=prescale_factor,
                                           postscale_factor=postscale_factor,
                                           process_set_id=process_set.process_set_id,
                                           **_naming("HorovodGroupedAllreduce", tensors, name, ignore_name_scope))

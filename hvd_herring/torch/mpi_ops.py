@@ -174,15 +174,16 @@ def synchronize(handle):
 
 # --- allreduce -----------------------------------------------------------------------------------
 
-def _reject_adasum(op):
-    # NotImplementedError is a RuntimeError, which is what Horovod raises for unsupported ops.
+def _check_adasum(op, process_set):
+    # Horovod's conditions, with its NotImplementedError (a RuntimeError); the engine runs it
+    # (native/ops/adasum_allreduce.h).
     if op == Adasum:
-        raise NotImplementedError("Adasum is not supported by the herring backend")
+        _basics.check_adasum(process_set)
 
 
 def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor, process_set,
                      waiter_follows=False):
-    _reject_adasum(op)
+    _check_adasum(op, process_set)
     return _enqueue("allreduce", name, [_input(tensor)], [output], process_set, op, prescale_factor,
                     postscale_factor, result=output, waiter_follows=waiter_follows)
 
@@ -241,7 +242,7 @@ def _allreduce_inplace(tensor, average, name, op, prescale_factor, postscale_fac
     if op is None or average is not None:
         op = handle_average_backwards_compatibility(op, average)
     if op == Adasum:
-        _reject_adasum(op)
+        _check_adasum(op, process_set)
     return _enqueue_one("allreduce", name, _inplace(tensor), tensor, process_set, op, prescale_factor,
                         postscale_factor, result=tensor, waiter_follows=waiter_follows)
 
@@ -254,7 +255,7 @@ def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, po
 
 
 def _grouped_allreduce_async(tensors, outputs, name, op, prescale_factor, postscale_factor, process_set):
-    _reject_adasum(op)
+    _check_adasum(op, process_set)
     return _enqueue("allreduce", name, [_input(t) for t in tensors], outputs, process_set, op, prescale_factor,
                     postscale_factor, result=list(outputs))
 
@@ -499,7 +500,6 @@ def reducescatter_async(tensor, name=None, op=Average, process_set=global_proces
                         postscale_factor=1.0):
     """Asynchronous reduction over the members, each receiving its slice of the first dimension
     (the first dim % size members get one extra row)."""
-    _reject_adasum(op)
     return _enqueue("reducescatter", name, [_input(tensor)], None, process_set, op, prescale_factor,
                     postscale_factor, finish=lambda caps, *_: _tensors_from(caps)[0])
 
@@ -536,7 +536,6 @@ def reducescatter(tensor, name=None, compression=Compression.none, op=Average, p
 def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=global_process_set,
                                 prescale_factor=1.0, postscale_factor=1.0):
     """Asynchronous reducescatter of a list of tensors as one unit."""
-    _reject_adasum(op)
     return _enqueue("reducescatter", name, [_input(t) for t in tensors], None, process_set, op,
                     prescale_factor, postscale_factor, finish=lambda caps, *_: _tensors_from(caps))
 

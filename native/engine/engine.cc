@@ -5,6 +5,7 @@
 
 #include "common/environment.h"
 #include "common/logging.h"
+#include "ops/adasum_allreduce.h"
 #include "ps/shard_server.h"
 #include "kernels/reduce.h"
 #include "rendezvous/rendezvous_protocol.h"
@@ -274,7 +275,12 @@ void Engine::ValidateAndComplete(Request* request) const {
   switch (m.type) {
     case OpType::kAllreduce:
     case OpType::kReducescatter: {
-      if (m.reduce_op == ReduceOp::kAdasum) bad("Adasum is not supported by the herring backend");
+      if (m.reduce_op == ReduceOp::kAdasum) {
+        if (m.type == OpType::kReducescatter) bad("Adasum is an allreduce; reducescatter does not take it");
+        const std::string why = AdasumUnsupportedReason(m.dtype, n);
+        if (!why.empty()) bad(why);
+        break;
+      }
       ReduceOp effective = m.reduce_op == ReduceOp::kAverage ? ReduceOp::kSum : m.reduce_op;
       if (!ReductionSupported(m.dtype, effective)) {
         bad(std::string(ReduceOpName(m.reduce_op)) + " is not supported for " + DataTypeName(m.dtype) + " tensors");

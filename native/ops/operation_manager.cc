@@ -1,5 +1,6 @@
 #include "ops/operation_manager.h"
 
+#include "ops/adasum_allreduce.h"
 #include "ops/halving_doubling_allreduce.h"
 #include "ops/herring_allreduce.h"
 #include "ops/ring_allreduce.h"
@@ -10,6 +11,7 @@ OperationManager::OperationManager(const Config& config) {
   auto herring = std::make_unique<HerringAllreduce>();
   herring_ = herring.get();
   allreduce_.push_back(std::make_unique<LocalAllreduce>());
+  allreduce_.push_back(std::make_unique<AdasumAllreduce>());  // op=Adasum only: not an elementwise sum
   if ((config.allreduce == AllreduceAlgorithm::kHalvingDoubling ||
        config.allreduce == AllreduceAlgorithm::kHalvingDoublingTopo) && config.dedicated_servers == 0) {
     allreduce_.push_back(MakeHalvingDoublingAllreduce(config));  // herring and ring stay as fallbacks

@@ -22,6 +22,7 @@ struct Counters {
   std::atomic<uint64_t> herring_allreduces{0};   // executions by the PS allreduce
   std::atomic<uint64_t> ring_allreduces{0};      // executions by the ring allreduce
   std::atomic<uint64_t> hd_allreduces{0};        // executions by halving-doubling (hd, hd-topo)
+  std::atomic<uint64_t> adasum_allreduces{0};    // executions of op=Adasum (ops/adasum_allreduce.h)
   std::atomic<uint64_t> shm_chunks{0};           // chunks staged through shared memory
   std::atomic<uint64_t> shm_negotiations{0};     // cycles whose AND met in shared memory
   std::atomic<uint64_t> one_step_allreduces{0};  // small batches reduced by every rank in one step
@@ -50,6 +51,7 @@ struct Counters {
             {"herring_allreduces", herring_allreduces},
             {"ring_allreduces", ring_allreduces},
             {"hd_allreduces", hd_allreduces},
+            {"adasum_allreduces", adasum_allreduces},
             {"shm_chunks", shm_chunks},
             {"shm_negotiations", shm_negotiations},
             {"one_step_allreduces", one_step_allreduces},
