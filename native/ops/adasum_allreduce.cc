@@ -1,6 +1,7 @@
 #include "ops/adasum_allreduce.h"
 
 #include <cfloat>
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/half_float.h"
@@ -13,19 +14,66 @@ namespace {
 // gradient, e.g. a joined rank's, adds nothing and is not divided by).
 const double kSmallestNormSquared = std::sqrt(DBL_MIN);
 
-double Load(DataType dtype, const uint8_t* base, int64_t i) {
-  switch (dtype) {
-    case DataType::kFloat16: return half_float::HalfBitsToFloat(reinterpret_cast<const uint16_t*>(base)[i]);
-    case DataType::kFloat32: return reinterpret_cast<const float*>(base)[i];
-    default: return reinterpret_cast<const double*>(base)[i];
+// The two kernels of the combination, on float and double (float16 goes through float in blocks).
+template <typename T>
+void AccumulateDotAndNorms(const T* a, const T* b, int64_t n, double* dot, double* a_sq, double* b_sq) {
+  double d = 0, aa = 0, bb = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const double x = a[i], y = b[i];
+    d += x * y;
+    aa += x * x;
+    bb += y * y;
+  }
+  *dot += d;
+  *a_sq += aa;
+  *b_sq += bb;
+}
+
+template <typename T>
+void ScaledAdd(T* a, double a_coeff, const T* b, double b_coeff, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) a[i] = static_cast<T>(a_coeff * a[i] + b_coeff * b[i]);
+}
+
+constexpr int64_t kHalfBlock = 2048;
+
+void HalfToFloat(const uint16_t* in, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = half_float::HalfBitsToFloat(in[i]);
+}
+
+// dot += a.b, a_sq += a.a, b_sq += b.b over n elements of `dtype` (float16, float32, float64).
+void DotAndNorms(DataType dtype, const uint8_t* a, const uint8_t* b, int64_t n, double* dot, double* a_sq,
+                 double* b_sq) {
+  if (dtype == DataType::kFloat32) {
+    AccumulateDotAndNorms(reinterpret_cast<const float*>(a), reinterpret_cast<const float*>(b), n, dot, a_sq, b_sq);
+  } else if (dtype == DataType::kFloat64) {
+    AccumulateDotAndNorms(reinterpret_cast<const double*>(a), reinterpret_cast<const double*>(b), n, dot, a_sq, b_sq);
+  } else {
+    float fa[kHalfBlock], fb[kHalfBlock];
+    for (int64_t at = 0; at < n; at += kHalfBlock) {
+      const int64_t m = std::min(kHalfBlock, n - at);
+      HalfToFloat(reinterpret_cast<const uint16_t*>(a) + at, fa, m);
+      HalfToFloat(reinterpret_cast<const uint16_t*>(b) + at, fb, m);
+      AccumulateDotAndNorms(fa, fb, m, dot, a_sq, b_sq);
+    }
   }
 }
 
-void Store(DataType dtype, uint8_t* base, int64_t i, double v) {
-  switch (dtype) {
-    case DataType::kFloat16: reinterpret_cast<uint16_t*>(base)[i] = half_float::FloatToHalfBits(static_cast<float>(v)); break;
-    case DataType::kFloat32: reinterpret_cast<float*>(base)[i] = static_cast<float>(v); break;
-    default: reinterpret_cast<double*>(base)[i] = v; break;
+// a = a_coeff * a + b_coeff * b over n elements of `dtype`.
+void Combine(DataType dtype, uint8_t* a, double a_coeff, const uint8_t* b, double b_coeff, int64_t n) {
+  if (dtype == DataType::kFloat32) {
+    ScaledAdd(reinterpret_cast<float*>(a), a_coeff, reinterpret_cast<const float*>(b), b_coeff, n);
+  } else if (dtype == DataType::kFloat64) {
+    ScaledAdd(reinterpret_cast<double*>(a), a_coeff, reinterpret_cast<const double*>(b), b_coeff, n);
+  } else {
+    float fa[kHalfBlock], fb[kHalfBlock];
+    uint16_t* ha = reinterpret_cast<uint16_t*>(a);
+    for (int64_t at = 0; at < n; at += kHalfBlock) {
+      const int64_t m = std::min(kHalfBlock, n - at);
+      HalfToFloat(ha + at, fa, m);
+      HalfToFloat(reinterpret_cast<const uint16_t*>(b) + at, fb, m);
+      ScaledAdd(fa, a_coeff, fb, b_coeff, m);
+      for (int64_t i = 0; i < m; ++i) ha[at + i] = half_float::FloatToHalfBits(fa[i]);
+    }
   }
 }
 
@@ -114,12 +162,8 @@ void AdasumAllreduce::Execute(ExecContext& ctx, AllreduceBatch& batch) {
     std::fill(dots.begin(), dots.end(), 0.0);
     ForEachTensorPart(bounds, seg, [&](size_t t, int64_t lo, int64_t hi) {
       double dot = 0, mine_sq = 0, theirs_sq = 0;
-      for (int64_t i = lo; i < hi; ++i) {
-        const double a = Load(dtype, mine, i - seg.begin), b = Load(dtype, theirs, i - seg.begin);
-        dot += a * b;
-        mine_sq += a * a;
-        theirs_sq += b * b;
-      }
+      DotAndNorms(dtype, mine + (lo - seg.begin) * esz, theirs + (lo - seg.begin) * esz, hi - lo, &dot, &mine_sq,
+                  &theirs_sq);
       dots[3 * t] = dot;
       dots[3 * t + 1] = left ? mine_sq : theirs_sq;
       dots[3 * t + 2] = left ? theirs_sq : mine_sq;
@@ -135,10 +179,7 @@ void AdasumAllreduce::Execute(ExecContext& ctx, AllreduceBatch& batch) {
       const double theirs_sq = left ? dots[3 * t + 2] : dots[3 * t + 1];
       const double mine_coeff = mine_sq >= kSmallestNormSquared ? 1.0 - dot / mine_sq * 0.5 : 1.0;
       const double theirs_coeff = theirs_sq >= kSmallestNormSquared ? 1.0 - dot / theirs_sq * 0.5 : 1.0;
-      for (int64_t i = lo; i < hi; ++i) {
-        const int64_t at = i - seg.begin;
-        Store(dtype, mine, at, mine_coeff * Load(dtype, mine, at) + theirs_coeff * Load(dtype, theirs, at));
-      }
+      Combine(dtype, mine + (lo - seg.begin) * esz, mine_coeff, theirs + (lo - seg.begin) * esz, theirs_coeff, hi - lo);
     });
   }
   for (int level = static_cast<int>(parents.size()) - 1; level >= 0; --level) {  // distance-halving gather

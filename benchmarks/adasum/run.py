@@ -1,0 +1,74 @@
+"""Adasum against Sum on the herring engine (issue 25): the time of one float32 allreduce of
+4 KiB to 64 MiB with op=Sum (the herring PS allreduce and its small-message paths) and with
+op=Adasum (vector-halving distance-doubling with the per-tensor dot products, native/ops/
+adasum_allreduce.h), in the same job, at np=2 and np=4 on one host. Writes
+benchmarks/results/adasum.json and docs/benchmarks_adasum.md.
+
+    .venv/bin/python -m benchmarks.adasum.run [--nps 2 4]
+
+Horovod-gloo has no Adasum on CPU without MPI (its Adasum is the MPI path), so there is no peer."""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+from benchmarks.common.formatting import fmt_bytes, fmt_time
+from benchmarks.common.machine import facts, load_average
+from benchmarks.common.paths import DOCS_DIR, RESULTS_DIR, ROOT, WORKERS_DIR
+
+WORKER = os.path.join(WORKERS_DIR, "adasum_vs_sum.py")
+
+
+def run_np(np_):
+    out = tempfile.mktemp(prefix="herring-adasum-bench-", suffix=".json")
+    bin_dir = os.path.dirname(sys.executable)
+    env = dict(os.environ, HOROVOD_BACKEND="herring", HERRING_BENCH_OUT=out, PYTHONUNBUFFERED="1",
+               PATH=bin_dir + os.pathsep + os.environ.get("PATH", ""))
+    cmd = [os.path.join(bin_dir, "horovodrun"), "--gloo", "-np", str(np_), "-H", f"localhost:{np_}",
+           sys.executable, WORKER]
+    subprocess.run(cmd, env=env, cwd=ROOT, check=True, timeout=1800)
+    with open(out) as f:
+        result = json.load(f)
+    os.remove(out)
+    return result
+
+
+def report(results):
+    lines = ["# Adasum against Sum (herring engine, one host)", "",
+             f"Machine: {results['machine']}. Each size is one float32 tensor allreduced in place, ops "
+             "alternating per size in one job; median of the slowest rank's time per call, after a "
+             "barrier (benchmarks/workers/adasum_vs_sum.py, `python -m benchmarks.adasum.run`).", "",
+             "Adasum moves the same bytes as a halving-doubling allreduce (2(n-1)/n of the buffer per rank) "
+             "plus log2(n) rounds of small dot-product exchanges per level, and computes a dot product "
+             "and two norms in float64 over every element; Sum takes the herring PS allreduce with its "
+             "one-step shared-memory path for small messages.", ""]
+    for entry in results["runs"]:
+        lines += [f"## np={entry['np']}", "", "| size | Sum | Adasum | Adasum / Sum |", "| --- | --- | --- | --- |"]
+        for row in entry["rows"]:
+            lines.append(f"| {fmt_bytes(row['bytes'])} | {fmt_time(row['sum'])} | {fmt_time(row['adasum'])} | "
+                         f"{row['adasum'] / row['sum']:.2f}x |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nps", type=int, nargs="+", default=[2, 4])
+    parser.add_argument("--out", default=os.path.join(RESULTS_DIR, "adasum.json"))
+    args = parser.parse_args()
+    machine = facts(with_peer=False)
+    results = {"machine": f"{machine['cpu']}, {machine['cores']} cores, {machine['date']}, hvd_herring "
+                          f"{machine['versions']['hvd_herring']}, load {machine.get('load') or load_average()}",
+               "runs": [run_np(n) for n in args.nps]}
+    with open(args.out, "w") as f:
+        json.dump(results, f, indent=1)
+    with open(os.path.join(DOCS_DIR, "benchmarks_adasum.md"), "w") as f:
+        f.write(report(results) + "\n")
+    print(report(results))
+
+
+if __name__ == "__main__":
+    main()
