@@ -68,6 +68,18 @@ NEEDS_GLOO_BODY = {
 }
 
 
+# Tests gloo passes that herring fails, torch asking the same of every CPU backend: the gaps
+# this backend still has. name -> (the error they must fail with, why). Checked both ways: when
+# one passes, this test fails until it is removed from here.
+_ANY_SOURCE = (r"recv from any source is not supported",
+               "herring's point-to-point transfers name their peer (native/engine/p2p.cc): no any-source match")
+KNOWN_GAPS = {
+    "test_send_recv_any_source": _ANY_SOURCE,
+    "test_send_recv_any_source_autograd_profiler": _ANY_SOURCE,
+    "test_send_recv_any_source_torch_profiler": _ANY_SOURCE,
+}
+
+
 def gloo_passes(world_size):
     with open(GLOO_RECORD) as f:
         return json.load(f)["passed"][str(world_size)]
@@ -111,13 +123,23 @@ def _describe(bad):
 
 def test_every_test_gloo_passes_passes_on_herring(herring_run):
     n, run, outcomes = herring_run
-    expected = [t for t in gloo_passes(n) if t not in GATED_BY_NAME]
+    expected = [t for t in gloo_passes(n) if t not in GATED_BY_NAME and t not in KNOWN_GAPS]
     bad = _failures(outcomes, expected)
     passed = sum(o["outcome"] == "passed" for o in outcomes.values())
     print(f"np{n}: gloo passes {len(gloo_passes(n))}; herring passes {passed} of them as torch runs the "
-          f"suite; {len([t for t in gloo_passes(n) if t in GATED_BY_NAME])} torch runs for gloo only")
+          f"suite; {len([t for t in gloo_passes(n) if t in GATED_BY_NAME])} torch runs for gloo only; "
+          f"{len([t for t in gloo_passes(n) if t in KNOWN_GAPS])} known gaps")
     assert not bad, f"np{n}: {len(bad)} of the {len(expected)} tests gloo passes do not pass on herring:\n" \
                     + _describe(bad)
+
+
+def test_known_gaps_fail_for_their_reason(herring_run):
+    n, run, outcomes = herring_run
+    for name, (error, why) in KNOWN_GAPS.items():
+        got = outcomes.get(name, {"outcome": "not run", "detail": ""})
+        assert got["outcome"] == "failed" and re.search(error, got["detail"]), \
+            f"np{n}: {name} ({why}): expected to fail with {error!r}, got {got['outcome']}: " \
+            f"{got['detail'][-800:]} - if it passes now, remove it from KNOWN_GAPS"
 
 
 def test_the_tests_torch_keeps_for_gloo_are_skipped_for_that_reason(herring_run):

@@ -176,6 +176,18 @@ class _BackendTest(MultiProcessTestCase):
         except OSError:
             pass
 
+    # Tests this backend is known to fail here: name -> (the error they must fail with, why).
+    # Checked both ways: such a test that passes fails, so the entry goes when the gap closes.
+    known_gaps = {}
+
+    def _check_return_codes(self, fn, elapsed_time):
+        gap = self.known_gaps.get(self._current_test_name())
+        if gap is None:
+            return super()._check_return_codes(fn, elapsed_time)
+        error, why = gap
+        with self.assertRaisesRegex(RuntimeError, error, msg=f"known gap ({why}) no longer fails: remove it"):
+            super()._check_return_codes(fn, elapsed_time)
+
     def _init(self, store):
         if os.environ.get("HERRING_SUITE_EXPORT_RANK") == "1":  # TEMPORARY: until explicit rank wins
             os.environ["RANK"], os.environ["WORLD_SIZE"] = str(self.rank), str(self.world_size)
@@ -1520,10 +1532,22 @@ class DispatchedCollectivesTest(_BackendTest):
 
 # --- one concrete class per backend and world size -------------------------------------------
 
+# A rank that leaves (its test done, the process exits) takes the herring engine's connections
+# with it, and the members of a subgroup without it still at work fail: gloo's ranks are
+# independent. Only the world-size-4 runs have such subgroups.
+_LEAVING_RANK = (r"connection closed", "herring: a rank that exits aborts the subgroups it is not in")
+KNOWN_GAPS = {
+    ("herring", 4): {
+        "test_sequence_num_set_new_group": _LEAVING_RANK,
+        "test_sequence_num_incremented_subgroup": _LEAVING_RANK,
+    },
+}
+
 for _base in (ProcessGroupTest, DistributedDataParallelTest, CommTest, DispatchedCollectivesTest):
     for _backend in BACKENDS:
         for _n in ([1] if _base is DispatchedCollectivesTest else WORLD_SIZES):
             _name = f"{_base.__name__}_{_backend}_np{_n}"
-            globals()[_name] = type(_name, (_base,), {"backend": _backend, "ranks": _n, "__test__": True})
+            globals()[_name] = type(_name, (_base,), {"backend": _backend, "ranks": _n, "__test__": True,
+                                                      "known_gaps": KNOWN_GAPS.get((_backend, _n), {})})
     _base.__test__ = False  # the templates themselves are not run
 del _base, _backend, _n, _name

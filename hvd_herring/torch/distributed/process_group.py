@@ -146,6 +146,7 @@ class HerringProcessGroup(dist.ProcessGroup):
         self._label = group_name
         self._desc = ""
         self._sequence = 0                        # collectives issued on this group (c10d's sequence number)
+        self._pending = []                        # this group's collectives not known to be complete
 
     # --- identity ------------------------------------------------------------------------------
     def getBackendName(self):
@@ -210,8 +211,11 @@ class HerringProcessGroup(dist.ProcessGroup):
             # The results are written by whichever thread completes the Work (a settler, for a
             # future): in inference mode if the caller was, as inference tensors demand.
             finish = _in_inference_mode(finish)
-        return HerringWork(self._what(op), parts, finish, result, self._timeout_of(opts), keep_alive,
+        work = HerringWork(self._what(op), parts, finish, result, self._timeout_of(opts), keep_alive,
                            chain=last_chain())
+        # Held until complete, even if the caller drops it: a barrier waits for them.
+        self._pending = [w for w in self._pending if not w.is_completed()] + [work]
+        return work
 
     def _by_dtype(self, tensors):
         groups = {}
@@ -635,10 +639,25 @@ class HerringProcessGroup(dist.ProcessGroup):
         return self._work("scatter", [EnginePart(handle, code)], finish, outputs, opts, [flat])
 
     def barrier(self, opts=None):
+        """c10d's barrier returns after every earlier collective of the group (gloo's
+        test_barrier_implies_wait), dropped Works included: they are completed first. Their errors
+        stay theirs (each Work reports its own)."""
         opts = opts if opts is not None else dist.BarrierOptions()
+        for work in self._pending:
+            try:
+                work.wait()
+            except Exception:
+                pass
+        self._pending = []
         handle = basics.enqueue("barrier", collective_name(self._set, "barrier"), self._set, DTYPES["uint8"],
                                 basics.Sum, 1.0, 1.0, -1, [], in_program_order=True)
         return self._work("barrier", [EnginePart(handle, DTYPES["uint8"])], lambda values: None, [], opts, [])
+
+    def monitored_barrier(self, timeout=None, wait_all_ranks=False):
+        """torch.distributed.monitored_barrier refuses every backend but gloo before it reaches one;
+        called on the group directly, the same refusal."""
+        raise RuntimeError("herring: monitored_barrier is only implemented for GLOO backend (torch's own "
+                           "restriction); use barrier()")
 
     # --- point to point ------------------------------------------------------------------------
     def _p2p(self, what, fn, tensors, peer, tag):
