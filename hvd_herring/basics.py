@@ -41,11 +41,15 @@ class HerringBasics:
         self.Min = ops["Min"]
         self.Max = ops["Max"]
         self.Product = ops["Product"]
+        self._forked_from = None  # the parent's pid, in a child forked while an engine ran
+        os.register_at_fork(after_in_child=self._after_fork_in_child)
 
     # --- lifecycle -------------------------------------------------------------------------
-    def init(self, comm=None, process_sets=None, exchange=None):
+    def init(self, comm=None, process_sets=None, exchange=None, env=None):
         """Horovod's hvd.init(comm=None, process_sets=None). `exchange` (mine -> every rank's
-        record) replaces the launcher's endpoint exchange: torch.distributed passes its Store's."""
+        record) replaces the launcher's endpoint exchange: torch.distributed passes its Store's.
+        `env` replaces the process environment as the source of the launch variables and knobs:
+        torch.distributed passes one that carries the rank and size torch was given."""
         with self._lock:
             if self._engine is not None and self._engine.running:
                 return
@@ -69,7 +73,7 @@ class HerringBasics:
             if exchange is None:
                 exchange = elastic_rendezvous.prepare_init(self._epoch > 0) or bootstrap.exchange_function()
             self._engine = _native.Engine([list(ps.ranks) for ps in static_sets], self._epoch, exchange,
-                                          zero_copy=self.zero_copy)
+                                          zero_copy=self.zero_copy, env=dict(env or {}))
             self._slot.set(self._engine)
             self._epoch += 1
             # Process-set changes are named per engine, as the engine names unnamed collectives:
@@ -125,8 +129,27 @@ class HerringBasics:
         """The running engine; raises ValueError (as Horovod does) before init."""
         e = self._engine
         if e is None:
+            if self._forked_from is not None:
+                raise RuntimeError(
+                    f"hvd_herring: this process (pid {os.getpid()}) was forked from process {self._forked_from} "
+                    "after the engine started there; the engine's threads and connections stay in that "
+                    "process, so a forked child cannot run collectives on it. Start workers with the 'spawn' "
+                    "(or 'forkserver') method, or fork before hvd.init() / init_process_group.")
             raise ValueError("Horovod has not been initialized; use hvd.init().")
         return e
+
+    def _after_fork_in_child(self):
+        """fork() copies the engine's memory but none of its threads: this child must never use
+        it (its collectives would wait for a loop thread that does not exist here) nor destroy it
+        (its destructor joins those threads). Its reference is leaked, and the first collective
+        raises engine()'s error."""
+        self._lock = threading.Lock()  # another thread may have held it at the fork
+        if self._engine is None:
+            return
+        import ctypes
+        ctypes.pythonapi.Py_IncRef(ctypes.py_object(self._engine))
+        self._engine = None
+        self._forked_from = os.getppid()
 
     # --- topology ---------------------------------------------------------------------------
     def size(self):

@@ -54,7 +54,7 @@ if ! stamp_ok requirements "$req_hash"; then
   say "installing requirements/base.txt, bench.txt and test.txt"
   pip_quiet install -q --upgrade pip
   pip_quiet install -q -r requirements/base.txt -r requirements/bench.txt -r requirements/test.txt
-  "$PY" -c "import torch, numpy, pybind11, pytest, mpi4py, matplotlib, tf_keras, mock, parameterized" \
+  "$PY" -c "import torch, numpy, pybind11, pytest, mpi4py, matplotlib, tf_keras, mock, parameterized, pytorch_lightning" \
     || { echo "[setup] requirements failed" >&2; exit 1; }
   echo "$req_hash" > "$STAMPS/requirements"
 fi

@@ -23,6 +23,7 @@ import pytest
 
 import launch
 from test_collectives import CHECK_NAMES, WORKER as COLLECTIVES_WORKER
+from test_torch_distributed_launchers import DROPPING_CHECKS, spawn as spawn_torch_ranks
 
 WORKERS = os.path.join("tests", "workers")
 MARKERS = ("ERROR: AddressSanitizer", "runtime error:", "ERROR: LeakSanitizer", "SUMMARY: UndefinedBehaviorSanitizer")
@@ -164,3 +165,17 @@ def test_r2sp_training_mode_under_sanitizers(sanitized, mode):
             assert outcomes[r]["bitwise"], outcomes[r]
         else:
             assert "rank 2's push of step 3 did not arrive within 2 s" in outcomes[r]["error"], outcomes[r]
+
+
+def test_dropped_works_futures_and_tensors_under_sanitizers(sanitized):
+    # torch.distributed's Works and futures, and Horovod's handles, dropped before the collective
+    # starts, while it runs and after, with their tensors: the engine must never write memory the
+    # caller freed (ASan reports heap-use-after-free at the first such write).
+    run, per_rank = spawn_torch_ranks("tcp", 2, HERRING_TEST_ONLY=",".join(DROPPING_CHECKS), **sanitized.env)
+    assert_no_sanitizer_report(sanitized, run.output)
+    assert sorted(per_rank) == [0, 1], f"ranks reported {sorted(per_rank)}\n{run.output[-5000:]}"
+    assert run.returncode == 0, run.output[-5000:]
+    for r, data in per_rank.items():
+        assert sorted(data["results"]) == sorted(DROPPING_CHECKS), data["results"]
+        failed = {c: v for c, v in data["results"].items() if v != "ok"}
+        assert not failed, f"rank {r}: {failed}"

@@ -189,8 +189,6 @@ class _BackendTest(MultiProcessTestCase):
             super()._check_return_codes(fn, elapsed_time)
 
     def _init(self, store):
-        if os.environ.get("HERRING_SUITE_EXPORT_RANK") == "1":  # TEMPORARY: until explicit rank wins
-            os.environ["RANK"], os.environ["WORLD_SIZE"] = str(self.rank), str(self.world_size)
         c10d.init_process_group(backend=self.backend, store=store, rank=self.rank, world_size=self.world_size)
 
     def _create_process_group(self, store):

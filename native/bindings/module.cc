@@ -192,8 +192,9 @@ PYBIND11_MODULE(_native, m) {
   py::class_<Engine, std::shared_ptr<Engine>>(m, "Engine")
       .def(py::init([](std::vector<std::vector<int>> process_sets, int epoch,
                        std::function<std::vector<std::string>(const std::string&)> exchange, bool join,
-                       std::shared_ptr<ZeroCopyMemory> zero_copy) {
+                       std::shared_ptr<ZeroCopyMemory> zero_copy, std::map<std::string, std::string> env) {
              EngineOptions o;
+             o.env = std::move(env);
              o.process_sets = std::move(process_sets);
              o.epoch = epoch;
              o.exchange = std::move(exchange);
@@ -202,7 +203,8 @@ PYBIND11_MODULE(_native, m) {
              return std::make_shared<Engine>(std::move(o));
            }),
            py::arg("process_sets"), py::arg("epoch"), py::arg("exchange") = nullptr, py::arg("join") = false,
-           py::arg("zero_copy") = nullptr, py::call_guard<py::gil_scoped_release>())
+           py::arg("zero_copy") = nullptr, py::arg("env") = std::map<std::string, std::string>{},
+           py::call_guard<py::gil_scoped_release>())
       .def("shutdown", &Engine::Shutdown, py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("running", &Engine::running)
       .def_property_readonly("is_dedicated_server", &Engine::is_dedicated_server)

@@ -59,12 +59,6 @@ class TestDistBackendWithFork(TestDistBackend, DistributedTest._DistTestBase):
         super().setUp()
         self._start_processes(_FORK)
 
-    @classmethod
-    def _run(cls, rank, test_name, file_name, pipe, **kwargs):
-        if os.environ.get("HERRING_SUITE_EXPORT_RANK") == "1":  # TEMPORARY workaround until explicit rank wins
-            os.environ["RANK"] = str(rank)
-        super()._run(rank, test_name, file_name, pipe, **kwargs)
-
 
 def _lift_gates(cls, reasons):
     """HERRING_SUITE_LIFT: the tests whose skip reason matches this regex (torch's gates on the

@@ -21,9 +21,11 @@ def _create_process_group(options, backend_options=None):
     rank, size = options.group_rank, options.group_size
     timeout = options.timeout.total_seconds()
     if not basics.is_initialized():
-        # The default group under torchrun: the engine exchanges its endpoints through torch's Store.
+        # The default group (torchrun, tcp://, file://, store=, mp.spawn): the engine takes the rank and
+    # size torch hands it, and exchanges its endpoints through torch's Store.
         rendezvous.prepare_engine_environment()
-        basics.init(exchange=rendezvous.store_exchange(options.store, rank, size, timeout))
+        basics.init(exchange=rendezvous.store_exchange(options.store, rank, size, timeout),
+                    env=rendezvous.launch_environment(rank, size, options.store))
     ranks = list(options.global_ranks_in_group) or list(range(size))
     if len(ranks) == basics.size():
         set_id = 0

@@ -142,11 +142,9 @@ class HerringProcessGroup(dist.ProcessGroup):
         self._set = int(process_set_id)
         self._ranks = list(global_ranks)          # global rank of every group rank
         self._timeout = timeout_seconds
-        self._in_flight_p2p = []                  # sends/recvs whose memory the engine still uses
         self._label = group_name
         self._desc = ""
         self._sequence = 0                        # collectives issued on this group (c10d's sequence number)
-        self._pending = []                        # this group's collectives not known to be complete
 
     # --- identity ------------------------------------------------------------------------------
     def getBackendName(self):
@@ -211,11 +209,8 @@ class HerringProcessGroup(dist.ProcessGroup):
             # The results are written by whichever thread completes the Work (a settler, for a
             # future): in inference mode if the caller was, as inference tensors demand.
             finish = _in_inference_mode(finish)
-        work = HerringWork(self._what(op), parts, finish, result, self._timeout_of(opts), keep_alive,
-                           chain=last_chain())
-        # Held until complete, even if the caller drops it: a barrier waits for them.
-        self._pending = [w for w in self._pending if not w.is_completed()] + [work]
-        return work
+        return HerringWork(self._what(op), parts, finish, result, self._timeout_of(opts), keep_alive,
+                           chain=last_chain(), ordered_in=self._set)
 
     def _by_dtype(self, tensors):
         groups = {}
@@ -639,16 +634,7 @@ class HerringProcessGroup(dist.ProcessGroup):
         return self._work("scatter", [EnginePart(handle, code)], finish, outputs, opts, [flat])
 
     def barrier(self, opts=None):
-        """c10d's barrier returns after every earlier collective of the group (gloo's
-        test_barrier_implies_wait), dropped Works included: they are completed first. Their errors
-        stay theirs (each Work reports its own)."""
         opts = opts if opts is not None else dist.BarrierOptions()
-        for work in self._pending:
-            try:
-                work.wait()
-            except Exception:
-                pass
-        self._pending = []
         handle = basics.enqueue("barrier", collective_name(self._set, "barrier"), self._set, DTYPES["uint8"],
                                 basics.Sum, 1.0, 1.0, -1, [], in_program_order=True)
         return self._work("barrier", [EnginePart(handle, DTYPES["uint8"])], lambda values: None, [], opts, [])
@@ -671,8 +657,6 @@ class HerringProcessGroup(dist.ProcessGroup):
             if copy_back:
                 tensor.copy_(buf)
 
-        # The memory must outlive the transfer even if the caller drops the Work.
-        self._in_flight_p2p = [(t, b) for t, b in self._in_flight_p2p if not t.done] + [(transfer, buf)]
         # Named apart from the collectives: only two ranks take part (a chain id for its future).
         return HerringWork(self._what(f"{what} (peer {peer}, tag {tag})"), [TransferPart(transfer)], finish,
                            list(tensors), self._timeout, [buf], chain=f"{what}.{self._ranks[peer]}.{tag}")

@@ -38,6 +38,42 @@ def prepare_engine_environment():
     os.environ.setdefault("HOROVOD_DYNAMIC_PROCESS_SETS", "1")
 
 
+# The variables by which a launcher says where a process stands in its job (launch_env.cc reads
+# them): horovodrun's and mpirun's name the launcher's job, torchrun's local layout belongs to the
+# rank torchrun gave. Under a rank torch was handed explicitly they describe another job.
+_LAUNCHER_RANK_VARIABLES = ("HOROVOD_RANK", "OMPI_COMM_WORLD_RANK")
+_TORCHRUN_LOCAL_VARIABLES = ("LOCAL_RANK", "LOCAL_WORLD_SIZE")
+
+
+def _store_host(store):
+    """The host of the TCPStore under torch's wrappers (PrefixStore), or None (FileStore...)."""
+    while store is not None:
+        if isinstance(store, dist.TCPStore):
+            return store.host
+        store = getattr(store, "underlying_store", None)
+    return None
+
+
+def launch_environment(rank, size, store=None):
+    """The environment the engine reads its place in the job from, when torch.distributed starts
+    it: the rank and size torch handed the backend (init_process_group(rank=, world_size=), the
+    tcp://, file:// and store= paths, mp.spawn) win over whatever the process environment says.
+    Hosts, and so the local layout, then come from the hostnames the ranks exchange."""
+    env = dict(os.environ)
+    if env.get("RANK") != str(rank) or env.get("WORLD_SIZE") != str(size):
+        for name in _TORCHRUN_LOCAL_VARIABLES:
+            env.pop(name, None)
+    for name in _LAUNCHER_RANK_VARIABLES:
+        env.pop(name, None)
+    env["RANK"], env["WORLD_SIZE"] = str(rank), str(size)
+    # Without torchrun's local layout the engine asks whether the job may be all on this host
+    # (loopback endpoints) by MASTER_ADDR: a tcp:// store names it.
+    host = _store_host(store)
+    if host and "MASTER_ADDR" not in env:
+        env["MASTER_ADDR"] = host
+    return env
+
+
 def store_exchange(store, rank, size, timeout_seconds):
     """The engine's endpoint exchange (mine -> every rank's record) through a torch Store."""
     prefix = f"herring/endpoints/{basics._epoch}/"
@@ -64,7 +100,7 @@ def _interface_address(name):
     return socket.inet_ntoa(packed[20:24])
 
 
-def _store_host():
+def _store_address_for_peers():
     """The address at which the other ranks reach rank 0's store."""
     if len(set(basics.engine().hostnames)) == 1:
         return "127.0.0.1"
@@ -95,7 +131,7 @@ def _launcher_rendezvous(timeout):
     rank, size = engine.rank, engine.size
     if rank == 0:
         store = dist.TCPStore("0.0.0.0", 0, size, True, timeout=timeout, wait_for_workers=False)
-        _broadcast_text(f"{_store_host()}:{store.port}", timeout.total_seconds())
+        _broadcast_text(f"{_store_address_for_peers()}:{store.port}", timeout.total_seconds())
     else:
         host, port = _broadcast_text("", timeout.total_seconds()).rsplit(":", 1)
         store = dist.TCPStore(host, int(port), size, False, timeout=timeout)

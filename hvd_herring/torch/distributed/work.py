@@ -6,12 +6,22 @@ into the caller's outputs (copies, slices). Whoever waits first does the waiting
 finishing, under the Work's lock: the caller's thread for wait(), or a settler thread once someone
 asked for a future (DDP and its comm hooks do, then block in C++ on the future).
 
+Until its collective is complete, a Work belongs to the process's in-flight registry as well as
+to its caller (`_in_flight`): the engine reads and writes the Work's tensors, so they must live
+even when the caller drops the Work, the tensors or the future at any point (DDP's Join drops the
+Work of its per-step allreduce). A dropped Work is finished (results copied into non-contiguous
+outputs) when a later collective is issued or waited. The registry is also what orders a group's
+Works as c10d does: waiting for a Work (barrier's included) first finishes every collective the
+same group issued before it.
+
 A future's callbacks run on the thread that sets its result, and comm hooks' callbacks block on
 the futures of the collectives they issue (PowerSGD): so futures asked for on the application's
 threads are set by settler 1, those asked for inside settler 1's callbacks by settler 2, and so
 on; no settler ever waits for a future that only it could set. The collectives' names do not
 depend on which thread runs what (naming.py)."""
 
+import collections
+import itertools
 import queue
 import threading
 import time
@@ -66,7 +76,11 @@ def _seconds(timeout):
 
 
 class HerringWork(dist.Work):
-    def __init__(self, what, parts, finish, result, default_timeout, keep_alive=(), chain="torch"):
+    """`ordered_in`: the key (a process set) whose earlier Works this one's wait() finishes first;
+    None for point-to-point transfers, which c10d does not order with the collectives."""
+
+    def __init__(self, what, parts, finish, result, default_timeout, keep_alive=(), chain="torch",
+                 ordered_in=None):
         super().__init__()
         self._chain = chain              # the name its future's callbacks name their collectives after
         self._what = what                # for errors: "allreduce of process group 'default_pg'"
@@ -81,11 +95,15 @@ class HerringWork(dist.Work):
         self._values = []
         self._future = None
         self._future_lock = threading.Lock()
+        self._ordered_in = ordered_in
+        self._sequence = None            # its place in the issue order (_in_flight.add)
+        if parts:
+            _in_flight.add(self)
 
     # --- c10d's Work interface ---------------------------------------------------------------
     def wait(self, timeout=None):
         seconds = _seconds(timeout)
-        self._complete(self._default_timeout if seconds is None else seconds)
+        self._complete_in_order(self._default_timeout if seconds is None else seconds)
         return True
 
     def is_completed(self):
@@ -123,10 +141,28 @@ class HerringWork(dist.Work):
             return self._future
 
     # --- the waiting -------------------------------------------------------------------------
-    def _complete(self, timeout):
+    def _complete_in_order(self, timeout):
+        """c10d's order: the collectives of this group issued before this one finish first."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for earlier in _in_flight.issued_before(self):
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                earlier._complete(remaining)
+            except Exception:
+                if not earlier._done:  # still pending: this one cannot be complete in c10d's order
+                    raise self._timeout_error(timeout, f"; the {earlier._what} issued before it is still "
+                                                       "pending") from None
+                # otherwise the earlier Work's own error, kept in its exception(), not this one's
+        remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+        self._complete(remaining, timeout)
+
+    def _complete(self, timeout, reported_timeout=None):
+        """Waits up to `timeout` seconds (None: for ever); errors name `reported_timeout` (what the
+        caller asked for) when given."""
+        reported = timeout if reported_timeout is None else reported_timeout
         deadline = None if timeout is None else time.monotonic() + timeout
         if not self._lock.acquire(timeout=-1 if timeout is None else timeout):
-            raise self._timeout_error(timeout)
+            raise self._timeout_error(reported)
         try:
             if not self._done:
                 try:
@@ -135,10 +171,9 @@ class HerringWork(dist.Work):
                         self._values.append(self._parts[len(self._values)].wait(remaining))
                     self._finish(self._values)
                 except TimeoutError:
-                    # Still pending: may be waited again. The engine keeps writing into the
-                    # tensors, so they must outlive this Work even if the caller drops it.
-                    _keep_until_done(self)
-                    raise self._timeout_error(timeout) from None
+                    # Still pending: may be waited again. The in-flight registry keeps it (and the
+                    # tensors the engine still writes) until it completes.
+                    raise self._timeout_error(reported) from None
                 except Exception as e:  # the engine's error (a lost rank, a mismatch): final
                     self._exception = _as_dist_error(f"herring: {self._what} failed: {e}", e)
                 self._done = True
@@ -162,18 +197,56 @@ class HerringWork(dist.Work):
         else:
             future.set_result(self._result)
 
-    def _timeout_error(self, timeout):
+    def _timeout_error(self, timeout, why=""):
         return _as_dist_error(f"herring: {self._what} timed out after {timeout:g} s (the timeout of "
-                              f"init_process_group / new_group, or of Work.wait); it is still pending")
+                              f"init_process_group / new_group, or of Work.wait); it is still pending{why}")
 
 
-_timed_out = []  # Works that timed out, kept (with their tensors) until the engine finishes them
-_timed_out_lock = threading.Lock()
+class _InFlight:
+    """Every Work whose collective the engine may still be running, in issue order. Holding them
+    keeps their tensors alive whatever the caller drops; they leave once complete, found so from
+    the oldest on when a Work is added (a full sweep when the oldest stays pending long), or when
+    the caller waits."""
+
+    _FIRST_SWEEP = 256   # Works held behind a pending oldest one before every one is looked at
+
+    def __init__(self):
+        self._works = collections.deque()
+        self._lock = threading.Lock()
+        self._sequence = itertools.count()
+        self._sweep_at = self._FIRST_SWEEP
+
+    def add(self, work):
+        with self._lock:
+            work._sequence = next(self._sequence)
+            self._works.append(work)
+            oldest = list(itertools.islice(self._works, 0, 2))
+            everyone = list(self._works) if len(self._works) >= self._sweep_at else None
+        # Finishing a Work copies its results: never under the registry's lock.
+        self._drop_completed(oldest if everyone is None else everyone)
+        if everyone is not None:  # sweeps stay rare while many Works really are pending
+            with self._lock:
+                self._sweep_at = max(self._FIRST_SWEEP, 2 * len(self._works))
+
+    def _drop_completed(self, works):
+        done = {id(w) for w in works if w.is_completed()}
+        if done:
+            with self._lock:
+                self._works = collections.deque(w for w in self._works if id(w) not in done)
+
+    def issued_before(self, work):
+        """The pending Works of `work`'s group issued before it, oldest first."""
+        if work._ordered_in is None or work._sequence is None:
+            return []
+        with self._lock:
+            return [w for w in self._works if w._sequence < work._sequence and w._ordered_in == work._ordered_in
+                    and not w._done]
+
+    def __len__(self):
+        return len(self._works)
 
 
-def _keep_until_done(work):
-    with _timed_out_lock:
-        _timed_out[:] = [w for w in _timed_out if w is not work and not w.is_completed()] + [work]
+_in_flight = _InFlight()
 
 
 def _as_dist_error(message, cause=None):
@@ -216,7 +289,7 @@ class _Settler:
         while True:
             work = self._queue.get()
             try:
-                work._complete(work._default_timeout)
+                work._complete_in_order(work._default_timeout)
             except Exception:
                 pass  # the error (or the timeout) goes to the future
             try:
