@@ -11,7 +11,6 @@ Two jobs, both so that a caller cannot tell the herring group from gloo's:
   is sent (gloo does the same)."""
 
 import torch
-import torch.distributed as dist
 from torch.distributed import ReduceOp
 
 
@@ -180,5 +179,3 @@ def check_cpu(what, tensors):
         if t.device.type != "cpu":
             raise invalid(what, f"unsupported device type {t.device.type} (herring reduces CPU tensors)")
 
-
-__all__ = ["as_list", "options", "reduce_op_of", "invalid", "dist"]
