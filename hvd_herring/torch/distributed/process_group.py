@@ -7,14 +7,19 @@ composed from its own where that is exact: reduce = allreduce kept by the root; 
 kept by the root; scatter = alltoall in which only the root sends; reduce_scatter with uneven
 pieces = allreduce then this rank's piece. send/recv are the engine's point-to-point transfers."""
 
+import functools
 import hashlib
 
 import torch
 import torch.distributed as dist
 from torch.distributed import ReduceOp
+from torch._C._distributed_c10d import AllgatherOptions  # torch.distributed does not re-export it
 
 from hvd_herring import _native
 from hvd_herring.basics import basics, DTYPES
+from hvd_herring.torch.distributed.arguments import (
+    as_list, check_allgather, check_allgather_coalesced, check_allreduce, check_allreduce_coalesced, check_broadcast,
+    check_cpu, check_gather, check_reduce, check_scatter, invalid, options, reduce_op_of)
 from hvd_herring.torch.distributed.naming import collective_name, last_chain
 from hvd_herring.torch.distributed.persistent_buffers import persistent_buffers
 from hvd_herring.torch.distributed.work import CompletedWork, EnginePart, HerringWork, TransferPart, _seconds
@@ -52,6 +57,59 @@ def _engine_op(reduce_op, dtype):
     return ops[kind], 1.0
 
 
+_BITWISE = {_RED.BAND: torch.bitwise_and, _RED.BOR: torch.bitwise_or, _RED.BXOR: torch.bitwise_xor}
+
+
+def _kind(reduce_op):
+    return reduce_op.op if hasattr(reduce_op, "op") else reduce_op
+
+
+def _local_reduce(tensors, reduce_op):
+    """gloo's multi-tensor allreduce: this rank's tensors combined first (a new tensor), so that
+    the group reduces one. AVG: the mean of equal-sized local means is the mean of all."""
+    kind = _kind(reduce_op)
+    if kind in _BITWISE:
+        return functools.reduce(_BITWISE[kind], [t.contiguous() for t in tensors]).contiguous()
+    stacked = torch.stack([t.contiguous() for t in tensors])
+    if tensors[0].dtype == torch.bool:
+        kind = _RED.MAX if kind == _RED.SUM else _RED.MIN if kind == _RED.PRODUCT else kind
+    if kind in (_RED.SUM, _RED.PREMUL_SUM):
+        return stacked.sum(0).to(tensors[0].dtype)
+    if kind == _RED.AVG:
+        return stacked.mean(0).to(tensors[0].dtype)
+    if kind == _RED.PRODUCT:
+        return stacked.prod(0).to(tensors[0].dtype)
+    if kind == _RED.MIN:
+        return stacked.amin(0)
+    if kind == _RED.MAX:
+        return stacked.amax(0)
+    raise ValueError(f"herring: ReduceOp {kind} is not supported")
+
+
+def _copy_pieces(flat, outputs):
+    """Consecutive pieces of the 1-D `flat` into `outputs`, in order."""
+    offset = 0
+    for out in outputs:
+        n = out.numel()
+        out.copy_(flat[offset:offset + n].view(out.shape))
+        offset += n
+
+
+def _in_inference_mode(finish):
+    def finish_in_inference_mode(values):
+        with torch.inference_mode():
+            finish(values)
+    return finish_in_inference_mode
+
+
+def _future_layout(output_lists):
+    """What gloo's multi-output futures hold: [] for no output list, the list itself for one,
+    the lists for several."""
+    if not output_lists:
+        return []
+    return output_lists[0] if len(output_lists) == 1 else output_lists
+
+
 _DTYPE_NAMES = {code: name for name, code in DTYPES.items()}
 _REDUCE_OP_NAMES = {code: name.lower() for name, code in _native.REDUCE_OPS.items()}
 
@@ -86,6 +144,7 @@ class HerringProcessGroup(dist.ProcessGroup):
         self._timeout = timeout_seconds
         self._label = group_name
         self._desc = ""
+        self._sequence = 0                        # collectives issued on this group (c10d's sequence number)
 
     # --- identity ------------------------------------------------------------------------------
     def getBackendName(self):
@@ -106,6 +165,22 @@ class HerringProcessGroup(dist.ProcessGroup):
 
     def name(self):
         return "herring"
+
+    # c10d's sequence numbers: every member counts the collectives of the group from the same 0,
+    # in issue order, so equal numbers name the same collective on every rank (what gloo's
+    # _set_sequence_number_for_group reaches through the store).
+    def _get_sequence_number_for_group(self):
+        return self._sequence
+
+    def _set_sequence_number_for_group(self):
+        pass
+
+    def _get_backend(self, device):
+        """A Python group is its own backend (torch's DummyProcessGroup does the same): code that
+        asks a group for its CPU backend gets this group."""
+        if torch.device(device).type != "cpu":
+            raise RuntimeError(f"No backend type associated with device type {torch.device(device).type}")
+        return self
 
     @property
     def process_set_id(self):
@@ -129,6 +204,11 @@ class HerringProcessGroup(dist.ProcessGroup):
                               in_program_order=True)
 
     def _work(self, op, parts, finish, result, opts, keep_alive):
+        self._sequence += 1
+        if torch.is_inference_mode_enabled():
+            # The results are written by whichever thread completes the Work (a settler, for a
+            # future): in inference mode if the caller was, as inference tensors demand.
+            finish = _in_inference_mode(finish)
         return HerringWork(self._what(op), parts, finish, result, self._timeout_of(opts), keep_alive,
                            chain=last_chain(), ordered_in=self._set)
 
@@ -139,61 +219,135 @@ class HerringProcessGroup(dist.ProcessGroup):
         return list(groups.values())
 
     # --- allreduce -----------------------------------------------------------------------------
-    def allreduce(self, tensors, opts=None):
-        opts = opts if opts is not None else dist.AllreduceOptions()
-        return self._allreduce(list(tensors), opts.reduceOp, opts, "allreduce")
+    def allreduce(self, tensors, opts=None, op=None):
+        """allreduce(tensors, opts) | allreduce(tensors, op) | allreduce(tensor, op=SUM). Several
+        tensors are ONE reduction, as on gloo: every tensor gets the reduction of all of them."""
+        tensors = as_list(tensors)
+        opts = options(dist.AllreduceOptions, opts, reduceOp=reduce_op_of(opts, op))
+        sparse = check_allreduce(tensors, opts.reduceOp)
+        check_cpu("allreduce", tensors)
+        if sparse:
+            return self._sparse_allreduce(tensors, opts)
+        if len(tensors) == 1:
+            return self._allreduce(tensors, opts.reduceOp, opts, "allreduce")
+        scratch = _local_reduce(tensors, opts.reduceOp)
+        part, reduced = self._reduce_into(scratch, opts.reduceOp)
+
+        def finish(values):
+            reduced(values[0])
+            for t in tensors:
+                t.copy_(scratch)
+
+        return self._work("allreduce", [part], finish, tensors, opts, [scratch])
 
     def allreduce_coalesced(self, tensors, opts=None):
-        opts = opts if opts is not None else dist.AllreduceCoalescedOptions()
-        return self._allreduce(list(tensors), opts.reduceOp, opts, "allreduce_coalesced")
+        tensors = as_list(tensors)
+        opts = options(dist.AllreduceCoalescedOptions, opts, reduceOp=reduce_op_of(opts, None))
+        check_allreduce_coalesced(tensors)
+        check_cpu("allreduce_coalesced", tensors)
+        return self._allreduce(tensors, opts.reduceOp, opts, "allreduce_coalesced")
 
     def _allreduce(self, tensors, reduce_op, opts, what):
+        """Each tensor reduced on its own (one grouped request per dtype)."""
         if not tensors:
             return CompletedWork(tensors, what)
-        parts, copies_back, keep = [], [], []
+        parts, finishes, copies_back, keep = [], [], [], []
+        bitwise = _kind(reduce_op) in _BITWISE
         for positions in self._by_dtype(tensors):  # one grouped request per dtype, as a fusion buffer holds one
             group = [tensors[i] for i in positions]
-            code = _dtype_code(group[0])
-            op, prescale = _engine_op(reduce_op, group[0].dtype)
             entries = []
             for t in group:
                 buf = t if t.is_contiguous() else t.contiguous()
                 if buf is not t:
                     copies_back.append((t, buf))
-                else:
+                elif not bitwise:
                     persistent_buffers.visit(t)  # may move it into zero-copy memory: before its address is taken
                 entries.append((buf, buf, None))
                 keep.append(buf)
-            parts.append(EnginePart(self._enqueue("allreduce", entries, code, op, prescale)))
+            if bitwise:  # no engine op: allgathered, reduced here (exact for integers and bools)
+                for buf, _, _ in entries:
+                    part, reduced = self._reduce_into(buf, reduce_op)
+                    parts.append(part)
+                    finishes.append(reduced)
+            else:
+                op, prescale = _engine_op(reduce_op, group[0].dtype)
+                parts.append(EnginePart(self._enqueue("allreduce", entries, _dtype_code(group[0]), op, prescale)))
+                finishes.append(lambda value: None)
 
         def finish(values):
+            for reduced, value in zip(finishes, values):
+                reduced(value)
             for t, buf in copies_back:
                 t.copy_(buf)
 
         return self._work(what, parts, finish, tensors, opts, keep)
 
+    def _reduce_into(self, buf, reduce_op):
+        """One reduction of the contiguous `buf` in place -> (part, finish(value)). BAND/BOR/BXOR
+        (integers and bools) have no engine op: the pieces are allgathered and combined here, in
+        group-rank order, which is exact."""
+        kind = _kind(reduce_op)
+        if kind in _BITWISE:
+            if buf.dtype.is_floating_point or buf.dtype.is_complex:
+                raise invalid("allreduce", f"Cannot use ReduceOp.{kind.name} with non-integral dtype {buf.dtype}")
+            code = _dtype_code(buf)
+            flat = buf.view(-1)
+            handle = self._enqueue("allgather", [(flat, None, None)], code)
+            size = self.size()
+
+            def combine(value):
+                gathered, _ = value
+                rows = gathered[0].view(size, -1).unbind(0)
+                flat.copy_(functools.reduce(_BITWISE[kind], rows))
+
+            return EnginePart(handle, code), combine
+        op, prescale = _engine_op(reduce_op, buf.dtype)
+        return EnginePart(self._enqueue("allreduce", [(buf, buf, None)], _dtype_code(buf), op, prescale)), \
+            (lambda value: None)
+
+    def _sparse_allreduce(self, tensors, opts):
+        """Sparse COO SUM as gloo does it: every rank's indices and values are allgathered, and the
+        sum is assembled (and coalesced) here, then copied into every input (DDP reads the result
+        from the future)."""
+        local = (tensors[0] if len(tensors) == 1 else functools.reduce(torch.add, tensors)).coalesce()
+        indices = local._indices().t().contiguous()    # nnz x sparse_dim
+        values = local._values().contiguous()          # nnz x dense sizes
+        sparse_dim, dense_shape, shape = local.sparse_dim(), list(values.shape[1:]), local.shape
+        index_parts, _, index_keep = self._allgather_flat([indices], lambda gathered: None)
+        value_parts, _, value_keep = self._allgather_flat([values], lambda gathered: None)
+
+        def finish(values_of_parts):
+            (gathered_indices, _), (gathered_values, _) = values_of_parts
+            summed = torch.sparse_coo_tensor(gathered_indices[0].view(-1, sparse_dim).t(),
+                                             gathered_values[0].view([-1] + dense_shape), shape).coalesce()
+            for t in tensors:
+                t.copy_(summed)
+
+        return self._work("allreduce (sparse)", index_parts + value_parts, finish, tensors, opts,
+                          index_keep + value_keep)
+
     # --- broadcast -----------------------------------------------------------------------------
-    def broadcast(self, tensors, opts=None):
-        opts = opts if opts is not None else dist.BroadcastOptions()
-        tensors = list(tensors)
-        root = self._ranks[opts.rootRank]
-        parts, copies_back, keep = [], [], []
-        for positions in self._by_dtype(tensors):
-            entries = []
-            for i in positions:
-                t = tensors[i]
-                buf = t if t.is_contiguous() else t.contiguous()
-                if buf is not t:
-                    copies_back.append((t, buf))
-                entries.append((buf, buf, None))
-                keep.append(buf)
-            parts.append(EnginePart(self._enqueue("broadcast", entries, _dtype_code(tensors[positions[0]]), root=root)))
+    def broadcast(self, tensors, opts=None, root=None):
+        """broadcast(tensors, opts) | broadcast(tensor, root). The root's tensors[rootTensor] goes
+        into every tensor of every rank, as on gloo."""
+        if isinstance(opts, int):
+            root, opts = opts, None
+        tensors = as_list(tensors)
+        opts = options(dist.BroadcastOptions, opts, rootRank=root)
+        check_broadcast(tensors, opts, self.size())
+        check_cpu("broadcast", tensors)
+        source = tensors[opts.rootTensor]
+        buf = source if source.is_contiguous() else source.contiguous()
+        handle = self._enqueue("broadcast", [(buf, buf, None)], _dtype_code(buf), root=self._ranks[opts.rootRank])
 
         def finish(values):
-            for t, buf in copies_back:
-                t.copy_(buf)
+            if buf is not source:
+                source.copy_(buf)
+            for t in tensors:
+                if t is not source:
+                    t.copy_(source)
 
-        return self._work("broadcast", parts, finish, tensors, opts, keep)
+        return self._work("broadcast", [EnginePart(handle)], finish, tensors, opts, [buf])
 
     # --- allgather -----------------------------------------------------------------------------
     def _allgather_flat(self, inputs, finish_with):
@@ -210,22 +364,28 @@ class HerringProcessGroup(dist.ProcessGroup):
         return [EnginePart(handle, code)], finish, flats
 
     def allgather(self, output_lists, inputs, opts=None):
-        opts = opts if opts is not None else dist.AllgatherOptions()
-        inputs = list(inputs)
+        """allgather(output_lists, inputs, opts) | allgather(outputs, input). As on gloo, every
+        output list receives every member's inputs, member after member."""
+        if isinstance(inputs, torch.Tensor):
+            inputs, output_lists = [inputs], [list(output_lists)]
+        inputs, output_lists = list(inputs), [list(outputs) for outputs in output_lists]
+        opts = options(AllgatherOptions, opts)
+        check_allgather(output_lists, inputs, self.size())
+        check_cpu("allgather", inputs)
+        flat = _flat(inputs[0]) if len(inputs) == 1 else torch.cat([_flat(t) for t in inputs])
 
         def copy_out(gathered):
-            for outputs, flat in zip(output_lists, gathered):
-                offset = 0
-                for out in outputs:
-                    n = out.numel()
-                    out.copy_(flat[offset:offset + n].view(out.shape))
-                    offset += n
+            for outputs in output_lists:
+                _copy_pieces(gathered[0], outputs)
 
-        parts, finish, keep = self._allgather_flat(inputs, copy_out)
-        return self._work("allgather", parts, finish, output_lists, opts, keep)
+        parts, finish, keep = self._allgather_flat([flat], copy_out)
+        return self._work("allgather", parts, finish, _future_layout(output_lists), opts, keep)
 
     def all_gather_single(self, output, input, opts=None):
-        opts = opts if opts is not None else dist.AllgatherOptions()
+        opts = options(AllgatherOptions, opts)
+        if output.numel() != input.numel() * self.size():
+            raise invalid("_allgather_base", f"output tensor size must be equal to world_size times input tensor "
+                                             f"size ({output.numel()} != {self.size()} x {input.numel()})")
 
         def copy_out(gathered):
             output.copy_(gathered[0].view(output.shape))
@@ -236,8 +396,13 @@ class HerringProcessGroup(dist.ProcessGroup):
     _allgather_base = all_gather_single
 
     def all_gather_single_coalesced(self, outputs, inputs, opts=None):
-        opts = opts if opts is not None else dist.AllgatherOptions()
+        opts = options(AllgatherOptions, opts)
         outputs, inputs = list(outputs), list(inputs)
+        for i, (out, inp) in enumerate(zip(outputs, inputs)):
+            if out.numel() != inp.numel() * self.size():
+                raise invalid("allgather_into_tensor_coalesced",
+                              f"output tensor {i} must hold world_size times input tensor {i} "
+                              f"({out.numel()} != {self.size()} x {inp.numel()})")
         all_parts, finishes, keep = [], [], []
         for positions in self._by_dtype(inputs):
             def copy_out(gathered, positions=positions):
@@ -257,11 +422,29 @@ class HerringProcessGroup(dist.ProcessGroup):
     allgather_into_tensor_coalesced = all_gather_single_coalesced
 
     def allgather_coalesced(self, output_lists, inputs, opts=None):
-        opts = opts if opts is not None else dist.AllgatherOptions()
-        inputs = list(inputs)
-        # output_lists[m][i]: input i of member m.
-        gathered_lists = [[output_lists[m][i] for m in range(self.size())] for i in range(len(inputs))]
-        return self.allgather(gathered_lists, inputs, opts)
+        """output_lists[m][i] receives input i of member m."""
+        opts = options(AllgatherOptions, opts)
+        inputs, output_lists = list(inputs), [list(outputs) for outputs in output_lists]
+        check_allgather_coalesced(output_lists, inputs, self.size())
+        check_cpu("allgather_coalesced", inputs)
+        all_parts, finishes, keep = [], [], []
+        for positions in self._by_dtype(inputs):
+            flat = torch.cat([_flat(inputs[i]) for i in positions])
+
+            def copy_out(gathered, positions=positions):
+                pieces = [[outputs[i] for i in positions] for outputs in output_lists]  # member-major
+                _copy_pieces(gathered[0], [t for member in pieces for t in member])
+
+            parts, finish, flats = self._allgather_flat([flat], copy_out)
+            all_parts += parts
+            finishes.append(finish)
+            keep += flats
+
+        def finish_all(values):
+            for finish, value in zip(finishes, values):
+                finish([value])
+
+        return self._work("allgather_coalesced", all_parts, finish_all, _future_layout(output_lists), opts, keep)
 
     # --- reduce_scatter ------------------------------------------------------------------------
     def _reduce_scatter_flat(self, inputs, reduce_op, copy_out):
@@ -278,10 +461,10 @@ class HerringProcessGroup(dist.ProcessGroup):
         return EnginePart(handle, code), finish
 
     def reduce_scatter_single(self, output, input, opts=None):
-        opts = opts if opts is not None else dist.ReduceScatterOptions()
+        opts = options(dist.ReduceScatterOptions, opts)
         if input.numel() != output.numel() * self.size():
-            raise ValueError(f"herring reduce_scatter_single: input has {input.numel()} elements, expected "
-                             f"{output.numel()} x {self.size()}")
+            raise invalid("reduce_scatter_tensor", f"input tensor must be the same size as output size times world "
+                                                   f"size ({input.numel()} != {output.numel()} x {self.size()})")
         flat = _flat(input)
         part, finish = self._reduce_scatter_flat([flat], opts.reduceOp,
                                                  lambda pieces: output.copy_(pieces[0].view(output.shape)))
@@ -290,7 +473,7 @@ class HerringProcessGroup(dist.ProcessGroup):
     _reduce_scatter_base = reduce_scatter_single
 
     def reduce_scatter_single_coalesced(self, outputs, inputs, opts=None):
-        opts = opts if opts is not None else dist.ReduceScatterOptions()
+        opts = options(dist.ReduceScatterOptions, opts)
         outputs, inputs = list(outputs), list(inputs)
         parts, finishes, keep = [], [], []
         for positions in self._by_dtype(inputs):
@@ -313,9 +496,15 @@ class HerringProcessGroup(dist.ProcessGroup):
 
     reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
 
-    def reduce_scatter(self, outputs, input_lists, opts=None):
-        opts = opts if opts is not None else dist.ReduceScatterOptions()
+    def reduce_scatter(self, outputs, input_lists, opts=None, op=None):
+        """reduce_scatter(outputs, input_lists, opts) | reduce_scatter(output, inputs, op=SUM)."""
+        if isinstance(outputs, torch.Tensor):
+            outputs, input_lists = [outputs], [list(input_lists)]
+        opts = options(dist.ReduceScatterOptions, opts, reduceOp=reduce_op_of(opts, op))
         outputs = list(outputs)
+        for out, pieces in zip(outputs, input_lists):
+            if len(pieces) != self.size():
+                raise invalid("reduce_scatter", f"requires input list of size {self.size()} (got {len(pieces)})")
         parts, finishes, keep = [], [], []
         for out, pieces in zip(outputs, input_lists):
             flat = torch.cat([_flat(p) for p in pieces])
@@ -325,12 +514,11 @@ class HerringProcessGroup(dist.ProcessGroup):
                 part, finish = self._reduce_scatter_flat(
                     [flat], opts.reduceOp, lambda got, out=out: out.copy_(got[0].view(out.shape)))
             else:  # uneven pieces: the engine's split would differ; reduce all, keep ours (exact)
-                op, prescale = _engine_op(opts.reduceOp, flat.dtype)
                 start = sum(sizes[:self.rank()])
-                handle = self._enqueue("allreduce", [(flat, flat, None)], _dtype_code(flat), op, prescale)
-                part = EnginePart(handle)
+                part, reduced = self._reduce_into(flat, opts.reduceOp)
 
-                def finish(values, out=out, flat=flat, start=start):
+                def finish(values, out=out, flat=flat, start=start, reduced=reduced):
+                    reduced(values[0])
                     out.copy_(flat[start:start + out.numel()].view(out.shape))
             parts.append(part)
             finishes.append(finish)
@@ -343,7 +531,7 @@ class HerringProcessGroup(dist.ProcessGroup):
 
     # --- alltoall ------------------------------------------------------------------------------
     def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes, opts=None):
-        opts = opts if opts is not None else dist.AllToAllOptions()
+        opts = options(dist.AllToAllOptions, opts)
         src = input if input.is_contiguous() else input.contiguous()
         if src.dim() == 0:
             src = src.view(1)
@@ -360,7 +548,7 @@ class HerringProcessGroup(dist.ProcessGroup):
     alltoall_base = all_to_all_single
 
     def alltoall(self, outputs, inputs, opts=None):
-        opts = opts if opts is not None else dist.AllToAllOptions()
+        opts = options(dist.AllToAllOptions, opts)
         outputs, inputs = list(outputs), list(inputs)
         flat = torch.cat([_flat(t) for t in inputs]) if inputs else torch.empty(0)
         code = _dtype_code(flat)
@@ -368,51 +556,69 @@ class HerringProcessGroup(dist.ProcessGroup):
 
         def finish(values):
             received, _ = values[0]
-            offset = 0
-            for out in outputs:
-                n = out.numel()
-                out.copy_(received[0][offset:offset + n].view(out.shape))
-                offset += n
+            _copy_pieces(received[0], outputs)
 
         return self._work("alltoall", [EnginePart(handle, code)], finish, outputs, opts, [flat])
 
     # --- rooted collectives, composed ---------------------------------------------------------
-    def reduce(self, tensors, opts=None):
-        opts = opts if opts is not None else dist.ReduceOptions()
+    def reduce(self, tensors, opts=None, root=None, op=None):
+        """reduce(tensors, opts) | reduce(tensor, root, op=SUM)."""
+        if isinstance(opts, int):
+            root, opts = opts, None
+        tensors = as_list(tensors)
+        opts = options(dist.ReduceOptions, opts, rootRank=root, reduceOp=reduce_op_of(opts, op))
+        check_reduce(tensors, opts, self.size())
+        check_cpu("reduce", tensors)
         tensor = tensors[opts.rootTensor]
         scratch = tensor.contiguous().clone()  # non-roots keep their input, as gloo does
-        op, prescale = _engine_op(opts.reduceOp, tensor.dtype)
-        handle = self._enqueue("allreduce", [(scratch, scratch, None)], _dtype_code(tensor), op, prescale)
+        part, reduced = self._reduce_into(scratch, opts.reduceOp)
         is_root = self.rank() == opts.rootRank
 
         def finish(values):
+            reduced(values[0])
             if is_root:
                 tensor.copy_(scratch)
 
-        return self._work("reduce", [EnginePart(handle)], finish, list(tensors), opts, [scratch])
+        return self._work("reduce", [part], finish, tensors, opts, [scratch])
 
-    def gather(self, output_lists, inputs, opts=None):
-        opts = opts if opts is not None else dist.GatherOptions()
-        inputs = list(inputs)
+    def gather(self, output_lists, inputs, opts=None, root=None):
+        """gather(output_lists, inputs, opts) | gather(outputs, input, root). The future holds the
+        root's output list ([] elsewhere), as on gloo."""
+        if isinstance(opts, int):
+            root, opts = opts, None
+        if isinstance(inputs, torch.Tensor):
+            inputs, output_lists = [inputs], [list(output_lists)]
+        inputs, output_lists = list(inputs), [list(outputs) for outputs in output_lists]
+        opts = options(dist.GatherOptions, opts, rootRank=root)
         is_root = self.rank() == opts.rootRank
+        if not is_root and output_lists == [[]]:
+            output_lists = []  # the convenience form on a non-root
+        check_gather(output_lists, inputs, opts.rootRank, self.rank(), self.size())
+        check_cpu("gather", inputs)
 
         def copy_out(gathered):
-            if not is_root:
-                return
-            outputs, offset = output_lists[0], 0
-            for out in outputs:
-                n = out.numel()
-                out.copy_(gathered[0][offset:offset + n].view(out.shape))
-                offset += n
+            if is_root:
+                _copy_pieces(gathered[0], output_lists[0])
 
-        parts, finish, keep = self._allgather_flat(inputs[:1], copy_out)
-        return self._work("gather", parts, finish, output_lists, opts, keep)
+        parts, finish, keep = self._allgather_flat(inputs, copy_out)
+        return self._work("gather", parts, finish, _future_layout(output_lists), opts, keep)
 
-    def scatter(self, outputs, input_lists, opts=None):
-        opts = opts if opts is not None else dist.ScatterOptions()
+    def scatter(self, outputs, input_lists, opts=None, root=None):
+        """scatter(outputs, input_lists, opts) | scatter(output, inputs, root)."""
+        if isinstance(opts, int):
+            root, opts = opts, None
+        if isinstance(outputs, torch.Tensor):
+            outputs, input_lists = [outputs], [list(input_lists)]
+        outputs, input_lists = list(outputs), [list(inputs) for inputs in input_lists]
+        opts = options(dist.ScatterOptions, opts, rootRank=root)
+        is_root = self.rank() == opts.rootRank
+        if not is_root and input_lists == [[]]:
+            input_lists = []  # the convenience form on a non-root
+        check_scatter(outputs, input_lists, opts.rootRank, self.rank(), self.size())
+        check_cpu("scatter", outputs)
         out = outputs[0]
         n = self.size()
-        if self.rank() == opts.rootRank:
+        if is_root:
             flat = torch.cat([_flat(t) for t in input_lists[0]])
             splits = [t.numel() for t in input_lists[0]]
         else:
@@ -425,13 +631,19 @@ class HerringProcessGroup(dist.ProcessGroup):
             received, _ = values[0]
             out.copy_(received[0].view(out.shape))
 
-        return self._work("scatter", [EnginePart(handle, code)], finish, list(outputs), opts, [flat])
+        return self._work("scatter", [EnginePart(handle, code)], finish, outputs, opts, [flat])
 
     def barrier(self, opts=None):
         opts = opts if opts is not None else dist.BarrierOptions()
         handle = basics.enqueue("barrier", collective_name(self._set, "barrier"), self._set, DTYPES["uint8"],
                                 basics.Sum, 1.0, 1.0, -1, [], in_program_order=True)
         return self._work("barrier", [EnginePart(handle, DTYPES["uint8"])], lambda values: None, [], opts, [])
+
+    def monitored_barrier(self, timeout=None, wait_all_ranks=False):
+        """torch.distributed.monitored_barrier refuses every backend but gloo before it reaches one;
+        called on the group directly, the same refusal."""
+        raise RuntimeError("herring: monitored_barrier is only implemented for GLOO backend (torch's own "
+                           "restriction); use barrier()")
 
     # --- point to point ------------------------------------------------------------------------
     def _p2p(self, what, fn, tensors, peer, tag):
