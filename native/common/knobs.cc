@@ -1,5 +1,6 @@
 #include "common/knobs.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <sstream>
 
@@ -150,6 +151,18 @@ const KnobSpec& Spec(const std::string& name) {
   throw Error(Status::Internal("unknown knob " + name));
 }
 
+// Horovod's own knobs (HOROVOD_*) parse as Horovod's core parses them
+// (horovod/common/utils/env_parser.cc, operations.cc): std::strtol / std::strtod on the text, so
+// a number's prefix counts ("5ms" is 5), a text that is no number at all is 0, and a bool is
+// "strtol > 0". Horovod's own launcher relies on it: horovod.run() exports
+// HOROVOD_CYCLE_TIME='(None,)' and HOROVOD_CACHE_CAPACITY='(None,)' (a stray comma in its
+// _HorovodArgs), which Horovod reads as 0 (no batching wait, no response cache) and carries on.
+// A number below the knob's minimum counts as the minimum (a negative fusion threshold or cycle
+// time: 0, which in Horovod means no fusion, no wait). The words true/false are accepted
+// too (Horovod would read "true" as 0; we read what the user meant). Herring's own knobs
+// (HERRING_*) stay strict: a value that does not parse fails init naming the knob.
+bool HorovodLenient(const std::string& name) { return name.rfind("HOROVOD_", 0) == 0; }
+
 class KnobReader {
  public:
   explicit KnobReader(const std::map<std::string, std::string>& env) : env_(env) {}
@@ -163,6 +176,7 @@ class KnobReader {
     std::string v = Raw(name);
     char* end = nullptr;
     long long x = std::strtoll(v.c_str(), &end, 10);
+    if (HorovodLenient(name)) return std::max<int64_t>(x, min_value);
     if (end == v.c_str() || *end != '\0' || x < min_value) Bad(name, v, ">= " + std::to_string(min_value));
     return x;
   }
@@ -170,6 +184,7 @@ class KnobReader {
     std::string v = Raw(name);
     char* end = nullptr;
     double x = std::strtod(v.c_str(), &end);
+    if (HorovodLenient(name)) return x >= min_value ? x : min_value;  // NaN too
     if (end == v.c_str() || *end != '\0' || !(x >= min_value)) Bad(name, v, "a number >= " + std::to_string(min_value));
     return x;
   }
@@ -177,6 +192,7 @@ class KnobReader {
     std::string v = Raw(name);
     if (v == "1" || v == "true" || v == "True" || v == "TRUE") return true;
     if (v == "0" || v == "false" || v == "False" || v == "FALSE") return false;
+    if (HorovodLenient(name)) return std::strtol(v.c_str(), nullptr, 10) > 0;
     Bad(name, v, "0 or 1");
     return false;
   }
