@@ -98,6 +98,7 @@ SUITES = {
     # TF1-only: every test skips itself on TensorFlow 2; run so that nothing else breaks.
     "tensorflow_keras-keras2": Suite("test_tensorflow_keras.py", 2, KERAS2, framework="tensorflow"),
     "tensorflow-keras3": Suite("test_tensorflow.py", 2, known=TF_KERAS3_KNOWN, framework="tensorflow"),
+    "timeline-np2": Suite("test_timeline.py", 2),
 }
 
 

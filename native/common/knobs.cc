@@ -50,9 +50,13 @@ const std::vector<KnobSpec>& AllKnobs() {
       {"HOROVOD_DYNAMIC_PROCESS_SETS", "0", "bool",
        "Allow hvd.add_process_set / remove_process_set after init.", true},
       {"HOROVOD_TIMELINE", "", "path",
-       "Write a Chrome trace (chrome://tracing, Perfetto) of every collective's phases: rank 0 to "
-       "this path, rank r to it with .rank<r> before the extension (or {rank} replaced). Horovod's "
-       "`DYNAMIC` writes nothing (hvd.start_timeline is not offered).", false},
+       "Write a Chrome trace (chrome://tracing, Perfetto) of every collective's phases in Horovod's "
+       "format, as it happens (valid JSON while the job runs and after a crash): rank 0 to this "
+       "path, rank r to it with .rank<r> before the extension (or {rank} replaced). `DYNAMIC`: "
+       "nothing until hvd.start_timeline(path); hvd.start_timeline/stop_timeline need this set, "
+       "as in Horovod.", false},
+      {"HOROVOD_TIMELINE_MARK_CYCLES", "0", "bool",
+       "Mark every negotiation cycle in the timeline with Horovod's CYCLE_START instant event.", false},
       {"HOROVOD_STALL_CHECK_TIME_SECONDS", "60", "seconds",
        "Rank 0 warns, naming the missing ranks and tensors, when some ranks submitted a collective "
        "and others have not for this long.", false},
@@ -260,8 +264,11 @@ Config Config::FromEnvironment(const std::map<std::string, std::string>& env) {
   c.start_timeout_seconds = r.Double("HERRING_START_TIMEOUT_SECONDS", 0.001);
   c.iface = r.Raw("HERRING_IFACE");
   c.timeline = r.Raw("HOROVOD_TIMELINE");
-  // Horovod's "DYNAMIC" means: no trace until hvd.start_timeline(path) (which we do not offer).
+  // Set at all (a path or "DYNAMIC"): hvd.start_timeline may be called, as in Horovod.
+  c.timeline_enabled = !c.timeline.empty();
+  // Horovod's "DYNAMIC" means: no trace until hvd.start_timeline(path).
   if (c.timeline == "DYNAMIC") c.timeline.clear();
+  c.timeline_mark_cycles = r.Bool("HOROVOD_TIMELINE_MARK_CYCLES");
   c.verify = r.Bool("HERRING_VERIFY");
   c.fault = r.Raw("HERRING_FAULT");
   c.stall_check_seconds = r.Double("HOROVOD_STALL_CHECK_TIME_SECONDS", 0.001);
