@@ -42,15 +42,11 @@ FP16_SUM_OF_THREE = ("the float16 sum of three ranks is rounded to float16 (as H
                      "reduction rounds it), but the test compares it bit for bit with the unrounded "
                      "float32 product factor * x * 3; it holds only for sizes where that is "
                      "representable (np <= 2)")
-UNNAMED_AFTER_JOIN = ("an unnamed allgather is named after how many collectives its rank issued "
-                      "before (Horovod: the handle counter); at np >= 3 the rank that joined in the "
-                      "previous round issued fewer, so the two ranks' allgathers get different names "
-                      "and can never match. Horovod 0.28.1 hangs here; we raise the deadlock error "
-                      "naming both")
-
-AVERAGE_BY_RECIPROCAL = ("Average is a sum scaled by float32(1 / size), as Horovod computes it; the "
-                         "test compares bit for bit with a division by the size, which rounds "
-                         "differently when 1 / size is not a power of two (np = 3)")
+AVERAGE_BY_RECIPROCAL = ("Average is a sum scaled by float32(1 / size), as Horovod computes it "
+                         "(ScaleBufferCPUImpl with (float)scale_factor); the test compares bit for bit with "
+                         "a division by the size, which rounds differently when 1 / size is not a power of "
+                         "two (np = 3). Only the ranks that did not join first check: the first joiner "
+                         "goes on to allgather_object alone and gets the deadlock error")
 
 TORCH_KNOWN = [
     KnownFailure("TorchTests::test_broadcast_state", MUON, "Muon only supports 2D parameters"),
@@ -64,7 +60,6 @@ TORCH_NP3_KNOWN = TORCH_KNOWN + [
                  "hvd.reducescatter produces incorrect results", on_every_rank=False),
     KnownFailure("TorchTests::test_horovod_grouped_reducescatter_prescale", FP16_SUM_OF_THREE,
                  "hvd.grouped_reducescatter produces incorrect results", on_every_rank=False),
-    KnownFailure("TorchTests::test_horovod_join_allgather", UNNAMED_AFTER_JOIN, "Deadlock:", on_every_rank=False),
     KnownFailure("TorchTests::test_horovod_join_allreduce", AVERAGE_BY_RECIPROCAL,
                  "hvd.join with hvd.allreduce produces incorrect results", on_every_rank=False),
 ]
@@ -103,6 +98,7 @@ class Suite:
 SUITES = {
     "torch-np2": Suite("test_torch.py", 2, known=TORCH_KNOWN),
     "torch-np3": Suite("test_torch.py", 3, known=TORCH_NP3_KNOWN),
+    "torch-np4": Suite("test_torch.py", 4, known=TORCH_KNOWN),
     # Horovod's TensorFlow suites were written for Keras 2: tf_keras through TF_USE_LEGACY_KERAS.
     "tensorflow-keras2": Suite("test_tensorflow.py", 2, KERAS2, framework="tensorflow"),
     "tensorflow2_keras-keras2": Suite("test_tensorflow2_keras.py", 2, KERAS2, framework="tensorflow"),

@@ -65,8 +65,9 @@ const std::vector<KnobSpec>& AllKnobs() {
       {"HOROVOD_STALL_CHECK_DISABLE", "0", "bool", "Turns the stall inspector off.", false},
       {"HERRING_DEADLOCK_TIME_SECONDS", "15", "seconds",
        "Ranks that have all been blocked waiting this long on collectives that none of them can "
-       "complete (each waits on one another has not submitted: the ranks diverged) raise on every "
-       "rank, naming each rank and what it waits on, instead of hanging. 0 turns it off.", false},
+       "complete (each waits on one another has not submitted: the ranks diverged) raise, naming "
+       "each rank and what it waits on, instead of hanging; the collective most of them wait on "
+       "(and a join) stays pending, so that the ranks that went astray catch up. 0 turns it off.", false},
       {"HERRING_VERIFY", "0", "bool",
        "After every allreduce, broadcast and allgather, members compare a hash of the result and "
        "fail the job naming the ranks that differ.", true},

@@ -532,7 +532,7 @@ void Engine::CheckDeadlock() {
   auto verdict = deadlock_->Check(*coordinator_, size());
   if (!verdict) return;
   HLOG(Error) << verdict->message;
-  coordinator_->FailEntries(verdict->collectives, verdict->includes_join, verdict->message);
+  coordinator_->FailEntries(verdict->collectives, verdict->fail_join, verdict->message);
 }
 
 void Engine::RevertCachedAt(uint32_t position) {
