@@ -209,10 +209,13 @@ class HerringBasics:
         return False
 
     def start_timeline(self, file_path, mark_cycles=False):
-        raise NotImplementedError("the herring timeline is configured with HOROVOD_TIMELINE")
+        """Horovod's: starts writing the timeline to file_path (rank r: .rank<r> before the
+        extension); needs HOROVOD_TIMELINE set (a path or DYNAMIC), as in Horovod."""
+        self.engine().start_timeline(str(file_path), bool(mark_cycles))
 
     def stop_timeline(self):
-        raise NotImplementedError("the herring timeline is configured with HOROVOD_TIMELINE")
+        """Horovod's: stops the timeline and closes its file."""
+        self.engine().stop_timeline()
 
     def check_adasum(self, process_set):
         """Horovod's own conditions for op=Adasum on CPU, raised as Horovod raises them, before

@@ -83,9 +83,10 @@ class Outcome:
                 assert steps[-1]["cache_hits"] > steps[0]["cache_hits"], steps
         return by_round
 
-    def check_weights(self):
-        self.check_places()
-        self.check_round_state()
+    def check_weights(self, two_slots_per_host=True):
+        if two_slots_per_host:
+            self.check_places()
+            self.check_round_state()
         assert self.final is not None, self.output[-4000:]
         history = [tuple(h) for h in self.final["history"]]
         assert [s for s, _ in history] == list(range(self.total_steps)), history  # each step once
@@ -95,7 +96,7 @@ class Outcome:
         return history
 
 
-def elastic_launch(framework, scenario, np_, hosts, min_np, max_np, extra=()):
+def elastic_launch(framework, scenario, np_, hosts, min_np, max_np, extra=(), env=None):
     results = launch.scratch_dir(f"herring-elastic-{scenario}-")
     hosts_file, discover = common.write_discovery(results, hosts)
     # --network-interface: without it the driver waits for two hosts to compare interfaces.
@@ -105,7 +106,7 @@ def elastic_launch(framework, scenario, np_, hosts, min_np, max_np, extra=()):
     env = launch.herring_env(HERRING_TEST_RESULTS=results, HERRING_TEST_SCENARIO=scenario,
                              HERRING_TEST_HOSTS_FILE=hosts_file, HOROVOD_DYNAMIC_PROCESS_SETS=1,
                              PYTHONPATH=os.path.join(launch.ROOT, "tests", "workers") + os.pathsep +
-                             os.path.join(launch.ROOT, "tests"), **FRAMEWORK_ENV.get(framework, {}))
+                             os.path.join(launch.ROOT, "tests"), **FRAMEWORK_ENV.get(framework, {}), **(env or {}))
     return Outcome(launch._run(cmd, env, TIMEOUT), results, scenario)
 
 
@@ -133,6 +134,7 @@ LAUNCHES = {
     "blacklist_cooldown": dict(np_=4, hosts=[f"{A}:2", f"{B}:2"], min_np=2, max_np=4,
                                extra=("--blacklist-cooldown-range", "1", "2")),
     "many_resets": dict(np_=2, hosts=[f"{A}:2"], min_np=1, max_np=2),
+    "grow_from_one": dict(np_=1, hosts=[f"{A}:1"], min_np=1, max_np=3),
 }
 
 FRAMEWORKS = ["torch", "tf"]
@@ -260,3 +262,20 @@ def test_fifty_resets_leak_nothing(framework):
         assert {(e["fds"], e["threads"]) for e in rounds[1:]} == {(rounds[1]["fds"], rounds[1]["threads"])}, \
             [(e["fds"], e["threads"]) for e in rounds]
         assert all(e["shm"] == 0 for e in rounds), rounds
+
+
+def test_tf_function_traced_at_one_worker_keeps_training_as_the_job_grows_and_shrinks():
+    """Horovod's test_elastic_tensorflow2 test_hosts_added_and_removed (slots=1): the first worker
+    traces its tf.function step while alone. Traced with the size fixed at 1 it would never submit
+    its gradients once others joined (the job died in the deadlock detector); the tape decides at
+    run time (tf.cond on size_op, as Horovod under HOROVOD_ELASTIC=1), so the job grows to 3 and
+    shrinks to 2, and the weights equal a float64 replay of the committed steps."""
+    key = ("tf", "grow_from_one")
+    if key not in _cache:
+        _cache[key] = elastic_launch("tf", "grow_from_one", **LAUNCHES["grow_from_one"],
+                                     env={"HERRING_TEST_TF_FUNCTION": "1"})
+    o = _cache[key]
+    assert o.run.returncode == 0, o.output[-5000:]
+    assert [size for size, _ in o.rounds()] == [1, 3, 2], o.rounds()
+    history = o.check_weights(two_slots_per_host=False)
+    assert {size for _, size in history} == {1, 3, 2}, history

@@ -59,3 +59,11 @@ def test_readme_lists_every_knob():
         readme = f.read()
     section = readme.split("<!-- knobs:begin -->")[1].split("<!-- knobs:end -->")[0].strip()
     assert section == table, "README's knob table is out of date: paste `python -m hvd_herring.check --knobs-markdown`"
+
+
+def test_horovod_tensorflow_answers_gpu_available_as_horovod_does():
+    """horovod.tensorflow exports Horovod's gpu_available(ext) (Horovod's suites call it): it asks
+    the extension in a child process, which answers False on this CPU-only backend."""
+    run = launch.python(["-c", "import horovod.tensorflow as hvd; print('GPU', hvd.gpu_available('tensorflow'))"],
+                        timeout=240)
+    assert run.returncode == 0 and "GPU False" in run.output, run.output[-3000:]

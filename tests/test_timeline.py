@@ -1,8 +1,14 @@
-"""HOROVOD_TIMELINE: a 2-rank job writes one Chrome trace per rank, valid JSON, with the queue,
-negotiation and execution phases of every tensor, small and large."""
+"""HOROVOD_TIMELINE: every rank writes a Chrome trace in Horovod's format (lanes named like
+Horovod's tensors, NEGOTIATE_<OP> and <OP> begin/end pairs, CYCLE_START markers with
+HOROVOD_TIMELINE_MARK_CYCLES=1) plus herring's own phases, written as it happens: valid JSON while
+the job runs and after kill -9; hvd.start_timeline / stop_timeline at run time."""
 
 import json
 import os
+import signal
+import subprocess
+import sys
+import time
 
 import launch
 
@@ -19,32 +25,150 @@ hvd.shutdown()
 """
 
 
+def _write(d, name, text):
+    path = os.path.join(d, name)
+    with open(path, "w") as f:
+        f.write(text)
+    return path
+
+
+def _lanes(events):
+    """{lane name: pid} from Horovod's process_name metadata (pid 0 is the file's own)."""
+    return {e["args"]["name"]: e["pid"] for e in events
+            if e.get("ph") == "M" and e.get("name") == "process_name" and e["pid"] != 0}
+
+
+def _balanced(events, pid):
+    """Every B on a lane has its E, in order."""
+    depth = 0
+    for e in events:
+        if e.get("pid") == pid and e.get("ph") in ("B", "E"):
+            depth += 1 if e["ph"] == "B" else -1
+            assert depth >= 0, pid
+    return depth == 0
+
+
 def test_timeline_of_a_two_rank_job():
     d = launch.scratch_dir("herring-timeline-")
-    script = os.path.join(d, "job.py")
-    with open(script, "w") as f:
-        f.write(SCRIPT)
     path = os.path.join(d, "timeline.json")
-    run = launch.horovodrun(2, [script], timeout=120, HOROVOD_TIMELINE=path)
+    run = launch.horovodrun(2, [_write(d, "job.py", SCRIPT)], timeout=180, HOROVOD_TIMELINE=path,
+                            HOROVOD_TIMELINE_MARK_CYCLES=1)
     assert run.returncode == 0, run.output[-3000:]
     files = [path, os.path.join(d, "timeline.rank1.json")]
     for rank, p in enumerate(files):
         with open(p) as f:
-            events = json.load(f)  # valid JSON: the engine closed the array at shutdown
-        spans = [e for e in events if e.get("ph") == "X"]
-        assert all(e["pid"] == rank for e in events), p
-        lanes = {e["args"]["name"]: e["tid"] for e in events if e.get("name") == "thread_name"}
-        for tensor in ("grad.0", "grad.3", "gathered"):
+            events = json.load(f)
+        assert events[0]["pid"] == 0 and events[0]["args"]["name"] == f"rank {rank}"
+        lanes = _lanes(events)
+        for tensor in ("allreduce.grad.0", "allreduce.grad.3", "allreduce.big", "allgather.gathered"):
             assert tensor in lanes, (tensor, sorted(lanes))
-        phases = {e["name"] for e in spans if e["tid"] == lanes["grad.0"]}
-        assert {"QUEUE", "NEGOTIATE", "ALLREDUCE"} <= phases, phases
-        all_phases = {e["name"] for e in spans}
+            assert _balanced(events, lanes[tensor]), tensor
+        on_grad = [e for e in events if e.get("pid") == lanes["allreduce.grad.0"]]
+        begins = [e["name"] for e in on_grad if e["ph"] == "B"]
+        assert begins == ["NEGOTIATE_ALLREDUCE", "ALLREDUCE"] * 3, begins
+        # herring's QUEUE before each negotiation (and the buffer's phases, when grad.0 went alone)
+        assert [e["name"] for e in on_grad if e["ph"] == "X"].count("QUEUE") == 3
+        gathered = [e["name"] for e in events if e.get("pid") == lanes["allgather.gathered"] and e["ph"] == "B"]
+        assert gathered == ["NEGOTIATE_ALLGATHER", "ALLGATHER"], gathered
+        spans = {e["name"] for e in events if e.get("ph") == "X"}
         # The fused 16 KB of grads takes the one-step path, the 400 KB tensor the staged pipeline.
-        assert {"ONE_STEP_SHM_REDUCE", "GATHER_INTO_SHM", "SHM_REDUCE_SCATTER", "COPY_OUT", "allgather"} <= all_phases, all_phases
-        assert any(n.startswith("CYCLE") for n in all_phases), all_phases
-        assert all(e["dur"] >= 0 and e["ts"] > 0 for e in spans)
+        assert {"ONE_STEP_SHM_REDUCE", "GATHER_INTO_SHM", "SHM_REDUCE_SCATTER", "COPY_OUT"} <= spans, spans
+        assert any(n.startswith("CYCLE (") for n in spans), spans
+        assert any(e.get("name") == "CYCLE_START" and e["ph"] == "i" for e in events)
+        assert any(l.startswith("fused: allreduce.grad.") for l in lanes), sorted(lanes)
+        assert all(e["ts"] > 0 for e in events if "ts" in e)
+        assert all(e["dur"] >= 0 for e in events if e.get("ph") == "X")
     merged = os.path.join(d, "merged.json")
     run = launch.python(["-m", "hvd_herring.timeline", "merge", merged] + files)
     assert run.returncode == 0, run.output
     with open(merged) as f:
-        assert {e["pid"] for e in json.load(f)} == {0, 1}
+        events = json.load(f)
+    assert {e["pid"] for e in events if "pid" in e} == {0, 1}
+    assert {"allreduce.grad.0", "rank 1"} <= {e["args"]["name"] for e in events if e.get("ph") == "M"
+                                              and e["name"] in ("thread_name", "process_name")}
+
+
+RUNTIME_SCRIPT = """
+import os, torch, horovod.torch as hvd
+hvd.init()
+d = os.environ["TEST_DIR"]
+hvd.allreduce(torch.ones(4), name="before")
+hvd.start_timeline(os.path.join(d, "dyn.json"), mark_cycles=True)
+hvd.allreduce(torch.ones(4), name="during")
+hvd.stop_timeline()
+hvd.allreduce(torch.ones(4), name="after")
+hvd.shutdown()
+"""
+
+
+def test_start_and_stop_timeline_at_run_time():
+    d = launch.scratch_dir("herring-timeline-dyn-")
+    run = launch.horovodrun(2, [_write(d, "job.py", RUNTIME_SCRIPT)], timeout=180, HOROVOD_TIMELINE="DYNAMIC",
+                            TEST_DIR=d)
+    assert run.returncode == 0, run.output[-3000:]
+    for p in ("dyn.json", "dyn.rank1.json"):
+        with open(os.path.join(d, p)) as f:
+            events = json.load(f)
+        assert set(_lanes(events)) == {"allreduce.during", "negotiation"}, _lanes(events)
+        assert any(e.get("name") == "CYCLE_START" for e in events)
+    assert not os.path.exists(os.path.join(d, "DYNAMIC"))
+
+
+def test_start_timeline_needs_horovod_timeline_set_as_in_horovod():
+    d = launch.scratch_dir("herring-timeline-unset-")
+    script = _write(d, "job.py", """
+import horovod.torch as hvd
+hvd.init()
+try:
+    hvd.start_timeline("/tmp/never.json")
+except ValueError as e:
+    print("REFUSED", e)
+""")
+    run = launch.python([script], timeout=120, HOROVOD_TIMELINE=None)
+    assert run.returncode == 0 and "REFUSED Set HOROVOD_TIMELINE=DYNAMIC" in run.output, run.output[-3000:]
+
+
+KILLED_SCRIPT = """
+import os, time, torch, horovod.torch as hvd
+hvd.init()
+d = os.environ["TEST_DIR"]
+for step in range(1000):
+    if step == 5 and hvd.rank() == 1:
+        open(os.path.join(d, "stuck"), "w").close()
+        time.sleep(600)   # mid-step: rank 0 waits in this step's negotiation until it is killed
+    hvd.allreduce(torch.tensor([1.0, 2.0, 3.0]), name="test_allreduce")
+"""
+
+
+def test_a_job_killed_mid_step_leaves_a_timeline_horovods_test_accepts():
+    d = launch.scratch_dir("herring-timeline-killed-")
+    path = os.path.join(d, "timeline.json")
+    env = launch.herring_env(HOROVOD_TIMELINE=path, HOROVOD_TIMELINE_MARK_CYCLES="1", TEST_DIR=d,
+                             HERRING_DEADLOCK_TIME_SECONDS="0", HOROVOD_STALL_CHECK_DISABLE="1")
+    cmd = [os.path.join(launch.BIN, "horovodrun"), "--gloo", "-np", "2", "-H", "localhost:2", sys.executable,
+           _write(d, "job.py", KILLED_SCRIPT)]
+    proc = subprocess.Popen(cmd, env=env, cwd=launch.ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not os.path.exists(os.path.join(d, "stuck")) and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.2)
+        assert os.path.exists(os.path.join(d, "stuck")), proc.communicate(timeout=30)[0]
+        time.sleep(1.0)  # rank 0 has submitted step 5's allreduce and waits for rank 1
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # the launcher and both ranks: nobody closes the file
+        proc.communicate()
+    with open(path) as f:
+        timeline_text = f.read()
+    # Horovod's test_timeline.py's assertions, on the file the killed rank 0 left:
+    assert 'allreduce.test_allreduce' in timeline_text, timeline_text
+    assert 'NEGOTIATE_ALLREDUCE' in timeline_text, timeline_text
+    assert 'ALLREDUCE' in timeline_text, timeline_text
+    assert 'CYCLE_START' in timeline_text, timeline_text
+    events = json.loads(timeline_text)  # valid JSON as it is
+    pid = _lanes(events)["allreduce.test_allreduce"]
+    begins = [e["name"] for e in events if e.get("pid") == pid and e["ph"] == "B"]
+    ends = [e for e in events if e.get("pid") == pid and e["ph"] == "E"]
+    # Five whole steps, and the sixth's negotiation begun, never ended: where the job was stuck.
+    assert begins == ["NEGOTIATE_ALLREDUCE", "ALLREDUCE"] * 5 + ["NEGOTIATE_ALLREDUCE"], begins
+    assert len(ends) == 10

@@ -24,6 +24,7 @@ import sys
 import horovod
 from horovod.common.process_sets import ProcessSet, add_process_set, global_process_set, remove_process_set
 from horovod.common.process_sets import _setup as _setup_process_sets
+from horovod.common.util import gpu_available  # noqa: F401  (horovod.tensorflow exports it)
 
 from hvd_herring import switch as _switch
 from hvd_herring.basics import basics as _basics, export_basics as _export_basics

@@ -8,6 +8,7 @@ reduction runs inside a tf.function, so every collective of a step is in flight 
 Horovod does."""
 
 import collections
+import os
 
 import tensorflow as tf
 
@@ -16,7 +17,13 @@ from horovod.common.util import split_list
 from horovod.tensorflow.compression import Compression
 
 from hvd_herring.tensorflow import collectives
+from hvd_herring.tensorflow import mpi_ops
 from hvd_herring.tensorflow.mpi_ops import Average
+
+
+def _elastic():
+    """horovodrun's elastic mode (--host-discovery-script sets HOROVOD_ELASTIC=1)."""
+    return os.environ.get("HOROVOD_ELASTIC") == "1"
 
 
 def variable_key(variable):
@@ -58,11 +65,28 @@ class GradientAllreducer:
             for i, v in enumerate(variables):
                 if v is not None and variable_key(v) in local and grads[i] is not None:
                     out[i] = _divide(grads[i], n)
-        if not (self.process_set.included() and self.process_set.size() > 1):
+        if not self.process_set.included():
+            return out
+        # Traced into a graph in an elastic job, the size is decided when the step runs, as
+        # Horovod does (tf.cond on size_op()): a tf.function traced while the job had one worker
+        # must still reduce after others joined (and one traced at three must skip the reduction
+        # once the job shrank to one), since the trace is not redone when the membership changes.
+        traced_elastic = _elastic() and not tf.executing_eagerly()
+        if not traced_elastic and self.process_set.size() <= 1:
             return out
         shared_grads = [grads[i] for i in shared]
         plan, grouped = self._plan(shared_grads, [variables[i] for i in shared])
-        if tf.executing_eagerly():
+        if traced_elastic:
+            present = [i for i, g in enumerate(shared_grads) if g is not None]
+            reduced_present = tf.cond(
+                mpi_ops.size_op(process_set_id=self.process_set.process_set_id) > 1,
+                lambda: [self._reduce(shared_grads, plan, grouped, use_generic_names)[i] for i in present],
+                lambda: [tf.identity(shared_grads[i]) if not isinstance(shared_grads[i], tf.IndexedSlices)
+                         else shared_grads[i] for i in present])
+            reduced = list(shared_grads)
+            for i, r in zip(present, reduced_present):
+                reduced[i] = r
+        elif tf.executing_eagerly():
             if self._eager_reduce is None:
                 self._eager_reduce = tf.function(self._reduce)
             reduced = self._eager_reduce(shared_grads, plan, grouped, use_generic_names)

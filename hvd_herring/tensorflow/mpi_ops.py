@@ -117,6 +117,16 @@ def _reduce_op_code(op, process_set=None):
     return int(op)
 
 
+def _known_set_id(process_set):
+    """The set's id, checked when the op is built (eagerly: at the call), as Horovod's Python layer
+    checks it (its process_set.size()): an id the engine does not know raises ValueError here,
+    not InvalidArgumentError when the op runs. (Before hvd.init() the op raises Horovod's "not
+    initialized" error when it runs, as Horovod's does.)"""
+    if _basics.is_initialized():
+        _basics._ranks_of(process_set.process_set_id)
+    return process_set.process_set_id
+
+
 # --- allreduce -----------------------------------------------------------------------------------
 
 def _allreduce(tensor, name=None, op=Sum, prescale_factor=1.0, postscale_factor=1.0,
@@ -126,7 +136,7 @@ def _allreduce(tensor, name=None, op=Sum, prescale_factor=1.0, postscale_factor=
     _check_not_xla("allreduce")
     tensor = _as_tensor(tensor)
     return _LIB.herring_allreduce(tensor, reduce_op=_reduce_op_code(op, process_set), prescale_factor=prescale_factor,
-                                  postscale_factor=postscale_factor, process_set_id=process_set.process_set_id,
+                                  postscale_factor=postscale_factor, process_set_id=_known_set_id(process_set),
                                   **_naming("HorovodAllreduce", [tensor], name, ignore_name_scope))
 
 
@@ -140,7 +150,7 @@ def _grouped_allreduce(tensors, name=None, op=Sum, prescale_factor=1.0, postscal
     return _LIB.herring_grouped_allreduce(tensors, reduce_op=_reduce_op_code(op, process_set),
                                           prescale_factor=prescale_factor,
                                           postscale_factor=postscale_factor,
-                                          process_set_id=process_set.process_set_id,
+                                          process_set_id=_known_set_id(process_set),
                                           **_naming("HorovodGroupedAllreduce", tensors, name, ignore_name_scope))
 
 
@@ -151,7 +161,7 @@ def allgather(tensor, name=None, ignore_name_scope=False, process_set=global_pro
     per rank)."""
     _check_not_xla("allgather")
     tensor = _as_tensor(tensor)
-    return _LIB.herring_allgather(tensor, process_set_id=process_set.process_set_id,
+    return _LIB.herring_allgather(tensor, process_set_id=_known_set_id(process_set),
                                   **_naming("HorovodAllgather", [tensor], name, ignore_name_scope))
 
 
@@ -161,7 +171,7 @@ def grouped_allgather(tensors, name=None, ignore_name_scope=False, process_set=g
     tensors = _as_tensors(tensors, "grouped_allgather")
     if not tensors:
         return []
-    return _LIB.herring_grouped_allgather(tensors, process_set_id=process_set.process_set_id,
+    return _LIB.herring_grouped_allgather(tensors, process_set_id=_known_set_id(process_set),
                                           **_naming("HorovodGroupedAllgather", tensors, name, ignore_name_scope))
 
 
@@ -171,7 +181,7 @@ def broadcast(tensor, root_rank, name=None, ignore_name_scope=False, process_set
     """The value of `tensor` on `root_rank` (a global rank), on every member."""
     _check_not_xla("broadcast")
     tensor = _as_tensor(tensor)
-    return _LIB.herring_broadcast(tensor, root_rank=int(root_rank), process_set_id=process_set.process_set_id,
+    return _LIB.herring_broadcast(tensor, root_rank=int(root_rank), process_set_id=_known_set_id(process_set),
                                   **_naming("HorovodBroadcast", [tensor], name, ignore_name_scope))
 
 
@@ -194,7 +204,7 @@ def alltoall(tensor, splits=None, name=None, ignore_name_scope=False, process_se
     _check_not_xla("alltoall")
     tensor = _as_tensor(tensor)
     splits_ = tf.cast(splits, tf.int32) if splits is not None else tf.constant([], dtype=tf.int32)
-    output, received = _LIB.herring_alltoall(tensor, splits_, process_set_id=process_set.process_set_id,
+    output, received = _LIB.herring_alltoall(tensor, splits_, process_set_id=_known_set_id(process_set),
                                              **_naming("HorovodAlltoall", [tensor], name, ignore_name_scope))
     return (output, received) if splits is not None else output
 
@@ -208,7 +218,7 @@ def _reducescatter(tensor, name=None, op=Sum, ignore_name_scope=False, process_s
     _check_not_xla("reducescatter")
     tensor = _as_tensor(tensor)
     return _LIB.herring_reducescatter(tensor, reduce_op=_reduce_op_code(op), prescale_factor=prescale_factor,
-                                      postscale_factor=postscale_factor, process_set_id=process_set.process_set_id,
+                                      postscale_factor=postscale_factor, process_set_id=_known_set_id(process_set),
                                       **_naming("HorovodReducescatter", [tensor], name, ignore_name_scope))
 
 
@@ -221,7 +231,7 @@ def _grouped_reducescatter(tensors, name=None, op=Sum, ignore_name_scope=False, 
         return []
     return _LIB.herring_grouped_reducescatter(
         tensors, reduce_op=_reduce_op_code(op), prescale_factor=prescale_factor, postscale_factor=postscale_factor,
-        process_set_id=process_set.process_set_id,
+        process_set_id=_known_set_id(process_set),
         **_naming("HorovodGroupedReducescatter", tensors, name, ignore_name_scope))
 
 
@@ -237,7 +247,7 @@ def join():
 def barrier(process_set=global_process_set):
     """Completes when every member of the process set reached it."""
     _check_not_xla("barrier")
-    return _LIB.herring_barrier(process_set_id=process_set.process_set_id, **_engine())
+    return _LIB.herring_barrier(process_set_id=_known_set_id(process_set), **_engine())
 
 
 def size_op(process_set_id=0, name=None):

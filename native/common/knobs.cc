@@ -1,5 +1,6 @@
 #include "common/knobs.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <sstream>
 
@@ -49,9 +50,13 @@ const std::vector<KnobSpec>& AllKnobs() {
       {"HOROVOD_DYNAMIC_PROCESS_SETS", "0", "bool",
        "Allow hvd.add_process_set / remove_process_set after init.", true},
       {"HOROVOD_TIMELINE", "", "path",
-       "Write a Chrome trace (chrome://tracing, Perfetto) of every collective's phases: rank 0 to "
-       "this path, rank r to it with .rank<r> before the extension (or {rank} replaced). Horovod's "
-       "`DYNAMIC` writes nothing (hvd.start_timeline is not offered).", false},
+       "Write a Chrome trace (chrome://tracing, Perfetto) of every collective's phases in Horovod's "
+       "format, as it happens (valid JSON while the job runs and after a crash): rank 0 to this "
+       "path, rank r to it with .rank<r> before the extension (or {rank} replaced). `DYNAMIC`: "
+       "nothing until hvd.start_timeline(path); hvd.start_timeline/stop_timeline need this set, "
+       "as in Horovod.", false},
+      {"HOROVOD_TIMELINE_MARK_CYCLES", "0", "bool",
+       "Mark every negotiation cycle in the timeline with Horovod's CYCLE_START instant event.", false},
       {"HOROVOD_STALL_CHECK_TIME_SECONDS", "60", "seconds",
        "Rank 0 warns, naming the missing ranks and tensors, when some ranks submitted a collective "
        "and others have not for this long.", false},
@@ -60,8 +65,9 @@ const std::vector<KnobSpec>& AllKnobs() {
       {"HOROVOD_STALL_CHECK_DISABLE", "0", "bool", "Turns the stall inspector off.", false},
       {"HERRING_DEADLOCK_TIME_SECONDS", "15", "seconds",
        "Ranks that have all been blocked waiting this long on collectives that none of them can "
-       "complete (each waits on one another has not submitted: the ranks diverged) raise on every "
-       "rank, naming each rank and what it waits on, instead of hanging. 0 turns it off.", false},
+       "complete (each waits on one another has not submitted: the ranks diverged) raise, naming "
+       "each rank and what it waits on, instead of hanging; the collective most of them wait on "
+       "(and a join) stays pending, so that the ranks that went astray catch up. 0 turns it off.", false},
       {"HERRING_VERIFY", "0", "bool",
        "After every allreduce, broadcast and allgather, members compare a hash of the result and "
        "fail the job naming the ranks that differ.", true},
@@ -150,6 +156,18 @@ const KnobSpec& Spec(const std::string& name) {
   throw Error(Status::Internal("unknown knob " + name));
 }
 
+// Horovod's own knobs (HOROVOD_*) parse as Horovod's core parses them
+// (horovod/common/utils/env_parser.cc, operations.cc): std::strtol / std::strtod on the text, so
+// a number's prefix counts ("5ms" is 5), a text that is no number at all is 0, and a bool is
+// "strtol > 0". Horovod's own launcher relies on it: horovod.run() exports
+// HOROVOD_CYCLE_TIME='(None,)' and HOROVOD_CACHE_CAPACITY='(None,)' (a stray comma in its
+// _HorovodArgs), which Horovod reads as 0 (no batching wait, no response cache) and carries on.
+// A number below the knob's minimum counts as the minimum (a negative fusion threshold or cycle
+// time: 0, which in Horovod means no fusion, no wait). The words true/false are accepted
+// too (Horovod would read "true" as 0; we read what the user meant). Herring's own knobs
+// (HERRING_*) stay strict: a value that does not parse fails init naming the knob.
+bool HorovodLenient(const std::string& name) { return name.rfind("HOROVOD_", 0) == 0; }
+
 class KnobReader {
  public:
   explicit KnobReader(const std::map<std::string, std::string>& env) : env_(env) {}
@@ -163,6 +181,7 @@ class KnobReader {
     std::string v = Raw(name);
     char* end = nullptr;
     long long x = std::strtoll(v.c_str(), &end, 10);
+    if (HorovodLenient(name)) return std::max<int64_t>(x, min_value);
     if (end == v.c_str() || *end != '\0' || x < min_value) Bad(name, v, ">= " + std::to_string(min_value));
     return x;
   }
@@ -170,6 +189,7 @@ class KnobReader {
     std::string v = Raw(name);
     char* end = nullptr;
     double x = std::strtod(v.c_str(), &end);
+    if (HorovodLenient(name)) return x >= min_value ? x : min_value;  // NaN too
     if (end == v.c_str() || *end != '\0' || !(x >= min_value)) Bad(name, v, "a number >= " + std::to_string(min_value));
     return x;
   }
@@ -177,6 +197,7 @@ class KnobReader {
     std::string v = Raw(name);
     if (v == "1" || v == "true" || v == "True" || v == "TRUE") return true;
     if (v == "0" || v == "false" || v == "False" || v == "FALSE") return false;
+    if (HorovodLenient(name)) return std::strtol(v.c_str(), nullptr, 10) > 0;
     Bad(name, v, "0 or 1");
     return false;
   }
@@ -244,8 +265,11 @@ Config Config::FromEnvironment(const std::map<std::string, std::string>& env) {
   c.start_timeout_seconds = r.Double("HERRING_START_TIMEOUT_SECONDS", 0.001);
   c.iface = r.Raw("HERRING_IFACE");
   c.timeline = r.Raw("HOROVOD_TIMELINE");
-  // Horovod's "DYNAMIC" means: no trace until hvd.start_timeline(path) (which we do not offer).
+  // Set at all (a path or "DYNAMIC"): hvd.start_timeline may be called, as in Horovod.
+  c.timeline_enabled = !c.timeline.empty();
+  // Horovod's "DYNAMIC" means: no trace until hvd.start_timeline(path).
   if (c.timeline == "DYNAMIC") c.timeline.clear();
+  c.timeline_mark_cycles = r.Bool("HOROVOD_TIMELINE_MARK_CYCLES");
   c.verify = r.Bool("HERRING_VERIFY");
   c.fault = r.Raw("HERRING_FAULT");
   c.stall_check_seconds = r.Double("HOROVOD_STALL_CHECK_TIME_SECONDS", 0.001);

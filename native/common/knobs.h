@@ -57,7 +57,9 @@ struct Config {
   double deadlock_seconds;  // 0: off
   bool verify;                // HERRING_VERIFY
   std::string fault;          // HERRING_FAULT spec, empty: none
-  std::string timeline;      // HOROVOD_TIMELINE path template, empty: off
+  std::string timeline;      // HOROVOD_TIMELINE path template, empty: off (or DYNAMIC)
+  bool timeline_enabled = false;       // HOROVOD_TIMELINE set (a path or DYNAMIC)
+  bool timeline_mark_cycles = false;   // HOROVOD_TIMELINE_MARK_CYCLES
   std::string hostname;      // empty: the launcher's (HOROVOD_HOSTNAME) or gethostname()
   std::string secret;        // HERRING_SECRET; empty: rank 0 draws one
   int64_t shm_slot_bytes;

@@ -220,8 +220,11 @@ void Engine::TakeNewRequests(std::vector<RequestMeta>* uncached, std::vector<uin
     p.handle = item.second;
     p.taken_at = now;
     if (timeline_) {
+      const RequestMeta& m = p.request.meta;
+      const std::string lane = Timeline::TensorLane(OpTypeName(m.type), m.name);
       p.taken_us = Timeline::NowMicros();
-      timeline_->Span(p.request.meta.name, "QUEUE", p.request.enqueued_us, p.taken_us);
+      timeline_->Span(lane, "QUEUE", p.request.enqueued_us, p.taken_us);
+      timeline_->Begin(lane, "NEGOTIATE_" + Timeline::UpperName(OpTypeName(m.type)));
     }
     pending_.insert_or_assign(std::move(key), std::move(p));
   }
@@ -529,7 +532,7 @@ void Engine::CheckDeadlock() {
   auto verdict = deadlock_->Check(*coordinator_, size());
   if (!verdict) return;
   HLOG(Error) << verdict->message;
-  coordinator_->FailEntries(verdict->collectives, verdict->includes_join, verdict->message);
+  coordinator_->FailEntries(verdict->collectives, verdict->fail_join, verdict->message);
 }
 
 void Engine::RevertCachedAt(uint32_t position) {
@@ -555,6 +558,7 @@ void Engine::RunCycleSteps() {
   ++cycle_;
   last_cycle_start_ = Clock::now();
   const int64_t cycle_start_us = timeline_ ? Timeline::NowMicros() : 0;
+  if (timeline_) timeline_->MarkCycleStart();
   std::vector<RequestMeta> uncached;
   std::vector<uint32_t> stale;
   TakeNewRequests(&uncached, &stale);
@@ -603,7 +607,7 @@ void Engine::RunCycleSteps() {
                     cycle_start_us, now, "cycle " + std::to_string(cycle_));
     for (const auto& r : ready) {
       auto it = pending_.find({r.process_set, r.name});
-      if (it != pending_.end()) timeline_->Span(r.name, "NEGOTIATE", it->second.taken_us, now);
+      if (it != pending_.end()) timeline_->End(Timeline::TensorLane(OpTypeName(r.type), r.name));
     }
   }
   Execute(ready);

@@ -71,6 +71,7 @@ std::optional<DeadlockDetector::Verdict> DeadlockDetector::Check(const Coordinat
   }
 
   Verdict v;
+  bool includes_join = false;
   std::ostringstream m;
   m << "Deadlock: " << RankList(std::vector<int>(stuck.begin(), stuck.end()))
     << " are blocked on collectives that none of them can complete (each waits on one that another has "
@@ -84,7 +85,7 @@ std::optional<DeadlockDetector::Verdict> DeadlockDetector::Check(const Coordinat
       const auto& missing = missing_by_rank[r][i];
       if (!missing.empty()) m << " (not submitted by " << RankList(missing) << ")";
       if (a.type == OpType::kJoin) {
-        v.includes_join = true;
+        includes_join = true;
       } else if (std::find(v.collectives.begin(), v.collectives.end(), std::make_pair(a.process_set, a.name)) ==
                  v.collectives.end()) {
         v.collectives.push_back({a.process_set, a.name});
@@ -93,8 +94,47 @@ std::optional<DeadlockDetector::Verdict> DeadlockDetector::Check(const Coordinat
     m << ";";
   }
   m << " blocked for " << deadlock_seconds_ << " s (HERRING_DEADLOCK_TIME_SECONDS)";
+
+  // The collective more of the stuck ranks wait on than on any other stays pending; the ranks that
+  // went elsewhere get the error. When ranks diverge (one left a loop early after a failed
+  // assertion, or skipped a collective), the minority is where the program went astray: its error
+  // sends it on, to the collective the majority waits on, and the ranks are in step again.
+  // Failing everyone's instead would leave them as far apart as before, for good (every later
+  // collective then deadlocks). A tie (two ranks, each on its own) fails them all.
+  std::map<std::pair<int32_t, std::string>, int> waiting_ranks;
+  for (int r : stuck) {
+    for (const auto& a : blocked_[r].awaited) {
+      if (a.type != OpType::kJoin) waiting_ranks[{a.process_set, a.name}]++;
+    }
+  }
+  int most = 0, holders = 0;
+  std::pair<int32_t, std::string> kept;
+  for (const auto& [key, n] : waiting_ranks) {
+    if (n > most) {
+      most = n;
+      holders = 1;
+      kept = key;
+    } else if (n == most) {
+      ++holders;
+    }
+  }
+  if (holders == 1 && most > 1 && v.collectives.size() > 1) {
+    v.collectives.erase(std::remove(v.collectives.begin(), v.collectives.end(), kept), v.collectives.end());
+    m << "; '" << kept.second << "', which " << most
+      << " of them wait on, stays pending: the other collectives fail, so that their ranks can catch up";
+  }
   v.message = m.str();
-  for (int r : stuck) blocked_.erase(r);
+  v.fail_join = includes_join && v.collectives.empty();
+  for (int r : stuck) {
+    // A rank none of whose collectives failed is still blocked: its report stands for the next check.
+    const auto& awaited = blocked_[r].awaited;
+    const bool failed = std::any_of(awaited.begin(), awaited.end(), [&](const AwaitedCollective& a) {
+      return a.type == OpType::kJoin ? v.fail_join
+                                     : std::find(v.collectives.begin(), v.collectives.end(),
+                                                 std::make_pair(a.process_set, a.name)) != v.collectives.end();
+    });
+    if (failed) blocked_.erase(r);
+  }
   return v;
 }
 

@@ -33,7 +33,13 @@ class DeadlockDetector {
 
   struct Verdict {
     std::vector<std::pair<int32_t, std::string>> collectives;  // to fail on every rank
-    bool includes_join = false;
+    // A rank in join waits, by design, for the others to join: when other ranks are stuck on
+    // collectives of their own, failing those lets them go on (and join, as Horovod's programs do
+    // after such an error), and the join completes. Failing the join too would release the joined
+    // ranks into their next step while the others still head for the join: the ranks would be out
+    // of step for good (a failed test then fails every test after it). So the join fails only when
+    // nothing else is stuck.
+    bool fail_join = false;
     std::string message;
   };
   // A deadlock among the reporting ranks, if the coordinator's table proves one (see the header

@@ -27,7 +27,7 @@ Engine::Engine(EngineOptions options)
     StartR2spSessions();
     psld_ = std::make_unique<PsldPolicy>(config_.psld_balancer, rank() == 0, config_.balance_interval);
     ops_ = std::make_unique<OperationManager>(config_);
-    timeline_ = Timeline::Open(config_.timeline, rank());
+    timeline_ = Timeline::Open(config_.timeline, rank(), config_.timeline_mark_cycles);
     last_cycle_start_ = Clock::now();
     loop_ = std::thread([this] { Loop(); });
     return;
@@ -39,7 +39,7 @@ Engine::Engine(EngineOptions options)
   Rendezvous(options, deadline);
   StartR2spSessions();
   ops_ = std::make_unique<OperationManager>(config_);
-  timeline_ = Timeline::Open(config_.timeline, rank());
+  timeline_ = Timeline::Open(config_.timeline, rank(), config_.timeline_mark_cycles);
   if (size() < 1) {
     throw Error(Status::InvalidArgument("HERRING_DEDICATED_SERVERS=" + std::to_string(config_.dedicated_servers) +
                                         " leaves no worker among the " + std::to_string(world_size()) +
@@ -347,13 +347,30 @@ void Engine::ValidateAndComplete(Request* request) const {
   }
 }
 
+void Engine::StartTimeline(const std::string& path, bool mark_cycles) {
+  if (!config_.timeline_enabled) {
+    throw Error(Status::InvalidArgument("Set HOROVOD_TIMELINE=DYNAMIC to enable dynamic timeline usage."));
+  }
+  auto fresh = Timeline::Open(path, rank(), mark_cycles);  // opened before the lock: a bad path fails here
+  std::lock_guard<std::mutex> cycle(cycle_mu_);
+  timeline_ = std::move(fresh);
+}
+
+void Engine::StopTimeline() {
+  std::unique_ptr<Timeline> old;
+  {
+    std::lock_guard<std::mutex> cycle(cycle_mu_);
+    old.swap(timeline_);
+  }
+}
+
 int64_t Engine::Enqueue(Request request) {
   if (stopped_.load()) {
     Status f = failure();
     throw Error(f.ok() ? Status::Shutdown("Horovod has been shut down; call hvd.init() first") : f);
   }
   ValidateAndComplete(&request);
-  if (timeline_) request.enqueued_us = Timeline::NowMicros();
+  request.enqueued_us = Timeline::NowMicros();  // read only by a timeline, which may start at any time
   RequestMeta& m = request.meta;
   // Decided once here: the waiter reads the flag (RunCycleForWaiter).
   request.waiter_follows = WaiterRuns(request);

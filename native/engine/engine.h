@@ -101,6 +101,12 @@ class Engine {
   // Negotiated with every rank (Horovod semantics: one rank shutting down stops the job), then the
   // connections close. Never hangs: bounded by HERRING_TIMEOUT_SECONDS. Idempotent.
   void Shutdown();
+  // hvd.start_timeline / stop_timeline (Horovod's): start writing this rank's trace to
+  // Timeline::PathFor(path, rank()) (a running trace is closed first), or stop. Applied between two
+  // cycles (under cycle_mu_). Throws InvalidArgument unless HOROVOD_TIMELINE is set (a path or
+  // DYNAMIC), as Horovod refuses.
+  void StartTimeline(const std::string& path, bool mark_cycles);
+  void StopTimeline();
   bool running() const;
 
   int rank() const { return launch_.rank; }

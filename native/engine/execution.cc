@@ -78,7 +78,7 @@ void Engine::ServeAllreduceBatch(const std::vector<const Response*>& responses, 
     batch.label += (batch.label.empty() ? "" : ", ") + r->name;
   }
   ExecContext ctx = MakeContext(set, unit);
-  ctx.lane = "served: " + first.name + (responses.size() > 1 ? " +" + std::to_string(responses.size() - 1) : "");
+  ctx.lane = "served: allreduce." + first.name + (responses.size() > 1 ? " +" + std::to_string(responses.size() - 1) : "");
   TimelinePhase phase(timeline_.get(), ctx.lane, "SERVE");
   ops_->ServeAllreduce(ctx, batch);
 }
@@ -199,16 +199,16 @@ void Engine::ExecuteAllreduceBatch(const std::vector<const Response*>& responses
   if (psld_->Measures(set.id)) {
     ctx.observe_shard = [this](int shard, double seconds, double mib) { psld_->Observe(shard, seconds, mib); };
   }
-  ctx.lane = responses.size() == 1 ? first.name
-                                   : "fused: " + first.name + " +" + std::to_string(responses.size() - 1);
-  const int64_t start_us = timeline_ ? Timeline::NowMicros() : 0;
-  const char* impl = ops_->Allreduce(ctx, batch);
-  if (timeline_) {
-    const int64_t end_us = Timeline::NowMicros();
-    for (const Response* r : responses) {
-      timeline_->Span(r->name, "ALLREDUCE", start_us, end_us,
-                      std::string(impl) + ", " + std::to_string(batch.total_bytes()) + " bytes in " + ctx.lane);
+  {
+    std::vector<std::string> lanes;  // the timeline's names, only when it is on (the hot path pays nothing)
+    if (timeline_) {
+      for (const Response* r : responses) lanes.push_back(Timeline::TensorLane(OpTypeName(r->type), r->name));
+      ctx.lane = responses.size() == 1 ? lanes[0] : "fused: " + lanes[0] + " +" + std::to_string(responses.size() - 1);
     }
+    TimelineOperation op(timeline_.get(), std::move(lanes), "ALLREDUCE",
+                         timeline_ ? std::to_string(batch.total_bytes()) + " bytes in " + ctx.lane : std::string());
+    const char* impl = ops_->Allreduce(ctx, batch);
+    if (timeline_) op.SetEndArgs(std::string("\"implementation\": \"") + impl + "\"");
   }
   if (config_.verify) {
     uint64_t h = 0;
@@ -263,9 +263,9 @@ void Engine::ExecuteOne(const Response& r, uint32_t unit) {
   }
   OpResult result;
   ExecContext ctx = MakeContext(set, unit);
-  ctx.lane = r.name;
+  if (timeline_) ctx.lane = Timeline::TensorLane(OpTypeName(r.type), r.name);
   {
-    TimelinePhase phase(timeline_.get(), r.name, OpTypeName(r.type));
+    TimelineOperation op(timeline_.get(), {ctx.lane}, Timeline::UpperName(OpTypeName(r.type)));
     ops_->Run(r.type, ctx, r, io, &result);
   }
   if (config_.verify && (r.type == OpType::kBroadcast || r.type == OpType::kAllgather)) {

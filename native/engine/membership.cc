@@ -104,6 +104,8 @@ std::string Engine::EncodeSnapshot() const {
     w.U32(static_cast<uint32_t>(s->servers.map.weights().size()));
     for (double x : s->servers.map.weights()) w.F64(x);
   }
+  w.I32(sets_.id_limit());
+  w.I32s(sets_.free_ids());
   return w.Take();
 }
 
@@ -130,6 +132,12 @@ void Engine::RestoreSnapshot(const std::string& payload, Deadline deadline) {
     std::lock_guard<std::mutex> lock(sets_mu_);
     if (id == 0) global_set_ = set.get();
     sets_.Add(std::move(set));
+  }
+  const int32_t id_limit = r.I32();
+  const auto free_ids = r.I32s();
+  {
+    std::lock_guard<std::mutex> lock(sets_mu_);
+    sets_.RestoreIds(id_limit, free_ids);
   }
   r.ExpectEnd();
   (void)deadline;

@@ -43,11 +43,16 @@ int32_t ProcessSetTable::Add(std::unique_ptr<ProcessSet> set) {
   if (FindByRanks(set->ranks) >= 0) return -1;
   int32_t id = set->id;
   next_id_ = std::max(next_id_, id + 1);
+  free_ids_.erase(std::remove(free_ids_.begin(), free_ids_.end(), id), free_ids_.end());
   sets_[id] = std::move(set);
   return id;
 }
 
-bool ProcessSetTable::Remove(int32_t id) { return sets_.erase(id) > 0; }
+bool ProcessSetTable::Remove(int32_t id) {
+  if (sets_.erase(id) == 0) return false;
+  if (id != 0) free_ids_.push_back(id);
+  return true;
+}
 
 ProcessSet* ProcessSetTable::Find(int32_t id) {
   auto it = sets_.find(id);

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <vector>
@@ -49,12 +50,23 @@ class ProcessSetTable {
   ProcessSet* Find(int32_t id);
   const ProcessSet* Find(int32_t id) const;
   int32_t FindByRanks(const std::vector<int>& ranks) const;  // -1 if none
-  int32_t next_id() const { return next_id_; }
+  // The id the next added set takes: as in Horovod (horovod/common/process_set.cc), the id of the
+  // set removed longest ago, if any, else one past the largest ever used. Every rank adds and
+  // removes sets in the same negotiated order, so every rank picks the same id.
+  int32_t next_id() const { return free_ids_.empty() ? next_id_ : free_ids_.front(); }
   std::vector<int32_t> ids() const;
+  // What next_id() is made of, for the join snapshot: a joiner must pick the ids the job picks.
+  int32_t id_limit() const { return next_id_; }
+  std::vector<int32_t> free_ids() const { return {free_ids_.begin(), free_ids_.end()}; }
+  void RestoreIds(int32_t id_limit, const std::vector<int32_t>& free_ids) {
+    next_id_ = id_limit;
+    free_ids_.assign(free_ids.begin(), free_ids.end());
+  }
 
  private:
   std::map<int32_t, std::unique_ptr<ProcessSet>> sets_;
   int32_t next_id_ = 0;
+  std::deque<int32_t> free_ids_;  // ids of removed sets, oldest first
 };
 
 }  // namespace herring

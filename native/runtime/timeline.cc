@@ -1,5 +1,7 @@
 #include "runtime/timeline.h"
 
+#include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <memory>
 
@@ -28,6 +30,14 @@ std::string JsonEscape(const std::string& s) {
   return out;
 }
 
+// Microseconds since the epoch at the monotonic clock's zero: Horovod's pid-0 metadata gives the
+// wall time of ts 0 (start_time_since_epoch_in_micros), so readers can place events in time.
+int64_t EpochMicrosAtMonotonicZero() {
+  using namespace std::chrono;
+  const int64_t wall = duration_cast<microseconds>(system_clock::now().time_since_epoch()).count();
+  return wall - Timeline::NowMicros();
+}
+
 }  // namespace
 
 std::string Timeline::PathFor(const std::string& path_template, int rank) {
@@ -42,12 +52,24 @@ std::string Timeline::PathFor(const std::string& path_template, int rank) {
   return p.substr(0, dot) + suffix + p.substr(dot);
 }
 
-std::unique_ptr<Timeline> Timeline::Open(const std::string& path_template, int rank) {
+std::string Timeline::TensorLane(const char* op_type_name, const std::string& name) {
+  return std::string(op_type_name) + "." + name;
+}
+
+std::string Timeline::UpperName(const char* op_type_name) {
+  std::string s(op_type_name);
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::toupper(c); });
+  return s;
+}
+
+std::unique_ptr<Timeline> Timeline::Open(const std::string& path_template, int rank, bool mark_cycles) {
   if (path_template.empty()) return nullptr;
   std::string path = PathFor(path_template, rank);
   std::FILE* f = std::fopen(path.c_str(), "w");
   if (!f) throw Error(Status::InvalidArgument("HOROVOD_TIMELINE: cannot write " + path));
-  return std::unique_ptr<Timeline>(new Timeline(f, path, rank));
+  // One event is one write(2): the buffer holds a whole event, flushed at its end.
+  std::setvbuf(f, nullptr, _IOFBF, 1 << 16);
+  return std::unique_ptr<Timeline>(new Timeline(f, path, rank, mark_cycles));
 }
 
 int64_t Timeline::NowMicros() {
@@ -55,54 +77,78 @@ int64_t Timeline::NowMicros() {
       .count();
 }
 
-Timeline::Timeline(std::FILE* f, std::string path, int rank) : file_(f), path_(std::move(path)), rank_(rank) {
-  std::fputs("[\n", file_);
+Timeline::Timeline(std::FILE* f, std::string path, int rank, bool mark_cycles)
+    : file_(f), path_(std::move(path)), rank_(rank), mark_cycles_(mark_cycles) {
   std::lock_guard<std::mutex> lock(mu_);
-  Write("{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": " + std::to_string(rank_) +
-        ", \"args\": {\"name\": \"rank " + std::to_string(rank_) + "\"}}");
+  Write("{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": 0, \"args\": {\"name\": \"rank " +
+        std::to_string(rank_) + "\", \"start_time_since_epoch_in_micros\": " +
+        std::to_string(EpochMicrosAtMonotonicZero()) + "}}");
+  Write("{\"name\": \"process_sort_index\", \"ph\": \"M\", \"pid\": 0, \"args\": {\"sort_index\": 0}}");
 }
 
 Timeline::~Timeline() {
   std::lock_guard<std::mutex> lock(mu_);
-  std::fputs("\n]\n", file_);
-  std::fclose(file_);
+  std::fclose(file_);  // every event was flushed as it was written: the file is complete JSON already
 }
 
 int Timeline::LaneId(const std::string& lane) {
   auto it = lanes_.find(lane);
   if (it != lanes_.end()) return it->second;
-  int id = static_cast<int>(lanes_.size()) + 1;
+  int id = static_cast<int>(lanes_.size()) + 1;  // pid 0 is the file's metadata, as in Horovod's
   lanes_[lane] = id;
-  Write("{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": " + std::to_string(rank_) + ", \"tid\": " +
-        std::to_string(id) + ", \"args\": {\"name\": \"" + JsonEscape(lane) + "\"}}");
+  Write("{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": " + std::to_string(id) + ", \"args\": {\"name\": \"" +
+        JsonEscape(lane) + "\"}}");
+  Write("{\"name\": \"process_sort_index\", \"ph\": \"M\", \"pid\": " + std::to_string(id) +
+        ", \"args\": {\"sort_index\": " + std::to_string(id) + "}}");
   return id;
 }
 
 void Timeline::Write(const std::string& event) {
-  if (!first_) std::fputs(",\n", file_);
+  // The file always ends with "]": overwrite it, append the event and close the array again.
+  if (first_) {
+    std::fputs("[\n", file_);
+  } else {
+    std::fseek(file_, -1, SEEK_END);
+    std::fputs(",\n", file_);
+  }
   first_ = false;
   std::fputs(event.c_str(), file_);
+  std::fputs("]", file_);
+  std::fflush(file_);
 }
 
-void Timeline::Span(const std::string& lane, const char* phase, int64_t start_us, int64_t end_us,
+void Timeline::Span(const std::string& lane, const std::string& phase, int64_t start_us, int64_t end_us,
                     const std::string& detail) {
   std::lock_guard<std::mutex> lock(mu_);
-  int tid = LaneId(lane);
-  std::string e = "{\"name\": \"" + std::string(phase) + "\", \"cat\": \"herring\", \"ph\": \"X\", \"pid\": " +
-                  std::to_string(rank_) + ", \"tid\": " + std::to_string(tid) + ", \"ts\": " +
-                  std::to_string(start_us) + ", \"dur\": " + std::to_string(std::max<int64_t>(0, end_us - start_us));
+  int pid = LaneId(lane);
+  std::string e = "{\"ph\": \"X\", \"name\": \"" + phase + "\", \"cat\": \"herring\", \"ts\": " +
+                  std::to_string(start_us) + ", \"dur\": " + std::to_string(std::max<int64_t>(0, end_us - start_us)) +
+                  ", \"pid\": " + std::to_string(pid);
   if (!detail.empty()) e += ", \"args\": {\"detail\": \"" + JsonEscape(detail) + "\"}";
   Write(e + "}");
 }
 
-void Timeline::Instant(const std::string& lane, const char* what, const std::string& detail) {
+void Timeline::Begin(const std::string& lane, const std::string& phase, const std::string& detail) {
   std::lock_guard<std::mutex> lock(mu_);
-  int tid = LaneId(lane);
-  std::string e = "{\"name\": \"" + std::string(what) + "\", \"cat\": \"herring\", \"ph\": \"i\", \"s\": \"t\", \"pid\": " +
-                  std::to_string(rank_) + ", \"tid\": " + std::to_string(tid) + ", \"ts\": " +
-                  std::to_string(NowMicros());
+  int pid = LaneId(lane);
+  std::string e = "{\"ph\": \"B\", \"name\": \"" + phase + "\", \"ts\": " + std::to_string(NowMicros()) +
+                  ", \"pid\": " + std::to_string(pid);
   if (!detail.empty()) e += ", \"args\": {\"detail\": \"" + JsonEscape(detail) + "\"}";
   Write(e + "}");
+}
+
+void Timeline::End(const std::string& lane, const std::string& end_args) {
+  std::lock_guard<std::mutex> lock(mu_);
+  int pid = LaneId(lane);
+  std::string e = "{\"ph\": \"E\", \"ts\": " + std::to_string(NowMicros()) + ", \"pid\": " + std::to_string(pid);
+  if (!end_args.empty()) e += ", \"args\": {" + end_args + "}";
+  Write(e + "}");
+}
+
+void Timeline::MarkCycleStart() {
+  if (!mark_cycles_) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  Write("{\"ph\": \"i\", \"name\": \"CYCLE_START\", \"ts\": " + std::to_string(NowMicros()) + ", \"s\": \"g\"}");
 }
 
 }  // namespace herring

@@ -1,9 +1,20 @@
-// Timeline: a Chrome trace (chrome://tracing, Perfetto) of what the engine did, per rank, per
-// tensor: how long each collective waited in the queue, in negotiation, and the phases of its
-// execution (gather into the fusion buffer, shared-memory reduce, push/pull to the server shards,
-// scatter back). Enabled by HOROVOD_TIMELINE=<path>; rank r writes <path> with ".rank<r>" before
-// the extension (rank 0 writes <path> itself), or <path> with "{rank}" replaced.
+// Timeline: a Chrome trace (chrome://tracing, Perfetto) of what the engine did, in Horovod's
+// format (horovod/common/timeline.cc), so that Horovod's readers and users' scripts read it:
+// every lane is a trace "process" named like Horovod's tensors (`allreduce.<name>`,
+// `broadcast.<name>`...; pid 0 is the file's own metadata); a collective's lane holds
+// NEGOTIATE_<OP> (picked up by a cycle -> every rank ready) and <OP> (execution) as begin/end
+// pairs, and Horovod's CYCLE_START instant markers with HOROVOD_TIMELINE_MARK_CYCLES=1. Herring's
+// own detail stays beside them, named so that it cannot be mistaken for Horovod's: a QUEUE span
+// before negotiation, the phases of a fused buffer on its own lane (`fused: <first> +N`, or the
+// tensor's lane when it is alone), and a `negotiation` lane with one span per cycle.
 //
+// Written as it happens, as Horovod's writer does: every event is appended and the array closed
+// with `]` at once (the next event overwrites that `]`), and flushed to the file, so the file is
+// valid JSON while the job runs and after it is killed (kill -9 leaves every event written so far;
+// an operation still running shows its begin without its end).
+//
+// Enabled by HOROVOD_TIMELINE=<path> or hvd.start_timeline(path); rank r writes <path> with
+// ".rank<r>" before the extension (rank 0 writes <path> itself), or <path> with "{rank}" replaced.
 // Timestamps come from the monotonic clock, which all processes of one host share, so the files
 // of one host can be merged as they are (python -m hvd_herring.timeline merge ...).
 #pragma once
@@ -14,33 +25,44 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 namespace herring {
 
 class Timeline {
  public:
   // Returns nullptr when path_template is empty (timeline off).
-  static std::unique_ptr<Timeline> Open(const std::string& path_template, int rank);
+  static std::unique_ptr<Timeline> Open(const std::string& path_template, int rank, bool mark_cycles = false);
   static std::string PathFor(const std::string& path_template, int rank);
   static int64_t NowMicros();
+  // Horovod's name of a collective's lane: "<op>.<name>" (op as horovod names it: allreduce...).
+  static std::string TensorLane(const char* op_type_name, const std::string& name);
+  // Horovod's event names: "ALLREDUCE", "NEGOTIATE_ALLREDUCE"...
+  static std::string UpperName(const char* op_type_name);
 
-  ~Timeline();  // closes the JSON array: the file is valid JSON once the engine shut down
+  ~Timeline();
 
-  // A span [start_us, end_us) on the lane of `lane` (a tensor name, or "cycle").
-  void Span(const std::string& lane, const char* phase, int64_t start_us, int64_t end_us,
+  // A complete span [start_us, end_us) on `lane` (ph "X").
+  void Span(const std::string& lane, const std::string& phase, int64_t start_us, int64_t end_us,
             const std::string& detail = "");
-  void Instant(const std::string& lane, const char* what, const std::string& detail = "");
+  // A begin (ph "B") and its end (ph "E"); `end_args` is a JSON object's inside, e.g. "\"dtype\": \"float32\"".
+  void Begin(const std::string& lane, const std::string& phase, const std::string& detail = "");
+  void End(const std::string& lane, const std::string& end_args = "");
+  // Horovod's CYCLE_START marker, written only with mark_cycles.
+  void MarkCycleStart();
+  bool mark_cycles() const { return mark_cycles_; }
   const std::string& path() const { return path_; }
 
  private:
-  Timeline(std::FILE* f, std::string path, int rank);
-  int LaneId(const std::string& lane);  // called with mu_ held
-  void Write(const std::string& event);  // called with mu_ held
+  Timeline(std::FILE* f, std::string path, int rank, bool mark_cycles);
+  int LaneId(const std::string& lane);   // called with mu_ held
+  void Write(const std::string& event);  // called with mu_ held: appends, closes the array, flushes
 
   std::mutex mu_;
   std::FILE* file_;
   std::string path_;
   int rank_;
+  bool mark_cycles_;
   bool first_ = true;
   std::map<std::string, int> lanes_;
 };
@@ -61,6 +83,27 @@ class TimelinePhase {
   const char* phase_;
   std::string detail_;
   int64_t start_;
+};
+
+// An operation's begin on each of its lanes now, its end when it goes out of scope (also when the
+// operation throws: the trace shows where it ended).
+class TimelineOperation {
+ public:
+  TimelineOperation(Timeline* timeline, std::vector<std::string> lanes, const std::string& phase,
+                    const std::string& detail = "")
+      : timeline_(timeline), lanes_(timeline ? std::move(lanes) : std::vector<std::string>()) {
+    for (const auto& l : lanes_) timeline_->Begin(l, phase, detail);
+  }
+  ~TimelineOperation() {
+    for (const auto& l : lanes_) timeline_->End(l, end_args_);
+  }
+  // What the end event's args say (a JSON object's inside), once it is known.
+  void SetEndArgs(std::string args) { end_args_ = std::move(args); }
+
+ private:
+  Timeline* timeline_;
+  std::vector<std::string> lanes_;
+  std::string end_args_;
 };
 
 }  // namespace herring

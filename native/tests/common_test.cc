@@ -13,15 +13,34 @@ TEST(Common, KnobsDefaultsParse) {
   EXPECT_TRUE(c.allreduce == AllreduceAlgorithm::kHerring);
 }
 
-TEST(Common, KnobsRejectGarbageNamingTheKnob) {
+TEST(Common, HerringKnobsRejectGarbageNamingTheKnob) {
   bool threw = false;
   try {
-    Config::FromEnvironment({{"HOROVOD_CACHE_CAPACITY", "lots"}});
+    Config::FromEnvironment({{"HERRING_TCP_STREAMS", "lots"}});
   } catch (const Error& e) {
     threw = true;
-    EXPECT_TRUE(std::string(e.what()).find("HOROVOD_CACHE_CAPACITY='lots'") != std::string::npos);
+    EXPECT_TRUE(std::string(e.what()).find("HERRING_TCP_STREAMS='lots'") != std::string::npos);
   }
   EXPECT_TRUE(threw);
+}
+
+// Horovod's knobs read as Horovod's core reads them (strtol/strtod): what horovod.run() exports,
+// HOROVOD_CYCLE_TIME='(None,)' and HOROVOD_CACHE_CAPACITY='(None,)', is 0; a numeric prefix counts.
+TEST(Common, HorovodKnobsParseAsHorovodDoes) {
+  Config c = Config::FromEnvironment({{"HOROVOD_CYCLE_TIME", "(None,)"}, {"HOROVOD_CACHE_CAPACITY", "(None,)"},
+                                      {"HOROVOD_FUSION_THRESHOLD", "1048576bytes"},
+                                      {"HOROVOD_DYNAMIC_PROCESS_SETS", "yes"},
+                                      {"HOROVOD_STALL_CHECK_DISABLE", "2"}});
+  EXPECT_EQ(c.cycle_time_ms, 0.0);
+  EXPECT_EQ(c.cache_capacity, 0);
+  EXPECT_EQ(c.fusion_threshold_bytes, 1048576);
+  EXPECT_FALSE(c.dynamic_process_sets);
+  EXPECT_TRUE(c.stall_check_disabled);
+  Config n = Config::FromEnvironment({{"HOROVOD_FUSION_THRESHOLD", "-5"}, {"HOROVOD_CYCLE_TIME", "2.5x"},
+                                      {"HOROVOD_DYNAMIC_PROCESS_SETS", "true"}});
+  EXPECT_EQ(n.fusion_threshold_bytes, 0);
+  EXPECT_EQ(n.cycle_time_ms, 2.5);
+  EXPECT_TRUE(n.dynamic_process_sets);
 }
 
 TEST(Common, KnobsFingerprintCoversMustMatchOnly) {

@@ -60,6 +60,13 @@ SCENARIOS = {
     "all_fail": {
         5: {"fail": ("raise", "*", "*"), "expect": None},
     },
+    # One worker on A (its training step traced at size 1); B joins with two (3); B shrinks to one
+    # (2). A's worker keeps its trace throughout (Horovod's test_elastic_tensorflow2
+    # test_hosts_added_and_removed, slots=1).
+    "grow_from_one": {
+        4: {"hosts": [f"{HOST_A}:1", f"{HOST_B}:2"], "expect": 3},
+        10: {"hosts": [f"{HOST_A}:1", f"{HOST_B}:1"], "expect": 2},
+    },
     # --reset-limit 1: the first change is allowed, the second ends the job.
     "reset_limit": {
         4: {"hosts": [f"{HOST_A}:2", f"{HOST_B}:2"], "expect": 4},

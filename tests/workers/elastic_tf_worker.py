@@ -24,12 +24,24 @@ def main():
     optimizer.build(model.trainable_variables)  # its momenta exist before the state copies them
     state = hvd.elastic.TensorFlowKerasState(model, optimizer, step=0, history=[])
 
+    @tf.function
+    def traced_gradients(x, y):
+        # Traced once, at the size the job has then; under HOROVOD_ELASTIC=1 the tape decides at
+        # run time whether to reduce (HERRING_TEST_TF_FUNCTION=1 selects this step).
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean((model(x) - y) ** 2)
+        return hvd.DistributedGradientTape(tape).gradient(loss, model.trainable_variables)
+
     def train_step(step, mid_step):
         x, y = common.batch(step, hvd.rank())
-        with tf.GradientTape() as tape:
-            loss = tf.reduce_mean((model(tf.constant(x)) - tf.constant(y)) ** 2)
-        mid_step()                      # a scripted failure happens here, before the allreduce
-        grads = hvd.DistributedGradientTape(tape).gradient(loss, model.trainable_variables)
+        if os.environ.get("HERRING_TEST_TF_FUNCTION") == "1":
+            mid_step()
+            grads = traced_gradients(tf.constant(x), tf.constant(y))
+        else:
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_mean((model(tf.constant(x)) - tf.constant(y)) ** 2)
+            mid_step()                      # a scripted failure happens here, before the allreduce
+            grads = hvd.DistributedGradientTape(tape).gradient(loss, model.trainable_variables)
         optimizer.apply_gradients(zip(grads, model.trainable_variables))
 
     scenario = common.Scenario(hvd)
