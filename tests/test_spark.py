@@ -2,7 +2,8 @@
 master (two executor JVMs with their own Python workers), under HOROVOD_BACKEND=herring.
 
 One Spark application runs horovod.spark.run and TorchDistributor with "herring" and "gloo"
-(about 3-4 min on 2 busy cores); a second one kills a rank mid-training (about 1 min)."""
+and run_elastic (about 4-5 min on 2 busy cores); two more kill a rank mid-training, in a static
+and in an elastic job (about 1 min each)."""
 
 import os
 import sys
@@ -22,7 +23,7 @@ ENV = {"HERRING_IFACE": "lo"}
 
 @pytest.fixture(scope="module")
 def spark_jobs(tmp_path_factory):
-    return run_driver("spark_driver.py", ["hvd_run", "td_herring", "td_gloo"], tmp_path_factory.mktemp("spark"),
+    return run_driver("spark_driver.py", ["hvd_run", "hvd_elastic", "td_herring", "td_gloo"], tmp_path_factory.mktemp("spark"),
                       timeout=900, **ENV)
 
 
@@ -38,6 +39,17 @@ def test_horovod_spark_run_returns_every_ranks_result(spark_jobs):
     for r in ranks:
         assert_close(r["weights"], reference, f"horovod.spark.run rank {r['rank']}")
     assert not leftovers, f"processes left running after the application: {leftovers}"
+
+
+def test_horovod_spark_run_elastic_returns_every_ranks_result(spark_jobs):
+    results, _, _ = spark_jobs
+    job = results["hvd_elastic"]
+    assert "error" not in job, job
+    ranks = sorted(job["result"], key=lambda r: r["rank"])
+    assert [r["rank"] for r in ranks] == [0, 1] and all(r["size"] == 2 for r in ranks), ranks
+    reference = engine_training.reference_weights()
+    for r in ranks:
+        assert_close(r["weights"], reference, f"horovod.spark.run_elastic rank {r['rank']}")
 
 
 def test_torch_distributor_herring_trains_like_gloo(spark_jobs):
@@ -58,4 +70,20 @@ def test_a_rank_killed_in_horovod_spark_run_fails_the_job_naming_it(tmp_path):
     assert "Process name: 1" in job["error"] and "Exit code: 137" in job["error"], job["error"]
     # The survivor learnt it from the engine, naming the rank, within the deadline.
     assert "rank 1" in run.output, run.output[-4000:]
+    assert not leftovers, f"processes left running after the application: {leftovers}"
+
+
+def test_a_rank_killed_in_run_elastic_leaves_the_job_to_the_survivor(tmp_path):
+    """Horovod's elastic Spark jobs restart a failed command by failing its Spark task: Spark must
+    be allowed to retry tasks (spark.task.maxFailures > 1). The survivor's engine names the lost
+    rank, the job resets to one rank (min_num_proc=1), restores the last commit and finishes."""
+    results, run, leftovers = run_driver("spark_driver.py", ["hvd_elastic_kill"], tmp_path, timeout=600,
+                                         ENGINE_TEST_TASK_MAX_FAILURES=4, **ENV)
+    job = results["hvd_elastic_kill"]
+    assert "error" not in job, job
+    assert "rank 1: connection closed" in run.output, run.output[-4000:]
+    ranks = job["result"]
+    assert [(r["rank"], r["size"]) for r in ranks] == [(0, 1)], ranks
+    # Full-batch steps: one rank on all rows computes the reference's steps too.
+    assert_close(ranks[0]["weights"], engine_training.reference_weights(), "run_elastic survivor")
     assert not leftovers, f"processes left running after the application: {leftovers}"

@@ -6,8 +6,10 @@ trains tests/workers/engine_training.py's job through the launch paths Spark use
   hvd_run       horovod.spark.run(fn, num_proc=2): every rank's (rank, size, module, weights)
   hvd_run_kill  the same, rank 1's process SIGKILLs itself at step 2: the error is recorded
   hvd_elastic   horovod.spark.run_elastic(fn, num_proc=2) with hvd.elastic.run and TorchState
+  hvd_elastic_kill  the same with min_num_proc=1, rank 1's process SIGKILLs itself at step 2
   td_herring    TorchDistributor(num_processes=2, local_mode=False) with backend "herring"
   td_gloo       the same with "gloo" (the peer)
+  td_herring_kill  td_herring, rank 1's process SIGKILLs itself at step 2: the error is recorded
 
 OUT.json maps each scenario to its result, or to {"error": message}."""
 
@@ -56,13 +58,12 @@ def horovod_elastic_train(kill_rank=-1, kill_step=-1):
     hvd.init()
     m, (x, y) = model(), data()
     opt = hvd.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=LR), named_parameters=m.named_parameters())
-    state = hvd.elastic.TorchState(m, opt, step=0, resets=0)
-    state.register_reset_callbacks([lambda: setattr(state, "resets", state.resets + 1)])
+    state = hvd.elastic.TorchState(m, opt, step=0)
 
     @hvd.elastic.run
     def train(state):
         while state.step < STEPS:
-            if hvd.rank() == kill_rank and state.step == kill_step and state.resets == 0:
+            if hvd.rank() == kill_rank and state.step == kill_step:
                 os.kill(os.getpid(), signal.SIGKILL)
             xs, ys = x[hvd.rank()::hvd.size()], y[hvd.rank()::hvd.size()]
             opt.zero_grad()
@@ -72,11 +73,11 @@ def horovod_elastic_train(kill_rank=-1, kill_step=-1):
             state.commit()
 
     train(state)
-    return {"rank": hvd.rank(), "size": hvd.size(), "module": hvd.__name__, "weights": weights(m),
-            "resets": state.resets}
+    return {"rank": hvd.rank(), "size": hvd.size(), "module": hvd.__name__, "weights": weights(m)}
 
 
-def ddp_train(backend):
+def ddp_train(backend, kill_rank=-1, kill_step=-1):
+    import signal
     import torch
     import torch.distributed as dist
     from engine_training import LR, STEPS, data, model, weights
@@ -88,7 +89,9 @@ def ddp_train(backend):
     ddp = torch.nn.parallel.DistributedDataParallel(m)
     opt = torch.optim.SGD(ddp.parameters(), lr=LR)
     xs, ys = x[rank::size], y[rank::size]
-    for _ in range(STEPS):
+    for step in range(STEPS):
+        if rank == kill_rank and step == kill_step:
+            os.kill(os.getpid(), signal.SIGKILL)
         opt.zero_grad()
         torch.nn.functional.mse_loss(ddp(xs), ys).backward()
         opt.step()
@@ -107,9 +110,16 @@ def run_scenario(name):
     if name == "hvd_elastic":
         return horovod.spark.run_elastic(horovod_elastic_train, num_proc=NUM_PROC, min_num_proc=NUM_PROC,
                                          max_num_proc=NUM_PROC, verbose=0, stdout=sys.stdout, stderr=sys.stderr)
+    if name == "hvd_elastic_kill":   # rank 1 dies at step 2; the job may go on with one rank
+        return horovod.spark.run_elastic(horovod_elastic_train, kwargs={"kill_rank": 1, "kill_step": 2},
+                                         num_proc=NUM_PROC, min_num_proc=1, max_num_proc=NUM_PROC, verbose=0,
+                                         stdout=sys.stdout, stderr=sys.stderr)
     if name.startswith("td_"):
         from pyspark.ml.torch.distributor import TorchDistributor
-        return TorchDistributor(num_processes=NUM_PROC, local_mode=False, use_gpu=False).run(ddp_train, name[3:])
+        backend, _, kill = name[3:].partition("_")
+        kill_args = (1, 2) if kill == "kill" else ()
+        return TorchDistributor(num_processes=NUM_PROC, local_mode=False, use_gpu=False).run(
+            ddp_train, backend, *kill_args)
     raise ValueError(f"unknown scenario {name}")
 
 
@@ -118,7 +128,7 @@ def main():
     os.environ["PYSPARK_PYTHON"] = sys.executable      # the executors' Python workers: this venv
     from pyspark.sql import SparkSession
     spark = (SparkSession.builder.master(f"local-cluster[{NUM_PROC},1,1024]").appName("hvd_herring-test")
-             .config("spark.ui.enabled", "false").config("spark.task.maxFailures", "1").getOrCreate())
+             .config("spark.ui.enabled", "false").config("spark.task.maxFailures", os.environ.get("ENGINE_TEST_TASK_MAX_FAILURES", "1")).getOrCreate())
     results = {}
     try:
         for name in scenarios:
