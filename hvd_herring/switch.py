@@ -27,6 +27,13 @@ _REPLACEMENTS = {
     "horovod.keras.callbacks": "hvd_herring.tensorflow.keras.callbacks",
 }
 
+# Horovod module -> "our_module:function" applied to it right after Horovod's code ran: where
+# Horovod's own module works under the switch but needs one change (named in the function).
+_AFTER_IMPORT = {
+    # RayExecutor's errors name the Horovod rank whose actor died.
+    "horovod.ray.runner": "hvd_herring.ray.failed_ranks:name_failed_ranks",
+}
+
 # Horovod package -> our package answering for its submodules (see alias_submodules).
 _SUBMODULE_ALIASES = {}
 
@@ -50,14 +57,39 @@ def _alias_spec(fullname, target_name):
                                            is_package=target_spec.submodule_search_locations is not None)
 
 
+class _AfterImportLoader(importlib.abc.Loader):
+    """Horovod's own loader, then the change named in _AFTER_IMPORT."""
+
+    def __init__(self, loader, change):
+        self._loader, self._change = loader, change
+
+    def create_module(self, spec):
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module):
+        self._loader.exec_module(module)
+        module_name, function = self._change.split(":")
+        getattr(importlib.import_module(module_name), function)(module)
+
+
 class HerringFinder(importlib.abc.MetaPathFinder):
     """Under the switch: Horovod's framework packages are ours."""
 
     def find_spec(self, fullname, path=None, target=None):
         target_name = _REPLACEMENTS.get(fullname)
-        if target_name is None:
+        if target_name is not None:
+            return _alias_spec(fullname, target_name)
+        change = _AFTER_IMPORT.get(fullname)
+        if change is None:
             return None
-        return _alias_spec(fullname, target_name)
+        for finder in sys.meta_path:   # Horovod's own module, found as without us
+            if isinstance(finder, (HerringFinder, SubmoduleAliasFinder)) or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None and spec.loader is not None:
+                spec.loader = _AfterImportLoader(spec.loader, change)
+                return spec
+        return None
 
 
 class SubmoduleAliasFinder(importlib.abc.MetaPathFinder):

@@ -26,6 +26,8 @@ done
 # clang with libFuzzer's runtime: the wire decoders' fuzz target (fuzz/, tests/test_security.py).
 command -v clang++-14 >/dev/null 2>&1 || need_apt+=(clang-14)
 dpkg -s libclang-rt-14-dev >/dev/null 2>&1 || need_apt+=(libclang-rt-14-dev)
+# Java 17 for Spark 4 (pyspark starts its JVMs with it): tests/test_spark.py, docs/spark.md.
+command -v java >/dev/null 2>&1 || need_apt+=(openjdk-17-jre-headless)
 if [ ${#need_apt[@]} -gt 0 ]; then
   say "installing system packages: ${need_apt[*]}"
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
@@ -49,12 +51,20 @@ pip_quiet() {
   rm -f "$log"
   return $status
 }
-req_hash=$(cat requirements/base.txt requirements/bench.txt requirements/test.txt | sha256sum | cut -d' ' -f1)
+req_hash=$(cat requirements/base.txt requirements/bench.txt requirements/test.txt requirements/cluster_engines.txt \
+           | sha256sum | cut -d' ' -f1)
 if ! stamp_ok requirements "$req_hash"; then
   say "installing requirements/base.txt, bench.txt and test.txt"
   pip_quiet install -q --upgrade pip
   pip_quiet install -q -r requirements/base.txt -r requirements/bench.txt -r requirements/test.txt
-  "$PY" -c "import torch, numpy, pybind11, pytest, mpi4py, matplotlib, tf_keras, mock, parameterized, pytorch_lightning" \
+  # The cluster engines (Spark, Ray) after the frameworks, with them as constraints: nothing they
+  # pull in may replace torch 2.13.0 (another torch is a download of GBs). About 5 min the first time.
+  say "installing requirements/cluster_engines.txt (pyspark, ray)"
+  constraints=$(mktemp)
+  grep -hE '^(torch|tensorflow-cpu|numpy)==' requirements/base.txt > "$constraints"
+  pip_quiet install -q -c "$constraints" -r requirements/cluster_engines.txt
+  rm -f "$constraints"
+  "$PY" -c "import torch, numpy, pybind11, pytest, mpi4py, matplotlib, tf_keras, mock, parameterized, pytorch_lightning, pyspark, ray.train" \
     || { echo "[setup] requirements failed" >&2; exit 1; }
   echo "$req_hash" > "$STAMPS/requirements"
 fi

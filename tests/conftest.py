@@ -21,11 +21,19 @@ FAST_TIER = {
 }
 
 
+# The cluster-engine tier (Spark and Ray launch paths; about 8 min on 2 quiet cores, 12 min loaded):
+# part of the full suite; `-m "not cluster_engines"` leaves it out.
+CLUSTER_ENGINES_TIER = {"test_spark.py", "test_ray.py"}
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "fast: part of the fast tier (scripts/test.sh --fast)")
+    config.addinivalue_line("markers", "cluster_engines: Spark and Ray launch paths (tests/test_spark.py, test_ray.py)")
 
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if os.path.basename(str(item.fspath)) in FAST_TIER:
             item.add_marker(pytest.mark.fast)
+        if os.path.basename(str(item.fspath)) in CLUSTER_ENGINES_TIER:
+            item.add_marker(pytest.mark.cluster_engines)

@@ -1,0 +1,149 @@
+"""Step time of one training job under Spark's launch paths, in one Spark application (same run):
+TorchDistributor with "gloo" and with "herring", and horovod.spark.run with herring.
+
+    HOROVOD_BACKEND=herring HERRING_IFACE=lo .venv/bin/python -m benchmarks.cluster_engines.spark_steps \
+        [--np 2] [--steps 40] [--out benchmarks/results/cluster_engines.json] [--doc docs/benchmarks_cluster_engines.md]
+
+The model is an MLP of 2.1 M parameters (8.0 MiB of float32 gradients), 64 rows per rank per step;
+each rank times its steps after WARMUP ones, and the slowest rank's median counts. Horovod-gloo
+(the peer of benchmarks/peers) is not in it: that peer's environment has no pyspark."""
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+
+WARMUP = 5
+
+
+def _mlp():
+    import torch
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(512, 2048), torch.nn.ReLU(), torch.nn.Linear(2048, 512),
+                               torch.nn.ReLU(), torch.nn.Linear(512, 10))
+
+
+def _batch(rank):
+    import torch
+    g = torch.Generator().manual_seed(100 + rank)
+    return torch.randn(64, 512, generator=g), torch.randint(0, 10, (64,), generator=g)
+
+
+def ddp_steps(backend, steps):
+    import torch
+    import torch.distributed as dist
+    if backend == "herring":
+        import hvd_herring.torch.distributed  # noqa: F401
+    dist.init_process_group(backend)
+    rank = dist.get_rank()
+    model = torch.nn.parallel.DistributedDataParallel(_mlp())
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = _batch(rank)
+    times = []
+    for _ in range(WARMUP + steps):
+        t0 = time.perf_counter()
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+        times.append(time.perf_counter() - t0)
+    all_times = [None] * dist.get_world_size()
+    dist.all_gather_object(all_times, times[WARMUP:])
+    dist.destroy_process_group()
+    return all_times
+
+
+def horovod_steps(steps):
+    import torch
+    import horovod.torch as hvd
+    hvd.init()
+    model = _mlp()
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01),
+                                   named_parameters=model.named_parameters())
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    x, y = _batch(hvd.rank())
+    times = []
+    for _ in range(WARMUP + steps):
+        t0 = time.perf_counter()
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+        times.append(time.perf_counter() - t0)
+    return times[WARMUP:]
+
+
+def summary(per_rank):
+    medians = [statistics.median(t) for t in per_rank]
+    return {"median_step_ms_slowest_rank": max(medians) * 1e3, "median_step_ms_per_rank": [m * 1e3 for m in medians],
+            "steps": len(per_rank[0])}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--np", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--out", default="benchmarks/results/cluster_engines.json")
+    ap.add_argument("--doc", default="docs/benchmarks_cluster_engines.md")
+    args = ap.parse_args()
+    if os.environ.get("HOROVOD_BACKEND", "").lower() != "herring":
+        sys.exit("run under HOROVOD_BACKEND=herring (horovod.spark.run's check reads it at start-up)")
+    load_at_start = os.getloadavg()[0]
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    from pyspark.sql import SparkSession
+    from pyspark.ml.torch.distributor import TorchDistributor
+    import horovod.spark
+    spark = (SparkSession.builder.master(f"local-cluster[{args.np},1,1024]").appName("cluster-engines-bench")
+             .config("spark.ui.enabled", "false").getOrCreate())
+    runs = {}
+    try:
+        for name in ("TorchDistributor gloo", "TorchDistributor herring", "horovod.spark.run herring"):
+            t0 = time.time()
+            if name.startswith("TorchDistributor"):
+                per_rank = TorchDistributor(num_processes=args.np, local_mode=False, use_gpu=False).run(
+                    ddp_steps, name.split()[-1], args.steps)
+            else:
+                per_rank = horovod.spark.run(horovod_steps, args=(args.steps,), num_proc=args.np, verbose=0)
+            runs[name] = dict(summary(per_rank), wall_seconds=time.time() - t0)
+            print(f"{name}: {runs[name]['median_step_ms_slowest_rank']:.2f} ms/step "
+                  f"(job {runs[name]['wall_seconds']:.0f} s)", flush=True)
+    finally:
+        spark.stop()
+    result = {"np": args.np, "model_parameters": sum(p.numel() for p in _mlp().parameters()),
+              "rows_per_rank": 64, "warmup_steps": WARMUP, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+              "cpu": platform.processor() or platform.machine(), "load_at_start": load_at_start, "runs": runs}
+    os.makedirs(os.path.dirname(args.out), exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump(result, f, indent=1)
+    with open(args.doc, "w") as f:
+        f.write(report(result))
+
+
+def report(r):
+    lines = ["# Training under Spark's launch paths: step time", "",
+             f"One Spark application (`local-cluster[{r['np']},1,1024]`: {r['np']} executor JVMs with their own "
+             f"Python workers) ran the same job three ways, one after the other, on {r['date']} "
+             f"(CPU {r['cpu']}, 2 cores shared with other work, load {r['load_at_start']:.1f} at the start). "
+             f"Model: an MLP of {r['model_parameters'] / 1e6:.1f} M parameters, {r['rows_per_rank']} rows per rank "
+             f"per step, SGD; each rank timed its steps after {r['warmup_steps']} warm-up steps; the table gives "
+             "the slowest rank's median. Made by `benchmarks/cluster_engines/spark_steps.py` "
+             "(command in its docstring; raw numbers in benchmarks/results/cluster_engines.json).", "",
+             "| launch path | backend | median step (ms), slowest rank | per rank | steps | job wall time (s) |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    for name, run in r["runs"].items():
+        path, backend = name.rsplit(" ", 1)
+        per_rank = ", ".join(f"{m:.2f}" for m in run["median_step_ms_per_rank"])
+        lines.append(f"| `{path}` | {backend} | {run['median_step_ms_slowest_rank']:.2f} | {per_rank} | "
+                     f"{run['steps']} | {run['wall_seconds']:.0f} |")
+    lines += ["", "The job wall time includes Spark scheduling the barrier stage, torchrun (TorchDistributor) or "
+              "Horovod's driver and task services (horovod.spark.run), process start and imports.",
+              "Horovod-gloo under horovod.spark.run is not measured: the peer Horovod built with PyTorch "
+              "(benchmarks/peers) lives in its own environment without pyspark.",
+              "One run, no repeats, on a machine whose load (other jobs) is given above: the figures compare "
+              "the three paths within this run, and are indicative beyond it.", ""]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()

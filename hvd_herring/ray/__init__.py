@@ -1,0 +1,1 @@
+"""What the switch adds to Horovod's Ray integration (horovod.ray): see failed_ranks."""

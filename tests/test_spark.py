@@ -1,0 +1,89 @@
+"""Horovod on Spark and torch.distributed under Spark's TorchDistributor, on a local-cluster
+master (two executor JVMs with their own Python workers), under HOROVOD_BACKEND=herring.
+
+One Spark application runs horovod.spark.run and TorchDistributor with "herring" and "gloo"
+and run_elastic (about 4-5 min on 2 busy cores); two more kill a rank mid-training, in a static
+and in an elastic job (about 1 min each)."""
+
+import os
+import sys
+
+import pytest
+
+from engine_jobs import assert_close, run_driver
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "workers"))
+import engine_training  # noqa: E402
+
+pytest.importorskip("pyspark", reason="scripts/setup.sh installs requirements/cluster_engines.txt")
+# Both executors run on this machine but Spark tells torchrun they are two nodes: the engine then
+# needs the interface the ranks share (docs/spark.md).
+ENV = {"HERRING_IFACE": "lo"}
+
+
+@pytest.fixture(scope="module")
+def spark_jobs(tmp_path_factory):
+    return run_driver("spark_driver.py", ["hvd_run", "hvd_elastic", "td_herring", "td_gloo"], tmp_path_factory.mktemp("spark"),
+                      timeout=900, **ENV)
+
+
+def test_horovod_spark_run_returns_every_ranks_result(spark_jobs):
+    results, _, leftovers = spark_jobs
+    job = results["hvd_run"]
+    assert "error" not in job, job
+    ranks = job["result"]
+    assert [r["rank"] for r in ranks] == [0, 1] and all(r["size"] == 2 for r in ranks), ranks
+    assert all(r["module"] == "hvd_herring.torch" for r in ranks), "horovod.torch was not ours in the executors"
+    assert ranks[0]["pid"] != ranks[1]["pid"]
+    reference = engine_training.reference_weights()
+    for r in ranks:
+        assert_close(r["weights"], reference, f"horovod.spark.run rank {r['rank']}")
+    assert not leftovers, f"processes left running after the application: {leftovers}"
+
+
+def test_horovod_spark_run_elastic_returns_every_ranks_result(spark_jobs):
+    results, _, _ = spark_jobs
+    job = results["hvd_elastic"]
+    assert "error" not in job, job
+    ranks = sorted(job["result"], key=lambda r: r["rank"])
+    assert [r["rank"] for r in ranks] == [0, 1] and all(r["size"] == 2 for r in ranks), ranks
+    reference = engine_training.reference_weights()
+    for r in ranks:
+        assert_close(r["weights"], reference, f"horovod.spark.run_elastic rank {r['rank']}")
+
+
+def test_torch_distributor_herring_trains_like_gloo(spark_jobs):
+    results, _, _ = spark_jobs
+    herring, gloo = results["td_herring"], results["td_gloo"]
+    assert "error" not in herring, herring
+    assert "error" not in gloo, gloo
+    assert herring["result"]["backend"] == "herring" and herring["result"]["size"] == 2
+    assert herring["result"]["rank"] == 0  # TorchDistributor returns rank 0's output
+    assert_close(herring["result"]["weights"], engine_training.reference_weights(), "TorchDistributor herring")
+    assert_close(herring["result"]["weights"], gloo["result"]["weights"], "TorchDistributor herring vs gloo")
+
+
+def test_a_rank_killed_in_horovod_spark_run_fails_the_job_naming_it(tmp_path):
+    results, run, leftovers = run_driver("spark_driver.py", ["hvd_run_kill"], tmp_path, timeout=600, **ENV)
+    job = results["hvd_run_kill"]
+    assert "error" in job, f"the job survived a killed rank: {job}"
+    assert "Process name: 1" in job["error"] and "Exit code: 137" in job["error"], job["error"]
+    # The survivor learnt it from the engine, naming the rank, within the deadline.
+    assert "rank 1" in run.output, run.output[-4000:]
+    assert not leftovers, f"processes left running after the application: {leftovers}"
+
+
+def test_a_rank_killed_in_run_elastic_leaves_the_job_to_the_survivor(tmp_path):
+    """Horovod's elastic Spark jobs restart a failed command by failing its Spark task: Spark must
+    be allowed to retry tasks (spark.task.maxFailures > 1). The survivor's engine names the lost
+    rank, the job resets to one rank (min_num_proc=1), restores the last commit and finishes."""
+    results, run, leftovers = run_driver("spark_driver.py", ["hvd_elastic_kill"], tmp_path, timeout=600,
+                                         ENGINE_TEST_TASK_MAX_FAILURES=4, **ENV)
+    job = results["hvd_elastic_kill"]
+    assert "error" not in job, job
+    assert "rank 1: connection closed" in run.output, run.output[-4000:]
+    ranks = job["result"]
+    assert [(r["rank"], r["size"]) for r in ranks] == [(0, 1)], ranks
+    # Full-batch steps: one rank on all rows computes the reference's steps too.
+    assert_close(ranks[0]["weights"], engine_training.reference_weights(), "run_elastic survivor")
+    assert not leftovers, f"processes left running after the application: {leftovers}"

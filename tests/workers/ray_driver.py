@@ -1,0 +1,97 @@
+"""A Ray application on a local Ray cluster that trains tests/workers/engine_training.py's job
+through the launch paths Ray users have:
+
+    python ray_driver.py OUT.json SCENARIO...   (run under HOROVOD_BACKEND=herring)
+
+  exec           horovod.ray.RayExecutor(num_workers=2).run(fn): every rank's result
+  exec_kill      the same, rank 1's actor process SIGKILLs itself at step 2: the error is recorded
+  train_herring  Ray Train TorchTrainer with TorchConfig(backend="herring"): every rank's weights
+  train_gloo     the same with "gloo" (the peer)
+
+OUT.json maps each scenario to its result, or to {"error": message}."""
+
+import glob
+import json
+import os
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+# Ray's workers (children of the raylet, which inherits this environment) import engine_training too.
+os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (HERE, os.environ.get("PYTHONPATH")) if p)
+import engine_training  # noqa: E402
+from spark_driver import horovod_train  # noqa: E402  the same Horovod training function
+
+NUM_PROC = int(os.environ.get("ENGINE_TEST_NUM_PROC", "2"))
+
+
+def ray_train_loop(config):
+    import torch
+    import torch.distributed as dist
+    from engine_training import LR, STEPS, data, model, weights, write_json
+    rank, size = dist.get_rank(), dist.get_world_size()
+    m, (x, y) = model(), data()
+    ddp = torch.nn.parallel.DistributedDataParallel(m)
+    opt = torch.optim.SGD(ddp.parameters(), lr=LR)
+    xs, ys = x[rank::size], y[rank::size]
+    for _ in range(STEPS):
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(ddp(xs), ys).backward()
+        opt.step()
+    write_json(os.path.join(config["out_dir"], f"rank{rank}.json"),
+               {"rank": rank, "size": size, "backend": dist.get_backend(), "weights": weights(m)})
+
+
+def run_scenario(name):
+    if name in ("exec", "exec_kill"):
+        from horovod.ray import RayExecutor
+        kwargs = {"kill_rank": 1, "kill_step": 2} if name == "exec_kill" else {}
+        executor = RayExecutor(RayExecutor.create_settings(timeout_s=120), num_workers=NUM_PROC, cpus_per_worker=1)
+        executor.start()
+        try:
+            return executor.run(horovod_train, kwargs=kwargs)
+        finally:
+            executor.shutdown()
+    if name.startswith("train_"):
+        from ray.train import RunConfig, ScalingConfig
+        from ray.train.torch import TorchConfig, TorchTrainer
+        out_dir = tempfile.mkdtemp(prefix="ray_train_")
+        trainer = TorchTrainer(ray_train_loop, train_loop_config={"out_dir": out_dir},
+                               scaling_config=ScalingConfig(num_workers=NUM_PROC, use_gpu=False),
+                               torch_config=TorchConfig(backend=name[len("train_"):]),
+                               run_config=RunConfig(storage_path=out_dir, name="run"))
+        trainer.fit()
+        ranks = []
+        for path in sorted(glob.glob(os.path.join(out_dir, "rank*.json"))):
+            with open(path) as f:
+                ranks.append(json.load(f))
+        return ranks
+    raise ValueError(f"unknown scenario {name}")
+
+
+def main():
+    out_path, scenarios = sys.argv[1], sys.argv[2:]
+    import ray
+    # Ray Train calls init_process_group before the training function runs: every worker process
+    # registers the "herring" backend at start-up (the hook imports nothing else).
+    ray.init(num_cpus=NUM_PROC + 1, include_dashboard=False, log_to_driver=True,
+             runtime_env={"worker_process_setup_hook": "hvd_herring.torch.distributed.register"})
+    results = {}
+    try:
+        for name in scenarios:
+            t0 = time.time()
+            try:
+                results[name] = {"result": run_scenario(name)}
+            except Exception as e:  # the test judges the message
+                results[name] = {"error": f"{type(e).__name__}: {e}"}
+            results[name]["seconds"] = time.time() - t0
+            print(f"[ray_driver] {name}: {time.time() - t0:.1f} s", flush=True)
+    finally:
+        ray.shutdown()
+    engine_training.write_json(out_path, results)
+
+
+if __name__ == "__main__":
+    main()
