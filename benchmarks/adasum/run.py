@@ -15,7 +15,7 @@ import subprocess
 import sys
 import tempfile
 
-from benchmarks.common.formatting import fmt_bytes, fmt_time
+from benchmarks.adasum.report import section
 from benchmarks.common.machine import facts, load_average
 from benchmarks.common.paths import DOCS_DIR, RESULTS_DIR, ROOT, WORKERS_DIR
 
@@ -36,24 +36,6 @@ def run_np(np_):
     return result
 
 
-def report(results):
-    lines = ["# Adasum against Sum (herring engine, one host)", "",
-             f"Machine: {results['machine']}. Each size is one float32 tensor allreduced in place, ops "
-             "alternating per size in one job; median of the slowest rank's time per call, after a "
-             "barrier (benchmarks/workers/adasum_vs_sum.py, `python -m benchmarks.adasum.run`).", "",
-             "Adasum moves the same bytes as a halving-doubling allreduce (2(n-1)/n of the buffer per rank) "
-             "plus log2(n) rounds of small dot-product exchanges per level, and computes a dot product "
-             "and two norms in float64 over every element; Sum takes the herring PS allreduce with its "
-             "one-step shared-memory path for small messages.", ""]
-    for entry in results["runs"]:
-        lines += [f"## np={entry['np']}", "", "| size | Sum | Adasum | Adasum / Sum |", "| --- | --- | --- | --- |"]
-        for row in entry["rows"]:
-            lines.append(f"| {fmt_bytes(row['bytes'])} | {fmt_time(row['sum'])} | {fmt_time(row['adasum'])} | "
-                         f"{row['adasum'] / row['sum']:.2f}x |")
-        lines.append("")
-    return "\n".join(lines)
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nps", type=int, nargs="+", default=[2, 4])
@@ -65,9 +47,10 @@ def main():
                "runs": [run_np(n) for n in args.nps]}
     with open(args.out, "w") as f:
         json.dump(results, f, indent=1)
+    page = "# Adasum against Sum (herring engine, one host)\n\n" + section(results)
     with open(os.path.join(DOCS_DIR, "benchmarks_adasum.md"), "w") as f:
-        f.write(report(results) + "\n")
-    print(report(results))
+        f.write(page)
+    print(page)
 
 
 if __name__ == "__main__":
