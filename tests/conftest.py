@@ -21,7 +21,7 @@ FAST_TIER = {
 }
 
 
-# The cluster-engine tier (Spark and Ray launch paths; about 8 min on 2 quiet cores, 12 min loaded):
+# The cluster-engine tier (Spark and Ray launch paths; 6.2 min at load 6-9 on 2 cores, about 12 min at load 14):
 # part of the full suite; `-m "not cluster_engines"` leaves it out.
 CLUSTER_ENGINES_TIER = {"test_spark.py", "test_ray.py"}
 
