@@ -11,7 +11,7 @@ from horovod.common import process_sets as _hvd_process_sets
 from horovod.common.exceptions import HorovodInternalError
 from horovod.common.process_sets import ProcessSet, global_process_set
 
-from hvd_herring import _native, bootstrap, elastic_rendezvous
+from hvd_herring import _native, bootstrap, elastic_rendezvous, mpi_comm
 
 OP_TYPES = _native.OP_TYPES
 DTYPES = _native.DTYPES
@@ -42,6 +42,7 @@ class HerringBasics:
         self.Max = ops["Max"]
         self.Product = ops["Product"]
         self._forked_from = None  # the parent's pid, in a child forked while an engine ran
+        self._job_comm = None     # the MPI communicator given to init(comm=...), if any
         os.register_at_fork(after_in_child=self._after_fork_in_child)
 
     # --- lifecycle -------------------------------------------------------------------------
@@ -53,22 +54,24 @@ class HerringBasics:
         with self._lock:
             if self._engine is not None and self._engine.running:
                 return
+            # Horovod's comm: an mpi4py communicator or a list of MPI.COMM_WORLD ranks (empty: all).
+            job_comm = None
             if comm is not None and not (isinstance(comm, (list, tuple)) and len(comm) == 0):
-                if not _is_world(comm):
-                    raise NotImplementedError(
-                        "hvd_herring runs collectives over all launched ranks: init(comm=...) with a "
-                        "subset is not supported; use process sets instead")
+                job_comm = mpi_comm.communicator_from(comm)
+                if exchange is None and env is None and not mpi_comm.is_whole_launch(job_comm):
+                    exchange, env = mpi_comm.engine_start(job_comm)
             static_sets = []
             if isinstance(process_sets, str):
                 if process_sets.lower() != "dynamic":
                     raise ValueError(f"process_sets must be a list or 'dynamic', not {process_sets!r}")
-                import os
                 os.environ["HOROVOD_DYNAMIC_PROCESS_SETS"] = "1"
             elif process_sets:
                 static_sets = list(process_sets)
-                for ps in static_sets:
-                    if ps.ranks is None:
-                        raise NotImplementedError("process sets defined by MPI communicators are not supported")
+            if any(ps.ranks is None for ps in static_sets):  # sets given as MPI communicators
+                engine_sets = mpi_comm.static_sets_from_communicators(static_sets,
+                                                                      mpi_comm.job_communicator(job_comm))
+            else:
+                engine_sets = [list(ps.ranks) for ps in static_sets]
             if os.environ.get("HOROVOD_AUTOTUNE", "").strip().lower() not in ("", "0", "false"):
                 import warnings
                 warnings.warn("HOROVOD_AUTOTUNE is set (horovodrun --autotune), but the herring backend does not tune "
@@ -77,7 +80,8 @@ class HerringBasics:
             # Elastic jobs: this round's rank from horovodrun's driver, endpoints in a round scope.
             if exchange is None:
                 exchange = elastic_rendezvous.prepare_init(self._epoch > 0) or bootstrap.exchange_function()
-            self._engine = _native.Engine([list(ps.ranks) for ps in static_sets], self._epoch, exchange,
+            self._job_comm = job_comm
+            self._engine = _native.Engine(engine_sets, self._epoch, exchange,
                                           zero_copy=self.zero_copy, env=dict(env or {}))
             self._slot.set(self._engine)
             self._epoch += 1
@@ -99,7 +103,6 @@ class HerringBasics:
     def _serve_and_exit(self):
         """A dedicated server process (HERRING_DEDICATED_SERVERS) never returns to the training
         script: it serves its shards until the workers shut the job down, then exits."""
-        import os
         import sys
         engine = self._engine
         failure = serve(engine)
@@ -183,13 +186,16 @@ class HerringBasics:
 
     # --- what was built ----------------------------------------------------------------------
     def mpi_threads_supported(self):
-        return False
+        return self.mpi_enabled() and mpi_comm.threads_supported()
 
     def mpi_enabled(self):
         return bootstrap.launched_by_mpirun()
 
     def mpi_built(self):
-        return False
+        # horovodrun --mpi checks this before launching: the MPI launch path needs mpi4py (for the
+        # endpoint exchange and communicators); MPI carries no collective.
+        import importlib.util
+        return importlib.util.find_spec("mpi4py") is not None
 
     def gloo_enabled(self):
         return self.is_initialized()
@@ -294,7 +300,11 @@ class HerringBasics:
         return {i: list(e.process_set_ranks(i)) for i in e.process_set_ids()}
 
     def _comm_process_set_id(self, comm):
-        raise NotImplementedError("process sets defined by MPI communicators are not supported")
+        ranks = mpi_comm.ranks_in(comm, mpi_comm.job_communicator(self._job_comm))
+        for set_id, members in self._get_process_set_ids_and_ranks().items():
+            if sorted(members) == ranks:
+                return set_id
+        raise ValueError(f"no process set holds the ranks {ranks} of this communicator")
 
     def _add_process_set_impl(self, ranks):
         value = self._change_process_sets("add_process_set", set_ranks=sorted(int(r) for r in ranks))
@@ -324,14 +334,6 @@ def serve(engine):
                 return outcome
     finally:
         signal.signal(signal.SIGTERM, previous)
-
-
-def _is_world(comm):
-    try:
-        from mpi4py import MPI
-        return comm == MPI.COMM_WORLD or comm.Get_size() == MPI.COMM_WORLD.Get_size()
-    except ImportError:
-        return False
 
 
 basics = HerringBasics()

@@ -8,6 +8,34 @@ torchrun_agent_store_exchange, and hvd_herring.torch.distributed)."""
 import os
 
 
+# The variables by which a launcher says where a process stands in its job (launch_env.cc reads
+# them): horovodrun's and mpirun's name the launcher's job, torchrun's local layout belongs to the
+# rank torchrun gave. Under a rank handed to the engine explicitly they describe another job.
+_LAUNCHER_RANK_VARIABLES = ("HOROVOD_RANK", "OMPI_COMM_WORLD_RANK")
+_TORCHRUN_LOCAL_VARIABLES = ("LOCAL_RANK", "LOCAL_WORLD_SIZE")
+
+
+def launch_environment(rank, size, local_rank=None, local_size=None, master_addr=None):
+    """The environment an engine reads its place in the job from when its rank and size are given
+    by the caller (torch.distributed's init_process_group, an MPI communicator) rather than by the
+    launcher: the given ones win over the process environment. The local layout is the given one,
+    else torchrun's when it belongs to this rank, else the engine derives it from the hostnames the
+    ranks exchange; `master_addr` (a tcp:// store's host) tells it whether the job may be all on
+    this host."""
+    env = dict(os.environ)
+    if env.get("RANK") != str(rank) or env.get("WORLD_SIZE") != str(size):
+        for name in _TORCHRUN_LOCAL_VARIABLES:
+            env.pop(name, None)
+    for name in _LAUNCHER_RANK_VARIABLES:
+        env.pop(name, None)
+    env["RANK"], env["WORLD_SIZE"] = str(rank), str(size)
+    if local_rank is not None:
+        env["LOCAL_RANK"], env["LOCAL_WORLD_SIZE"] = str(local_rank), str(local_size)
+    if master_addr and "MASTER_ADDR" not in env:
+        env["MASTER_ADDR"] = master_addr
+    return env
+
+
 def launched_by_mpirun():
     return "OMPI_COMM_WORLD_RANK" in os.environ and "HOROVOD_RANK" not in os.environ
 

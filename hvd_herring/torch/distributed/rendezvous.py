@@ -27,6 +27,7 @@ import torch.distributed.distributed_c10d as c10d
 # The module, not the function torch.distributed re-exports under the same name.
 torch_rendezvous = importlib.import_module("torch.distributed.rendezvous")
 
+from hvd_herring import bootstrap
 from hvd_herring.basics import basics, DTYPES
 
 _ADDRESS_BYTES = 256
@@ -36,13 +37,6 @@ def prepare_engine_environment():
     """Subgroups (new_group) are dynamic process sets: allow them before the engine starts. Every
     rank runs this same code, so the knob matches everywhere."""
     os.environ.setdefault("HOROVOD_DYNAMIC_PROCESS_SETS", "1")
-
-
-# The variables by which a launcher says where a process stands in its job (launch_env.cc reads
-# them): horovodrun's and mpirun's name the launcher's job, torchrun's local layout belongs to the
-# rank torchrun gave. Under a rank torch was handed explicitly they describe another job.
-_LAUNCHER_RANK_VARIABLES = ("HOROVOD_RANK", "OMPI_COMM_WORLD_RANK")
-_TORCHRUN_LOCAL_VARIABLES = ("LOCAL_RANK", "LOCAL_WORLD_SIZE")
 
 
 def _store_host(store):
@@ -58,20 +52,9 @@ def launch_environment(rank, size, store=None):
     """The environment the engine reads its place in the job from, when torch.distributed starts
     it: the rank and size torch handed the backend (init_process_group(rank=, world_size=), the
     tcp://, file:// and store= paths, mp.spawn) win over whatever the process environment says.
-    Hosts, and so the local layout, then come from the hostnames the ranks exchange."""
-    env = dict(os.environ)
-    if env.get("RANK") != str(rank) or env.get("WORLD_SIZE") != str(size):
-        for name in _TORCHRUN_LOCAL_VARIABLES:
-            env.pop(name, None)
-    for name in _LAUNCHER_RANK_VARIABLES:
-        env.pop(name, None)
-    env["RANK"], env["WORLD_SIZE"] = str(rank), str(size)
-    # Without torchrun's local layout the engine asks whether the job may be all on this host
-    # (loopback endpoints) by MASTER_ADDR: a tcp:// store names it.
-    host = _store_host(store)
-    if host and "MASTER_ADDR" not in env:
-        env["MASTER_ADDR"] = host
-    return env
+    Without torchrun's local layout the engine asks whether the job may be all on this host
+    (loopback endpoints) by MASTER_ADDR: a tcp:// store names it."""
+    return bootstrap.launch_environment(rank, size, master_addr=_store_host(store))
 
 
 def store_exchange(store, rank, size, timeout_seconds):
