@@ -74,10 +74,11 @@ def test_ddp_buckets_stay_in_ordinary_memory_with_the_knob_off():
         assert data["results"] == {check: "ok"}, f"rank {r}: {data['results']}"
 
 
-@pytest.mark.parametrize("launcher,np", [("torchrun", 3), ("horovodrun", 2)])
-def test_peer_death_raises_on_every_rank_naming_the_rank(launcher, np):
-    run, per_rank = run_worker(launcher, np, HERRING_TORCH_SCENARIO="peer_death")
+@pytest.mark.parametrize("launcher,np,scenario", [("torchrun", 3, "peer_death"), ("horovodrun", 2, "peer_death"),
+                                                   ("torchrun", 2, "ddp_peer_death")])
+def test_peer_death_raises_on_every_rank_naming_the_rank(launcher, np, scenario):
+    run, per_rank = run_worker(launcher, np, HERRING_TORCH_SCENARIO=scenario)
     survivors = [r for r in range(np) if r != 1]
     assert sorted(per_rank) == survivors, f"ranks reported {sorted(per_rank)}\n{run.output[-4000:]}"
     for r in survivors:
-        assert per_rank[r]["results"]["peer_death"] == "ok", f"rank {r}: {per_rank[r]['results']['peer_death']}"
+        assert per_rank[r]["results"][scenario] == "ok", f"rank {r}: {per_rank[r]['results'][scenario]}"

@@ -511,6 +511,32 @@ def peer_death():
     assert time.monotonic() - start < TIMEOUT_SECONDS, f"took {time.monotonic() - start:.1f} s"
 
 
+def ddp_peer_death():
+    """Rank 1 is killed in the middle of DDP training; every other rank's backward() must raise an
+    error naming rank 1 (DDP's reducer reads the failed bucket's future: it crashed the process)."""
+    import signal
+    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(8, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    start = time.monotonic()
+    try:
+        for step in range(100):
+            if R == 1 and step == 2:
+                os.kill(os.getpid(), signal.SIGKILL)
+            opt.zero_grad()
+            model(torch.randn(4, 8)).sum().backward()
+            opt.step()
+            time.sleep(0.05)
+    except Exception as e:  # noqa: BLE001  (what the reducer raises is what is checked)
+        message = f"{type(e).__name__}: {e}"
+    else:
+        raise AssertionError("DDP kept training after rank 1 died")
+    assert "rank 1" in message, message
+    assert time.monotonic() - start < TIMEOUT_SECONDS, f"took {time.monotonic() - start:.1f} s"
+
+
+SCENARIOS = {"peer_death": peer_death, "ddp_peer_death": ddp_peer_death}
+
+
 def main():
     global N, R
     dist.init_process_group("herring", timeout=timedelta(seconds=TIMEOUT_SECONDS))
@@ -518,7 +544,7 @@ def main():
     from hvd_herring.basics import basics
     assert basics.rank() == R and basics.size() == N, (basics.rank(), R, basics.size(), N)
     scenario = os.environ.get("HERRING_TORCH_SCENARIO", "checks")
-    checks = [peer_death] if scenario == "peer_death" else CHECKS
+    checks = [SCENARIOS[scenario]] if scenario in SCENARIOS else CHECKS
     only = os.environ.get("HERRING_TEST_ONLY")
     results = {}
     for fn in checks:
@@ -538,7 +564,7 @@ def main():
         print(f"rank {R}: {k} FAILED\n{results[k]}", file=sys.stderr)
     sys.stdout.flush()
     sys.stderr.flush()
-    if scenario == "peer_death":
+    if scenario in SCENARIOS:
         os._exit(1 if failed else 0)  # the job is broken: no orderly shutdown to negotiate
     dist.destroy_process_group()
     sys.exit(1 if failed else 0)

@@ -51,6 +51,19 @@ def last_chain():
     return getattr(_local, "last", "torch")
 
 
+def raising_when_read_by_cpp(error):
+    """`error`, made to raise itself when C++ code reads it as a future's value. A Python future
+    set with an exception holds it as its value (torch.futures.Future.set_exception), and DDP's
+    reducer looks for the bucket's tensors in that value by pickling it
+    (torch._jit_internal._extract_tensors); finding none, it indexes an empty list (SIGSEGV in
+    torch 2.13's Reducer::finalize_backward when a peer dies mid-backward). Pickling `error` raises
+    it instead, so backward() raises the collective's error."""
+    def raise_error(protocol=None):
+        raise error
+    error.__reduce_ex__ = raise_error  # pickle looks it up on the object, so the instance's wins
+    return error
+
+
 class HerringFuture(Future):
     """torch's Future, whose callbacks name their collectives after the chain (see above), and
     whose `then` returns a HerringFuture, so that the chain's later callbacks do too."""
@@ -72,7 +85,7 @@ class HerringFuture(Future):
             try:
                 value = callback(self)
             except Exception as e:  # noqa: BLE001  (the child carries the callback's error, as torch's then does)
-                child.set_exception(e)
+                child.set_exception(raising_when_read_by_cpp(e))
                 return
             finally:
                 _local.scope = outer

@@ -31,7 +31,7 @@ import torch
 import torch.distributed as dist
 import torch.utils.dlpack
 from hvd_herring.basics import basics
-from hvd_herring.torch.distributed.naming import HerringFuture
+from hvd_herring.torch.distributed.naming import HerringFuture, raising_when_read_by_cpp
 
 
 class EnginePart:
@@ -191,9 +191,9 @@ class HerringWork(dist.Work):
         if future.done():
             return
         if not self._done:
-            future.set_exception(self._timeout_error(self._default_timeout))
+            future.set_exception(raising_when_read_by_cpp(self._timeout_error(self._default_timeout)))
         elif self._exception is not None:
-            future.set_exception(self._exception)
+            future.set_exception(raising_when_read_by_cpp(self._exception))
         else:
             future.set_result(self._result)
 
