@@ -279,6 +279,8 @@ void Engine::ValidateAndComplete(Request* request) const {
         if (m.type == OpType::kReducescatter) bad("Adasum is an allreduce; reducescatter does not take it");
         const std::string why = AdasumUnsupportedReason(m.dtype, n);
         if (!why.empty()) bad(why);
+        // Dedicated servers serve herring's byte ranges; Adasum's exchanges are between workers.
+        if (config_.dedicated_servers > 0) bad("Adasum does not run with dedicated servers (HERRING_DEDICATED_SERVERS)");
         break;
       }
       ReduceOp effective = m.reduce_op == ReduceOp::kAverage ? ReduceOp::kSum : m.reduce_op;
