@@ -174,6 +174,13 @@ def synchronize(handle):
 
 # --- allreduce -----------------------------------------------------------------------------------
 
+def _reject_adasum_in_reducescatter(op):
+    # Horovod raises a RuntimeError here (NotImplementedError is one); the engine would say
+    # ValueError (InvalidArgument) when the request is queued.
+    if op == Adasum:
+        raise NotImplementedError("Adasum is an allreduce: reducescatter does not take op=Adasum")
+
+
 def _check_adasum(op, process_set):
     # Horovod's conditions, with its NotImplementedError (a RuntimeError); the engine runs it
     # (native/ops/adasum_allreduce.h).
@@ -500,6 +507,7 @@ def reducescatter_async(tensor, name=None, op=Average, process_set=global_proces
                         postscale_factor=1.0):
     """Asynchronous reduction over the members, each receiving its slice of the first dimension
     (the first dim % size members get one extra row)."""
+    _reject_adasum_in_reducescatter(op)
     return _enqueue("reducescatter", name, [_input(tensor)], None, process_set, op, prescale_factor,
                     postscale_factor, finish=lambda caps, *_: _tensors_from(caps)[0])
 
@@ -536,6 +544,7 @@ def reducescatter(tensor, name=None, compression=Compression.none, op=Average, p
 def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=global_process_set,
                                 prescale_factor=1.0, postscale_factor=1.0):
     """Asynchronous reducescatter of a list of tensors as one unit."""
+    _reject_adasum_in_reducescatter(op)
     return _enqueue("reducescatter", name, [_input(t) for t in tensors], None, process_set, op,
                     prescale_factor, postscale_factor, finish=lambda caps, *_: _tensors_from(caps))
 
