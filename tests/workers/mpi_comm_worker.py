@@ -23,6 +23,13 @@ def check(fn):
     return fn
 
 
+def shutdown(comm=WORLD):
+    """Horovod's shutdown stops the whole job (every rank of the engine): wait for everyone first,
+    as Horovod's own process-set test does."""
+    comm.Barrier()
+    hvd.shutdown()
+
+
 @check
 def mpi_answers_are_consistent():
     hvd.init()
@@ -31,7 +38,7 @@ def mpi_answers_are_consistent():
     assert (hvd.rank(), hvd.size()) == (RANK, SIZE)
     out = hvd.allreduce(torch.ones(3), op=hvd.Sum, name="mpi.world")
     assert torch.equal(out, torch.full((3,), float(SIZE)))
-    hvd.shutdown()
+    shutdown()
 
 
 @check
@@ -45,7 +52,7 @@ def init_with_a_sub_communicator_runs_a_job_of_its_own():
     assert out.item() == float(sum(members)), (out, members)
     gathered = hvd.allgather(torch.tensor([RANK]), name="mpi.sub.gather")
     assert gathered.tolist() == members, gathered
-    hvd.shutdown()
+    shutdown(sub)
     sub.Free()
 
 
@@ -53,7 +60,7 @@ def init_with_a_sub_communicator_runs_a_job_of_its_own():
 def init_with_the_list_of_every_rank_is_the_whole_job():
     hvd.init(comm=list(range(SIZE)))
     assert (hvd.rank(), hvd.size()) == (RANK, SIZE)
-    hvd.shutdown()
+    shutdown()
 
 
 @check
@@ -71,7 +78,7 @@ def process_sets_from_communicators():
     assert every == want, every
     out = hvd.allreduce(torch.tensor([float(RANK)]), op=hvd.Sum, process_set=ps, name="mpi.ps")
     assert out.item() == float(sum(mine)), out
-    hvd.shutdown()
+    shutdown()
     halves.Free()
 
 
