@@ -32,6 +32,8 @@ _REPLACEMENTS = {
 _AFTER_IMPORT = {
     # RayExecutor's errors name the Horovod rank whose actor died.
     "horovod.ray.runner": "hvd_herring.ray.failed_ranks:name_failed_ranks",
+    # horovodrun / horovod.spark.run without --gloo or --mpi: gloo mode, as before mpi_built() was true.
+    "horovod.runner.launch": "hvd_herring.launch_defaults:prefer_gloo",
 }
 
 # Horovod package -> our package answering for its submodules (see alias_submodules).
