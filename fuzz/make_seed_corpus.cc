@@ -289,7 +289,8 @@ int main(int argc, char** argv) {
   r2sp.shards = {{1, 336, 672}, {5, 672, 1000}};
   Write(dir, kR2spSession, EncodeR2spSession(r2sp));
   Write(dir, kR2spEnd, EncodeR2spEnd(3));
-  Write(dir, kAwaited, EncodeAwaited({{0, "grad.fc1", OpType::kAllreduce}, {0, "join", OpType::kJoin}}));
+  Write(dir, kAwaited, EncodeAwaited({{0, "grad.fc1", OpType::kAllreduce}, {0, "join", OpType::kJoin},
+                                        {0, "torch.allreduce.float32.4.sum", OpType::kAllreduce, true}}));
   std::printf("%d\n", written);
   return 0;
 }

@@ -501,7 +501,8 @@ void Engine::ReportBlocked(bool new_work) {
     for (const auto& kv : pending_) {
       // A request held behind this one (same name, program order) waits for it too.
       if (handles_.Awaited(kv.second.handle) || HeldRequestAwaited(kv.first)) {
-        awaited.push_back({kv.first.first, kv.first.second, kv.second.request.meta.type});
+        awaited.push_back({kv.first.first, kv.first.second, kv.second.request.meta.type,
+                           kv.second.request.in_program_order});
       }
     }
   }

@@ -101,12 +101,18 @@ std::optional<DeadlockDetector::Verdict> DeadlockDetector::Check(const Coordinat
   // sends it on, to the collective the majority waits on, and the ranks are in step again.
   // Failing everyone's instead would leave them as far apart as before, for good (every later
   // collective then deadlocks). A tie (two ranks, each on its own) fails them all.
+  // Collectives paired by program position (torch.distributed's) are left out: there a rank whose
+  // collective differs did not go astray, its call at the same position differs (a shape mismatch),
+  // so there is nothing to catch up to, and every rank fails, naming it, as c10d's peers would.
   std::map<std::pair<int32_t, std::string>, int> waiting_ranks;
+  bool positional = false;
   for (int r : stuck) {
     for (const auto& a : blocked_[r].awaited) {
+      positional = positional || a.in_program_order;
       if (a.type != OpType::kJoin) waiting_ranks[{a.process_set, a.name}]++;
     }
   }
+  if (positional) waiting_ranks.clear();
   int most = 0, holders = 0;
   std::pair<int32_t, std::string> kept;
   for (const auto& [key, n] : waiting_ranks) {

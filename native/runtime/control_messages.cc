@@ -232,6 +232,7 @@ std::string EncodeAwaited(const std::vector<AwaitedCollective>& awaited) {
     w.I32(a.process_set);
     w.Str(a.name);
     w.U8(static_cast<uint8_t>(a.type));
+    w.U8(a.in_program_order ? 1 : 0);
   }
   return w.Take();
 }
@@ -248,6 +249,9 @@ std::vector<AwaitedCollective> DecodeAwaited(const std::string& payload) {
     const uint8_t type = r.U8();
     if (type >= kNumOpTypes) throw Error(Status::Internal("blocked report: bad op type"));
     a.type = static_cast<OpType>(type);
+    const uint8_t in_program_order = r.U8();
+    if (in_program_order > 1) throw Error(Status::Internal("blocked report: bad program-order flag"));
+    a.in_program_order = in_program_order == 1;
   }
   r.ExpectEnd();
   return out;

@@ -132,6 +132,9 @@ struct AwaitedCollective {
   int32_t process_set = 0;
   std::string name;
   OpType type = OpType::kAllreduce;
+  // Paired by its position in the program (torch.distributed's collectives: Request::in_program_order),
+  // not by a name the caller chose. Not part of the collective's identity (==).
+  bool in_program_order = false;
   bool operator==(const AwaitedCollective& o) const {
     return process_set == o.process_set && name == o.name && type == o.type;
   }

@@ -644,10 +644,30 @@ TEST(EngineLogic, EngineDeadlockKeepsWhatMostRanksWaitOnAndFailsTheRest) {
   EXPECT_TRUE(done[0].name == "x" && done[0].ok());
 }
 
+TEST(EngineLogic, EngineDeadlockFailsEveryPositionalCollective) {
+  // torch.distributed pairs by position: rank 0's allreduce of another shape at the same position
+  // is a mismatch, not a rank gone astray. Every rank's collective fails (as on c10d's peers).
+  DeadlockFixture f(3);
+  f.coordinator.Submit(Allreduce("torch.allreduce.float32.3.sum", 1, {3}));
+  f.coordinator.Submit(Allreduce("torch.allreduce.float32.3.sum", 2, {3}));
+  f.coordinator.Submit(Allreduce("torch.allreduce.float32.4.sum", 0, {4}));
+  AwaitedCollective mine = Awaited("torch.allreduce.float32.4.sum"), theirs = Awaited("torch.allreduce.float32.3.sum");
+  mine.in_program_order = theirs.in_program_order = true;
+  f.detector.Report(0, {mine});
+  f.detector.Report(1, {theirs});
+  f.detector.Report(2, {theirs});
+  auto v = f.detector.Check(f.coordinator, 3);
+  EXPECT_TRUE(v.has_value());
+  EXPECT_EQ(v->collectives.size(), size_t(2));
+  EXPECT_TRUE(!Contains(v->message, "stays pending"));
+}
+
 TEST(EngineLogic, EngineDeadlockReportRoundTripsAndRejectsBadTypes) {
   std::vector<AwaitedCollective> awaited = {Awaited("x"), Awaited("join", OpType::kJoin)};
+  awaited[0].in_program_order = true;
   auto back = DecodeAwaited(EncodeAwaited(awaited));
   EXPECT_TRUE(back == awaited);
+  EXPECT_TRUE(back[0].in_program_order && !back[1].in_program_order);
   std::string bad = EncodeAwaited({Awaited("x")});
   bad.back() = static_cast<char>(200);
   bool threw = false;
