@@ -242,9 +242,6 @@ class _InFlight:
             return [w for w in self._works if w._sequence < work._sequence and w._ordered_in == work._ordered_in
                     and not w._done]
 
-    def __len__(self):
-        return len(self._works)
-
 
 _in_flight = _InFlight()
 
