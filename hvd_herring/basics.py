@@ -72,11 +72,6 @@ class HerringBasics:
                                                                       mpi_comm.job_communicator(job_comm))
             else:
                 engine_sets = [list(ps.ranks) for ps in static_sets]
-            if os.environ.get("HOROVOD_AUTOTUNE", "").strip().lower() not in ("", "0", "false"):
-                import warnings
-                warnings.warn("HOROVOD_AUTOTUNE is set (horovodrun --autotune), but the herring backend does not tune "
-                              "its knobs online: it runs with HOROVOD_FUSION_THRESHOLD, HOROVOD_CYCLE_TIME and the "
-                              "HERRING_* knobs as they are set (README, Knobs)", RuntimeWarning, stacklevel=3)
             # Elastic jobs: this round's rank from horovodrun's driver, endpoints in a round scope.
             if exchange is None:
                 exchange = elastic_rendezvous.prepare_init(self._epoch > 0) or bootstrap.exchange_function()

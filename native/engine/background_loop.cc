@@ -57,7 +57,7 @@ void Engine::DrainControl() {
 
 Engine::Trigger Engine::LookForCycle() {
   const auto cycle_time = std::chrono::duration_cast<Clock::duration>(
-      std::chrono::duration<double, std::milli>(config_.cycle_time_ms));
+      std::chrono::duration<double, std::milli>(cycle_config_.cycle_time_ms));
   // After an agreed shutdown, peers closing their connections is expected, not a failure; after
   // a failure (a waiter's cycle may have failed) the loop ends and fails what is pending.
   if (stop_after_cycle_ || stopped_.load()) return {Trigger::kStop};
@@ -312,7 +312,7 @@ const Engine::Pending* Engine::LoneSmallAllreduce(size_t words) const {
   const ProcessSet* set = sets_.Find(p.request.meta.process_set);
   if (set == nullptr || set->size() != world_size()) return nullptr;
   const size_t bytes = TensorBytes(cache_.at(p.position));
-  const size_t limit = std::min<size_t>(ShmBitsExchange::InputCapacity(words), static_cast<size_t>(config_.small_message_bytes));
+  const size_t limit = std::min<size_t>(ShmBitsExchange::InputCapacity(words), static_cast<size_t>(cycle_config_.small_message_bytes));
   return bytes > 0 && bytes <= limit ? &p : nullptr;
 }
 
@@ -612,6 +612,7 @@ void Engine::RunCycleSteps() {
     }
   }
   Execute(ready);
+  AutotuneAfterCycle();
   inputs_with_bits_ = InputsWithBits{};  // they live in the notice areas, which the next cycles reuse
   // Servers join and leave between two steps: after this cycle's collectives, on every rank.
   for (const auto& c : membership_.TakeAnnounced()) ApplyMembership(c);

@@ -28,6 +28,7 @@ Engine::Engine(EngineOptions options)
     psld_ = std::make_unique<PsldPolicy>(config_.psld_balancer, rank() == 0, config_.balance_interval);
     ops_ = std::make_unique<OperationManager>(config_);
     timeline_ = Timeline::Open(config_.timeline, rank(), config_.timeline_mark_cycles);
+    StartAutotune();
     last_cycle_start_ = Clock::now();
     loop_ = std::thread([this] { Loop(); });
     return;
@@ -66,6 +67,7 @@ Engine::Engine(EngineOptions options)
   psld_ = std::make_unique<PsldPolicy>(config_.psld_balancer, rank() == 0, config_.balance_interval);
   if (config_.elastic_slots > 0) PublishWorld();
   AttachShmControlPlane(deadline);
+  StartAutotune();
   last_cycle_start_ = Clock::now();
   loop_ = std::thread([this] { Loop(); });
   HLOG(Debug) << "engine up: " << size() << " ranks on " << topo_.num_hosts() << " hosts, launcher "

@@ -5,6 +5,7 @@
 // Adapters (torch, TF) only Enqueue requests and wait on handles.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -36,6 +37,7 @@
 #include "ps/psld_policy.h"
 #include "engine/r2sp_sessions.h"
 #include "engine/server_membership.h"
+#include "tuning/autotuner.h"
 #include <optional>
 #include "runtime/topology.h"
 #include "ops/operation_manager.h"
@@ -275,6 +277,15 @@ class Engine {
   bool HeldRequestAwaited(const Key& key) const;  // a request held behind `key` is waited on
   ExecContext MakeContext(ProcessSet& set, uint32_t unit);
 
+  // HOROVOD_AUTOTUNE (autotune.cc).
+  void StartAutotune();
+  void ObserveForAutotune(const Response& response);  // a collective this cycle ran (rank 0)
+  // After each cycle: puts received settings in force, schedules the next broadcast of rank 0's.
+  void AutotuneAfterCycle();
+  void PublishTunedSettings();  // into the counters (hvd_herring.counters())
+  // The operation manager of the allreduce algorithm in force.
+  OperationManager& Ops();
+
   Config config_;
   LaunchInfo launch_;
   Topology topo_;
@@ -367,7 +378,22 @@ class Engine {
   bool joined_ = false;
   bool reannounce_ = false;       // a cached request lost its entry and must be announced again
   Clock::time_point last_activity_ = Clock::now();  // a request taken or completed here
-  std::vector<AwaitedCollective> reported_awaited_;  // what rank 0 last heard we are blocked on
+  std::vector<AwaitedCollective> reported_awaited_;
+  // config_ with the autotuner's settings in force: what cycles read (config_ is what the
+  // environment said; threads outside cycles read that).
+  Config cycle_config_;
+  std::unique_ptr<Autotuner> autotuner_;  // rank 0, with HOROVOD_AUTOTUNE
+  struct AutotuneState {
+    bool enabled = false;    // still syncing settings
+    bool in_flight = false;  // a settings broadcast is queued or running
+    bool received = false;   // it completed in this cycle
+    uint64_t applied_version = 0;
+    std::array<double, 6> buffer{};       // version, active, then TunedSettings' fields
+    std::vector<std::string> names;       // rank 0: what this cycle ran
+    int64_t bytes = 0;
+  } autotune_;
+  std::map<int, std::unique_ptr<OperationManager>> ops_by_algorithm_;  // other than config_'s
+  // what rank 0 last heard we are blocked on
   bool stop_after_cycle_ = false; // shutdown was agreed
   ScratchBuffer joined_zeros_, joined_sink_;
 
