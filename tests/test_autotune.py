@@ -10,7 +10,7 @@ import os
 
 import launch
 
-WORKER = os.path.join("tests", "workers", "autotune_worker.py")
+WORKER = os.path.join("benchmarks", "workers", "autotune_steps.py")
 NP = 2
 
 
@@ -48,3 +48,27 @@ def test_autotune_leaves_no_fusion_and_every_rank_switches_in_the_same_cycle():
     assert int(best["tensor_fusion_threshold"]) == settings["tuned_fusion_threshold_bytes"], (best, settings)
     assert int(best["small_message_bytes"]) == settings["tuned_small_message_bytes"], (best, settings)
     assert round(float(best["cycle_time_ms"]) * 1000) == settings["tuned_cycle_time_us"], (best, settings)
+
+
+def test_autotune_across_hosts_also_tries_each_allreduce_algorithm():
+    # Two simulated hosts of two ranks: the search goes on to HERRING_ALLREDUCE (herring, ring,
+    # halving-doubling) once fusion, cycle time and the small-message size are scored; every
+    # result stays exact under each (the worker checks every step).
+    results = launch.scratch_dir("herring-autotune-hosts-")
+    log = os.path.join(results, "autotune.csv")
+    run = launch.horovodrun(
+        4, [os.path.join("tests", "workers", "as_simulated_host.py"), "2", WORKER], timeout=300,
+        options=["--autotune", "--autotune-log-file", log, "--autotune-warmup-samples", "0",
+                 "--autotune-steps-per-sample", "2", "--autotune-bayes-opt-max-samples", "3"],
+        HERRING_TEST_RESULTS=results, HERRING_AUTOTUNE_WORKLOAD="tiny", HERRING_AUTOTUNE_AFTER_STEPS="2")
+    assert run.returncode == 0, run.output[-6000:]
+    settings = []
+    for r in range(4):
+        with open(os.path.join(results, f"{r}.json")) as f:
+            settings.append(json.load(f)["settings"])
+    assert all(s == settings[0] for s in settings), settings
+    with open(log) as f:
+        rows = list(csv.DictReader(f))
+    assert {r["allreduce"] for r in rows[:-1]} == {"herring", "ring", "hd"}, rows
+    assert rows[-1]["note"] == "best", rows
+    assert ["herring", "ring", "hd", "hd-topo"][settings[0]["tuned_allreduce"]] == rows[-1]["allreduce"], (rows, settings)

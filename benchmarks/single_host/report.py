@@ -411,6 +411,7 @@ class Report:
             self.add(eflops_report.section(res, doc_dir, os.path.join(doc_dir, "img", "eflops_allreduce.png"),
                                            res.get("command", "python -m benchmarks.eflops.run")))
         from benchmarks.adasum import report as adasum_report
+        from benchmarks.autotune import report as autotune_report
         from benchmarks.elastic import report as elastic_report
         from benchmarks.single_host import ddp_report, latency_report
         img_dir = os.path.join(doc_dir, "img")
@@ -421,7 +422,8 @@ class Report:
                 ("latency.json", "Latency: small collectives on one host",
                  lambda res: latency_report.section(res, doc_dir, img_dir)),
                 ("ddp.json", "torch.distributed: DDP on the herring engine", ddp_report.section),
-                ("adasum.json", "Adasum against Sum", adasum_report.section)):
+                ("adasum.json", "Adasum against Sum", adasum_report.section),
+                ("autotune.json", "Autotune against the defaults", autotune_report.section)):
             path = os.path.join(results_dir, name)
             if os.path.exists(path):
                 with open(path) as f:

@@ -1,11 +1,14 @@
-"""Runs inside every rank with HOROVOD_AUTOTUNE=1: training-like steps (HERRING_AUTOTUNE_WORKLOAD:
-`tiny`, 1000 one-element allreduces submitted then awaited, or `gradients`, a model's gradient
-set), every result checked against its reference, until the ranks agree that the autotuner
-settled (or HERRING_AUTOTUNE_MAX_STEPS). Writes <HERRING_TEST_RESULTS>/<rank>.json: the steps, the
-settings in force and when they last switched, the step times before and after the search."""
+"""Runs inside every rank, with or without HOROVOD_AUTOTUNE=1 (tests/test_autotune.py and
+benchmarks/autotune): training-like steps (HERRING_AUTOTUNE_WORKLOAD: `tiny`, 1000 one-element
+allreduces submitted then awaited, or `gradset`, ResNet-50's 161 gradients), every result checked
+against its reference, until the ranks agree that no autotuner is searching (at once without
+HOROVOD_AUTOTUNE; at most HERRING_AUTOTUNE_MAX_STEPS), then HERRING_AUTOTUNE_AFTER_STEPS timed
+steps under the settings in force. Writes <HERRING_TEST_RESULTS>/<rank>.json: the steps searched,
+the settings in force and when they last switched, the step times during and after the search."""
 
 import json
 import os
+import sys
 import time
 
 import torch
@@ -13,14 +16,14 @@ import torch
 import horovod.torch as hvd
 import hvd_herring
 
-# A ResNet-50-like gradient set, scaled down: many small tensors and a few large ones.
-GRADIENT_SHAPES = [(64,)] * 40 + [(256, 64)] * 16 + [(512, 512)] * 4 + [(1024, 1024)] * 2
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gradient_sets import resnet50_shapes  # noqa: E402
 
 
 def tensors_for(workload, rank):
     if workload == "tiny":
         return [torch.full((1,), float(rank + i)) for i in range(1000)]
-    return [torch.full(shape, float(rank + i)) for i, shape in enumerate(GRADIENT_SHAPES)]
+    return [torch.full(shape, float(rank + i)) for i, (_, shape) in enumerate(resnet50_shapes())]
 
 
 def step(workload, rank, size):
@@ -62,7 +65,7 @@ def main():
     c = hvd_herring.counters()
     out = {
         "steps": settled_at,
-        "first_step_times": times[:20],
+        "search_step_times": times,
         "after_step_times": after,
         "versions": versions,
         "settings": {k: c[k] for k in ("autotune_active", "autotune_version", "autotune_applied_cycle",
