@@ -42,9 +42,8 @@ def test_autotune_leaves_no_fusion_and_every_rank_switches_in_the_same_cycle():
         rows = list(csv.DictReader(f))
     assert rows[0]["tensor_fusion_threshold"] == "0" and rows[0]["cycle_time_ms"] == "1", rows[0]
     scored, best = rows[:-1], rows[-1]
-    assert best["note"] == "best" and all(r["note"] == "" for r in scored), rows
-    assert len(scored) >= 8, rows
-    assert float(best["score"]) == max(float(r["score"]) for r in scored), rows
+    assert best["note"] == "best" and {r["note"] for r in scored} <= {"", "confirm"}, rows
+    assert len([r for r in scored if r["note"] == ""]) >= 8, rows
     assert int(best["tensor_fusion_threshold"]) == settings["tuned_fusion_threshold_bytes"], (best, settings)
     assert int(best["small_message_bytes"]) == settings["tuned_small_message_bytes"], (best, settings)
     assert round(float(best["cycle_time_ms"]) * 1000) == settings["tuned_cycle_time_us"], (best, settings)

@@ -35,6 +35,7 @@ TunedSettings SettingsOf(const Config& c) {
 
 void Engine::StartAutotune() {
   cycle_config_ = config_;
+  PublishTunedSettings();  // the knobs in force, tuned or not
   if (!config_.autotune) return;
   if (is_dedicated_server() || config_.dedicated_servers > 0 || config_.elastic_slots > 0) {
     // Dedicated servers compute the fusion plan too, but take no part in the global set's

@@ -111,7 +111,8 @@ TEST(Tuning, AutotunerLeavesABadStartAndSettlesOnTheBestItMeasured) {
   SyntheticJob job(tuner, o.initial);
   job.RunSteps(100000);
   ASSERT_FALSE(tuner.active());
-  EXPECT_EQ(tuner.scored(), 10 + 2 + 1);  // joint samples, the other small-message values, the incumbent again
+  // Joint samples, the small-message values (the incumbent again first), the confirmation.
+  EXPECT_EQ(tuner.scored(), 10 + 3 + 4);
   const TunedSettings& settled = tuner.proposed();
   EXPECT_GE(settled.fusion_threshold_bytes, 100.0 * 4096);  // fuses the whole step
   EXPECT_LT(settled.cycle_time_ms, 5.0);
@@ -141,4 +142,41 @@ TEST(Tuning, KnobsSetInTheEnvironmentAreRecordedAndTheStartParses) {
   EXPECT_EQ(c.autotune_start_fusion_bytes, 0);
   EXPECT_EQ(c.autotune_start_cycle_ms, 2.5);
   EXPECT_THROW(Config::FromEnvironment({{"HERRING_AUTOTUNE_START", "lots"}}), Error);
+}
+
+TEST(Tuning, AutotunerDoesNotSettleOnALuckySample) {
+  // Every setting is as fast as every other, but one setting's first score comes out far ahead
+  // (three of its five samples were lucky, so their median is): the confirmation scores it again
+  // beside the start, finds no gain, and the search settles where it started.
+  AutotuneOptions o;
+  o.initial = TunedSettings{134217728, 1, 65536, 0};
+  o.warmup_samples = 0;
+  o.steps_per_sample = 1;
+  o.bayes_max_samples = 4;
+  o.gaussian_process_noise = 0.5;
+  Autotuner tuner(o);
+  struct FlatJob {
+    Autotuner& tuner;
+    Autotuner::Clock::time_point now = Autotuner::Clock::now();
+    TunedSettings in_force;
+    uint64_t version = 0;
+    int lucky_left = 4;  // steps: the first sample spans two, the next ones one each
+  } job{tuner, Autotuner::Clock::now(), o.initial};
+  const double lucky_fusion = std::round(o.fusion_bounds_bytes.second / 8);  // the first spread point
+  for (int s = 0; s < 100000 && tuner.active(); ++s) {
+    int64_t us = 1000;
+    if (job.in_force.fusion_threshold_bytes == lucky_fusion && job.lucky_left > 0) {
+      --job.lucky_left;
+      us = 100;
+    }
+    job.now += std::chrono::microseconds(us);
+    tuner.Observe({"grad"}, 4096, job.now);
+    if (tuner.proposed_version() != job.version) {
+      job.version = tuner.proposed_version();
+      job.in_force = tuner.proposed();
+      tuner.Applied(job.version, job.now);
+    }
+  }
+  ASSERT_FALSE(tuner.active());
+  EXPECT_TRUE(tuner.proposed() == o.initial) << tuner.proposed().fusion_threshold_bytes;
 }

@@ -13,6 +13,7 @@ namespace {
 // by another process) must not decide. Horovod takes the median of 5 too.
 constexpr size_t kSamplesPerScore = 5;
 constexpr double kMiB = 1024.0 * 1024.0;
+constexpr size_t kConfirmRounds = 2;
 
 }  // namespace
 
@@ -103,6 +104,26 @@ void Autotuner::Score(double score) {
     return;
   }
   ++scored_;
+  if (stage_ == Stage::kConfirm) {
+    Log(proposed_, score, "confirm");
+    confirm_scores_[confirm_turn_ % 2].push_back(score);
+    if (++confirm_turn_ < 2 * kConfirmRounds) {
+      Propose(confirm_turn_ % 2 == 0 ? options_.initial : best_);
+      return;
+    }
+    double sums[2] = {0, 0};
+    for (int i = 0; i < 2; ++i) {
+      for (double v : confirm_scores_[i]) sums[i] += v;
+    }
+    if (sums[0] >= sums[1]) {
+      best_ = options_.initial;
+      best_score_ = sums[0] / static_cast<double>(kConfirmRounds);
+    } else {
+      best_score_ = sums[1] / static_cast<double>(kConfirmRounds);
+    }
+    NextStage();
+    return;
+  }
   Log(proposed_, score, "");
   if (score > best_score_) {
     best_score_ = score;
@@ -135,6 +156,7 @@ void Autotuner::Score(double score) {
       Propose(t);
       return;
     }
+    case Stage::kConfirm:
     case Stage::kDone:
       return;
   }
@@ -145,6 +167,12 @@ void Autotuner::NextStage() {
   // every other value.
   while (true) {
     stage_ = static_cast<Stage>(static_cast<int>(stage_) + 1);
+    if (stage_ == Stage::kConfirm) {
+      if (best_ == options_.initial) continue;  // nothing beat the start: nothing to confirm
+      confirm_turn_ = 0;
+      Propose(options_.initial);
+      return;
+    }
     if (stage_ == Stage::kDone) break;
     const auto& choices = stage_ == Stage::kSmallMessage ? options_.small_message_choices : options_.allreduce_choices;
     if (choices.empty()) continue;

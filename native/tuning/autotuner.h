@@ -3,8 +3,8 @@
 // steps, as Horovod's autotuner scores them), and moves through a chain of stages: fusion
 // threshold and cycle time jointly by Bayesian optimisation, then each categorical knob (the
 // small-message size, the allreduce algorithm) value by value. Every stage starts from the best
-// settings so far and the search ends on the best settings it measured, so it cannot end on
-// settings it saw score worse than the ones it started from. It only decides: the engine
+// settings so far; at the end the best settings and the start are scored in turn again, and the
+// search settles on the best only if it beats the start there. It only decides: the engine
 // broadcasts its settings to every rank and tells it when they are in force (Applied).
 #pragma once
 
@@ -68,7 +68,7 @@ class Autotuner {
   int scored() const { return scored_; }
 
  private:
-  enum class Stage { kJoint, kSmallMessage, kAllreduce, kDone };
+  enum class Stage { kJoint, kSmallMessage, kAllreduce, kConfirm, kDone };
   void Score(double score);
   void Propose(const TunedSettings& next);
   void NextStage();
@@ -97,6 +97,11 @@ class Autotuner {
   size_t choice_ = 0;                        // categorical stage: index of the value being scored
   TunedSettings best_;
   double best_score_ = -1;
+  // The confirmation: the start and the best, scored in turn kConfirmRounds times each; the best
+  // stays only if its scores beat the start's (one lucky sample must not end the search slower
+  // than where it began).
+  std::vector<double> confirm_scores_[2];  // [0] the start, [1] the best
+  size_t confirm_turn_ = 0;
 
   std::ofstream log_;
 };
