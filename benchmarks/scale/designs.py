@@ -28,12 +28,14 @@ def build_knobs():
     return {k["name"] for k in _native.KNOBS}
 
 
-def availability(design):
-    """(env, None) to launch the design with, or (None, why it is not available in this build)."""
+def availability(design, launch_anyway=False):
+    """(env, None) to launch the design with, or (None, why it is not available in this build).
+    launch_anyway: launch with the knobs the build has even if a required one is missing (say,
+    the hierarchical control plane merged without HERRING_CONNECTIONS)."""
     known = build_knobs()
     spec = DESIGNS[design]
     missing = [k for k in spec["requires"] if k not in known]
-    if missing:
+    if missing and not launch_anyway:
         return None, (f"not available in this build: {', '.join(missing)} is not a knob of this engine "
                       f"(native/common/knobs.cc)")
     return {k: v for k, v in spec["knobs"].items() if k in known}, None

@@ -95,7 +95,7 @@ def probe_store(cluster, requests=300, timeout=120):
         _stop_store(store)
 
 
-def run_job(cluster, n, hosts, argv, env_extra, out_dir, deadline_seconds, failure_grace=60):
+def run_job(cluster, n, hosts, argv, env_extra, out_dir, deadline_seconds, failure_grace=20):
     """Runs `argv` (the rank's command, "{out}" standing for out_dir; each rank writes
     <out_dir>/<rank>.json) as N ranks, N/hosts per
     host. Returns {"launched_at", "seconds", "returncodes", "failed", "error", "records", "logs"}:
@@ -127,9 +127,14 @@ def run_job(cluster, n, hosts, argv, env_extra, out_dir, deadline_seconds, failu
         result["spawn_seconds"] = time.monotonic() - started
         deadline = started + deadline_seconds
         first_failure = None
-        while any(p.poll() is None for p in procs.values()):
+        while True:
+            # poll() every rank (not any(): it stops at the first live one and would never see
+            # the others exit), then block on a live one for at most a second.
+            states = {r: p.poll() for r, p in procs.items()}
+            if all(v is not None for v in states.values()):
+                break
             now = time.monotonic()
-            failed = [r for r, p in procs.items() if p.returncode not in (None, 0)]
+            failed = [r for r, v in states.items() if v not in (None, 0)]
             if failed and first_failure is None:
                 first_failure = now
             if now > deadline or (first_failure is not None and now > first_failure + failure_grace):
@@ -154,13 +159,20 @@ def run_job(cluster, n, hosts, argv, env_extra, out_dir, deadline_seconds, failu
     result["records"] = _read_records(out_dir, n)
     result["error"] = None
     if failed:
+        exited = [r for r in failed if r not in timed_out]
         why = (f"deadline of {deadline_seconds:g} s passed with {len(timed_out)} rank(s) still running"
-               if timed_out else f"{len(failed)} rank(s) exited non-zero")
-        tails = []
-        for r in failed[:4]:
-            rec_err = result["records"].get(r, {}).get("error")
-            tails.append(f"rank {r}: " + (rec_err or _tail(logs[r])))
-        result["error"] = f"{why} (ranks {_ranges(failed)}); " + " | ".join(tails)
+               if timed_out and result["seconds"] >= deadline_seconds else
+               f"{len(exited)} rank(s) exited non-zero" + (f", {len(timed_out)} still running {failure_grace} s later were ended"
+                                                          if timed_out else ""))
+        # The first cause first: a rank whose error is not the echo of another's failure
+        # ("rank X has shut down") or that is still running (killed at the deadline or grace).
+        said = {r: result["records"].get(r, {}).get("error") or _tail(logs[r]) for r in failed}
+        echoes = [r for r in failed if "has shut down" in said[r]]
+        causes = [r for r in failed if r not in echoes]
+        tails = [f"rank {r}: {said[r] if r not in timed_out else 'still running (killed): ' + said[r]}"
+                 for r in (causes[:4] + echoes[:1])]
+        result["error"] = (f"{why} (ranks {_ranges(failed)}; still running when the job was ended: "
+                           f"{_ranges(sorted(timed_out)) or 'none'}); " + " | ".join(tails))
     result["failed_ranks"] = failed
     return result
 

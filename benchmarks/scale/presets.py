@@ -29,3 +29,10 @@ PEER_RANK_BYTES_GUESS = 350 * MiB
 def deadline_seconds(n):
     """Each launch's deadline: generous, 2 cores run every rank."""
     return 180 + 3 * n
+
+
+def start_timeout_seconds(n):
+    """HERRING_START_TIMEOUT_SECONDS for a launch of n ranks (the engine's default, 60 s, is meant
+    for a dozen ranks; starting 256 Pythons on 2 cores alone takes about a minute): a rank still
+    without its mesh after this long fails with the engine's own timeout, before the deadline."""
+    return 120 + n // 2

@@ -86,13 +86,13 @@ def worker_args(worker, out_dir_placeholder, p, big_bytes, timeout, python=sys.e
             str(p["big_iters"]), str(timeout)]
 
 
-def measure(p, design_names, with_peer, workdir):
+def measure(p, design_names, with_peer, workdir, launch_anyway=False):
     from tools.simcluster.cluster import SimulatedCluster
     from tools.simcluster.link_bound import measure_link
     from benchmarks.cluster.rtt import measure_rtt
     results = {"preset": p, "designs": {}, "jobs": [], "calibration": {}}
     for d in designs.DESIGNS:
-        env, why = designs.availability(d)
+        env, why = designs.availability(d, launch_anyway)
         results["designs"][d] = {"label": designs.DESIGNS[d]["label"], "knobs": designs.DESIGNS[d]["knobs"],
                                  "launched_with": env, "selected": d in design_names,
                                  "status": "not selected" if d not in design_names else (why or "available")}
@@ -121,20 +121,20 @@ def measure(p, design_names, with_peer, workdir):
         # Calibration: the same tiny allreduce with every rank on ONE host (shared-memory control
         # plane, no TCP message): what a cycle costs per rank on these 2 cores (model.py).
         for n in p.get("calibration_ns", [16]):
-            env = dict(base, HERRING_START_TIMEOUT_SECONDS=presets.deadline_seconds(n))
+            env = dict(base, HERRING_START_TIMEOUT_SECONDS=presets.start_timeout_seconds(n))
             results["jobs"].append(one_job(c, "calibration-one-host", "defaults", n, 1,
                                            worker_args(WORKER, "{out}", p, 0, presets.deadline_seconds(n)),
                                            env, workdir, p, 0))
         for n in p["ns"]:
             for d in design_names:
-                avail_env, why = designs.availability(d)
+                avail_env, why = designs.availability(d, launch_anyway)
                 if avail_env is None:
                     results["jobs"].append({"kind": "herring", "design": d, "n": n, "hosts": hosts,
                                             "status": "not available in this build", "error": why})
                     continue
                 ok, why_mem = fits(n, p["big_bytes"])
                 big = p["big_bytes"] if ok else 0
-                env = dict(base, HERRING_START_TIMEOUT_SECONDS=presets.deadline_seconds(n), **avail_env)
+                env = dict(base, HERRING_START_TIMEOUT_SECONDS=presets.start_timeout_seconds(n), **avail_env)
                 entry = one_job(c, "herring", d, n, hosts,
                                 worker_args(WORKER, "{out}", p, big, presets.deadline_seconds(n)), env, workdir, p, big)
                 if not ok:
@@ -178,6 +178,8 @@ def main(argv=None):
     p.add_argument("--designs", nargs="+", default=list(designs.DESIGNS), choices=list(designs.DESIGNS))
     p.add_argument("--ns", type=int, nargs="+", help="override the preset's numbers of ranks")
     p.add_argument("--no-peer", action="store_true", help="skip Horovod-gloo")
+    p.add_argument("--launch-anyway", action="store_true",
+                   help="launch a design even if the build lacks a knob it requires (with the knobs it has)")
     p.add_argument("--out", default=os.path.join(RESULTS_DIR, "scale.json"))
     p.add_argument("--report", metavar="RESULTS", help="only regenerate the pages and plots from saved results")
     p.add_argument("--no-doc", action="store_true", help="write the results only")
@@ -194,7 +196,7 @@ def main(argv=None):
         started = time.time()
         load_start = [round(x, 2) for x in os.getloadavg()]
         with tempfile.TemporaryDirectory(prefix="herring-scale-") as workdir:
-            results = measure(preset, args.designs, not args.no_peer, workdir)
+            results = measure(preset, args.designs, not args.no_peer, workdir, args.launch_anyway)
         results.update(command=" ".join(["python -m benchmarks.scale.run"] + [shlex.quote(a) for a in given]),
                        date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(started)),
                        wall_seconds=round(time.time() - started, 1),

@@ -82,9 +82,11 @@ def summarize(job, n):
     counters = recs.get(0, {}).get("counters", {})
     out["rank0_counters"] = {k: v for k, v in counters.items()
                              if any(w in k for w in ("socket", "connection", "cycle", "coordinator", "tree", "leader"))}
-    engine_sockets = [recs[r]["counters"][k] for r in recs for k in recs[r].get("counters", {}) if "socket" in k]
-    if engine_sockets:
-        out["engine_socket_counter"] = _spread(engine_sockets)
+    # The engine's own socket counters, when the build has them (a cross-check of the /proc count).
+    keys = sorted({k for r in recs.values() for k in r.get("counters", {}) if "socket" in k or "connection" in k})
+    if keys:
+        out["engine_socket_counter"] = {k: _spread([r["counters"][k] for r in recs.values() if k in r.get("counters", {})])
+                                        for k in keys}
     return out
 
 
