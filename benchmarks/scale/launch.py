@@ -12,6 +12,7 @@ what each rank said."""
 import glob
 import json
 import os
+import re
 import select
 import subprocess
 import sys
@@ -167,8 +168,18 @@ def run_job(cluster, n, hosts, argv, env_extra, out_dir, deadline_seconds, failu
         # The first cause first: a rank whose error is not the echo of another's failure
         # ("rank X has shut down") or that is still running (killed at the deadline or grace).
         said = {r: result["records"].get(r, {}).get("error") or _tail(logs[r]) for r in failed}
-        echoes = [r for r in failed if "has shut down" in said[r]]
-        causes = [r for r in failed if r not in echoes]
+        when = {r: result["records"].get(r, {}).get("failed_at", float("inf")) for r in failed}
+        echoes = sorted((r for r in failed if "has shut down" in said[r]), key=when.get)
+        causes = sorted((r for r in failed if r not in echoes), key=lambda r: (r in timed_out, when[r]))
+        # How many ranks said what (numbers masked), for the record.
+        kinds = {}
+        for r in failed:
+            key = re.sub(r"\d+", "N", said[r] if r not in timed_out else "still running (killed)")[-200:]
+            kinds[key] = kinds.get(key, 0) + 1
+        result["error_kinds"] = kinds
+        first = min(when, key=when.get) if when and min(when.values()) < float("inf") else None
+        result["first_failure"] = None if first is None else {"rank": first, "error": said[first],
+                                                              "after_launch_seconds": when[first] - result["launched_at"]}
         tails = [f"rank {r}: {said[r] if r not in timed_out else 'still running (killed): ' + said[r]}"
                  for r in (causes[:4] + echoes[:1])]
         result["error"] = (f"{why} (ranks {_ranges(failed)}; still running when the job was ended: "

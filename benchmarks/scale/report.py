@@ -132,6 +132,8 @@ oversubscription from the per-message costs and predicts a real cluster. Figures
 
 {measured_table(results)}
 
+{failures_section(results)}
+
 ## Goals of the issue (computed from the results above)
 
 {goals_table(results)}
@@ -142,6 +144,40 @@ cores make any cycle about 16 times longer; the model's prediction for a core pe
 [scale.md](scale.md). The init goal counts starting {max(results['preset']['ns'])} Python processes on 2 cores,
 shown apart in the table.
 """
+
+
+def failures_section(results):
+    failed = [j for j in results["jobs"] if j["status"] == "failed"]
+    if not failed:
+        return ""
+    lines = ["## Failed launches (the run went on)", ""]
+    for j in failed:
+        lines.append(f"- **{NAMES[(j['kind'], j['design'])]}, N={j['n']}** ({j.get('seconds', '?')} s): {j.get('error')}")
+        if j.get("first_failure"):
+            ff = j["first_failure"]
+            lines.append(f"  - first rank to fail: rank {ff['rank']}, {ff['after_launch_seconds']:.1f} s after launch: {ff['error']}")
+        for kind, count in sorted((j.get("error_kinds") or {}).items(), key=lambda kv: -kv[1]):
+            lines.append(f"  - {count} rank(s): {kind}")
+    if any(j["kind"] == "herring" and "connection closed" in (j.get("error") or "") for j in failed):
+        lines += ["", MESH_FINDING]
+    return "\n".join(lines)
+
+
+# What we found when today's full mesh first failed to start at 128 ranks (03:06 UTC, 2026-11-26,
+# load average 52): the stacks of the ranks left running, read with gdb, and the code they were in.
+MESH_FINDING = """**Why today's full mesh fails to start at 128 ranks and more here.** Every rank dials every
+other rank (1 + `HERRING_TCP_STREAMS` = 3 connections per pair), so rank 0 accepts 3 (N - 1) = 381
+connections at 128 ranks, nearly all at once. Its mesh builder (`native/transport/tcp_mesh.cc`)
+keeps at most `kMaxArrivals` = 256 connections in their handshake and gives each
+`kHandshakeTimeout` = 5 s; beyond either, it closes the oldest. On 2 cores at load 50 the
+handshakes (HMAC proofs) of hundreds of connections take longer than that, and a dialer that has
+already sent its proof counts its connection as made: when rank 0 then closes it, that rank fails
+with `rank 0: connection closed`, the others with `rank X has shut down`, while rank 0 (gdb:
+`MeshBuilder::PollOnce` under `BuildMesh`) waits for the connection it dropped until
+`HERRING_START_TIMEOUT_SECONDS`. A failure of the full mesh itself at scale (the ordering of
+accept, handshake deadline and eviction), which per-host rendezvous and lazy connections remove;
+until then, rank 0's arrivals stay under the cap only while 3 (N - 1) <= 256 (N <= 86), and the 5 s handshake
+deadline still bites on a loaded machine."""
 
 
 def _rss_hint(results):

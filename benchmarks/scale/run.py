@@ -66,6 +66,9 @@ def one_job(cluster, kind, design, n, hosts, argv, env, out_dir, p, big_bytes):
     entry["seconds"] = round(job["seconds"], 1)
     entry["spawn_seconds"] = round(job["spawn_seconds"], 2)
     entry["launcher"] = f"direct (nsenter into each host), store {job['store']}, -H {job['hosts_string']}"
+    for key in ("error_kinds", "first_failure"):
+        if job.get(key):
+            entry[key] = job[key]
     if job["error"]:
         knob = designs.refused_knob(design, job["error"]) if kind == "herring" else None
         entry["status"] = "not available in this build" if knob else "failed"
@@ -143,9 +146,9 @@ def measure(p, design_names, with_peer, workdir, launch_anyway=False):
         peer_rank_bytes = presets.PEER_RANK_BYTES_GUESS
         for n in (p["peer_ns"] if with_peer else []):
             entry = {"kind": "horovod-gloo", "design": "peer", "n": n, "hosts": hosts}
-            if not os.access(peer_env.python(), os.X_OK):
+            if not (os.access(peer_env.python(), os.X_OK) and os.path.exists(os.path.join(peer_env.cache_dir(), "stamp"))):
                 entry.update(status="not started", error=f"the peer environment is not built ({peer_env.python()} "
-                             f"missing): bash {shown(peer_env.SETUP_SCRIPT)}")
+                             f"missing, or its build has not finished: no stamp): bash {shown(peer_env.SETUP_SCRIPT)}")
                 results["jobs"].append(entry)
                 continue
             ok, why_mem = fits(n, peer_rank_bytes + p["big_bytes"])

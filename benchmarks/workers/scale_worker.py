@@ -99,6 +99,7 @@ def main():
         record["shutdown"] = time.time()
     except BaseException as e:  # noqa: BLE001 - recorded with the rank, then re-raised
         record["error"] = f"rank {rank_env}: {type(e).__name__}: {e}"
+        record["failed_at"] = time.time()           # the earliest failure is the cause, the rest echo it
         _write(out_dir, rank_env, record)
         raise
     _write(out_dir, rank_env, record)
