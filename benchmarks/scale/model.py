@@ -90,16 +90,35 @@ def calibrate(results):
     p["c_get"] = store.get("get", 1e-3)
     p["sources"]["c_get"] = ("median GET to Horovod's RendezvousServer from another host (store_probe.py)"
                              if store else "assumed 1 ms")
-    rows, ys = [], []
-    for j in today:
-        f = j["figures"]
-        if f.get("init_after_last_call_seconds") is not None:
-            n = j["n"]
-            rows.append([n * (n - 1) * (1 + TCP_STREAMS) / cores])
-            ys.append(f["init_after_last_call_seconds"] - n * n * p["c_get"])
-    p["c_conn"] = max(0.0, _lstsq(rows, ys)[0]) if rows else 50e-6
-    p["sources"]["c_conn"] = (f"least squares over today's {len(rows)} launches: init after the last init() call "
-                              f"- N^2 c_get = N (N - 1)(1 + S) c_conn / P" if rows else "assumed 50 us")
+    # Init (the engine's part): a N + b N^2 on this machine, both non-negative. a N: every rank's
+    # own work (its rendezvous round, listening, its handshakes' CPU) run in turn on P cores, so
+    # one rank's is a P; b N^2: what grows with the pairs: the store's requests (one process
+    # serves all N^2, on a cluster too: c_get, at most b) and the connections (N (N - 1)(1 + S)
+    # of them on P cores: the rest of b).
+    pts = [(j["n"], j["figures"]["init_after_last_call_seconds"]) for j in today
+           if j["figures"].get("init_after_last_call_seconds") is not None]
+    a, b = _lstsq([[n, n * n] for n, _ in pts], [t for _, t in pts]) if len(pts) >= 2 else (0.0, 0.0)
+    if b < 0 or a < 0:
+        a, b = (_fit_slope([n for n, _ in pts], [t for _, t in pts]), 0.0) if b < 0 else \
+               (0.0, _fit_slope([n * n for n, _ in pts], [t for _, t in pts]))
+    p["init_a"], p["init_b"] = a, b
+    p["c_init_rank"] = a * cores
+    # The store's cost per request cannot exceed any launch's whole init spread over its N^2
+    # requests: an upper bound consistent with every run, used when the fit leaves b ~ 0 (the
+    # runs up to 128 ranks are close to linear in N, so the fit alone cannot see the N^2 term).
+    bound = min(t / (n * n) for n, t in pts) if pts else p["c_get"]
+    p["c_get_store"] = min(p["c_get"], max(b, bound))
+    p["c_conn"] = max(0.0, (b - p["c_get_store"]) * cores / (1 + TCP_STREAMS)) if pts else 50e-6
+    if pts:     # the store's share is now counted in the N^2 term: take it out of the linear one
+        a_rest = [max(0.0, t - n * n * p["c_get_store"]) for n, t in pts]
+        p["c_init_rank"] = _fit_slope([n for n, _ in pts], a_rest) * cores
+        p["sources"]["c_init_rank"] = (f"P x the slope over N of init - N^2 c_get_store (today's {len(pts)} launches; "
+                                       f"the free fit init = a N + b N^2 gave a = {a * 1e3:.3g} ms, b = {b * 1e6:.3g} us)")
+    p["sources"]["c_init_rank"] = (f"a x P, from init after the last init() call = a N + b N^2 fitted on today's "
+                                   f"{len(pts)} launches (a = {a * 1e3:.3g} ms, b = {b * 1e6:.3g} us)" if pts else "none")
+    p["sources"]["c_get_store"] = ("the store's cost per request, an upper bound: the probe's GET, capped by the "
+                                   "smallest init / N^2 of the runs (the store's N^2 requests cannot take longer than the whole init)")
+    p["sources"]["c_conn"] = "(b - c_get_store) P / (1 + S): the rest of the N^2 term, per connection"
     xs, ys = [], []
     for j in today:
         f = j["figures"]
@@ -136,7 +155,7 @@ def predict(p, n, link_bps, design, ranks_per_host=RANKS_PER_HOST_AT_SCALE, big_
         # Star: rank 0 receives N - 1 bit vectors and answers N - 1 ranks, one message at a time.
         cycle = p["c_rank"] + 2 * p["L"] + 2 * (n - 1) * p["c_msg"]
         # Rendezvous: every rank reads every record from one store; then N (1 + S) connections each.
-        init = n * n * p["c_get"] + (n - 1) * (1 + TCP_STREAMS) * p["c_conn"]
+        init = p["c_init_rank"] + n * n * p["c_get_store"] + (n - 1) * (1 + TCP_STREAMS) * p["c_conn"]
         peers = n - 1
         sockets = p["sock0"] + p["sock_per_peer"] * peers
     else:
@@ -144,7 +163,7 @@ def predict(p, n, link_bps, design, ranks_per_host=RANKS_PER_HOST_AT_SCALE, big_
         # doubling among host leaders: log2(H) rounds of one send and one receive each.
         cycle = 2 * p["c_rank"] + log_h * (p["L"] + 2 * p["c_msg"])
         # One record per host, read by every host leader; connections only on first use.
-        init = hosts * hosts * p["c_get"] + log_h * p["c_conn"]
+        init = p["c_init_rank"] + hosts * hosts * p["c_get_store"] + log_h * p["c_conn"]
         # A leader's tree peers, plus one set of streams per host pair shared by the local ranks.
         peers = log_h + (hosts - 1) / ranks_per_host
         sockets = 1 + log_h + (hosts - 1) * (1 + TCP_STREAMS) / ranks_per_host
@@ -205,7 +224,7 @@ def replay(p, results):
     for j in _ok(results, "herring", "today"):
         n, f = j["n"], j["figures"]
         model_cycle = n * p["c_rank"] / cores + 2 * p["L"] + 2 * (n - 1) * p["c_msg"]
-        model_init = n * n * p["c_get"] + n * (n - 1) * (1 + TCP_STREAMS) * p["c_conn"] / cores
+        model_init = p["init_a"] * n + p["init_b"] * n * n
         model_big = p["beta"] * n * f["big_bytes"] / cores if f.get("big_bytes") else None
         out.append({"n": n, "cycle": (f.get("tiny_cycle_seconds"), model_cycle),
                     "init": (f.get("init_after_last_call_seconds"), model_init),

@@ -170,7 +170,7 @@ def measure(p, design_names, with_peer, workdir, launch_anyway=False):
             results["jobs"].append(entry)
             rss = (entry.get("figures") or {}).get("rss_per_rank_bytes")
             if rss:
-                peer_rank_bytes = max(peer_rank_bytes, rss["max"])
+                peer_rank_bytes = rss["max"]          # measured: replaces the estimate
     return results
 
 
@@ -184,12 +184,30 @@ def main(argv=None):
     p.add_argument("--launch-anyway", action="store_true",
                    help="launch a design even if the build lacks a knob it requires (with the knobs it has)")
     p.add_argument("--out", default=os.path.join(RESULTS_DIR, "scale.json"))
+    p.add_argument("--peer-only", action="store_true",
+                   help="run only Horovod-gloo and put its launches into the existing --out results "
+                        "(replacing its earlier ones), e.g. once the peer environment is built")
     p.add_argument("--report", metavar="RESULTS", help="only regenerate the pages and plots from saved results")
     p.add_argument("--no-doc", action="store_true", help="write the results only")
     args = p.parse_args(argv)
     if args.report:
         results = load(args.report)
         out = args.report
+    elif args.peer_only:
+        import tempfile
+        results = load(args.out)
+        preset = dict(results["preset"], ns=[], calibration_ns=[])
+        with tempfile.TemporaryDirectory(prefix="herring-scale-") as workdir:
+            peer = measure(preset, [], True, workdir)
+        results["jobs"] = [j for j in results["jobs"] if j["kind"] != "horovod-gloo"] + peer["jobs"]
+        results["peer_run"] = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                               "load_average": [round(x, 2) for x in os.getloadavg()],
+                               "command": "python -m benchmarks.scale.run --peer-only"}
+        results["machine"]["versions"].update(
+            {k: v for k, v in machine.facts(with_peer=True)["versions"].items() if "peer" in k})
+        out = args.out
+        save(results, out)
+        log(f"wrote {out} (Horovod-gloo launches replaced)")
     else:
         import tempfile
         preset = dict(presets.PRESETS[args.preset], name=args.preset)
