@@ -230,3 +230,21 @@ def replay(p, results):
                     "init": (f.get("init_after_last_call_seconds"), model_init),
                     "big": (f.get("big_seconds"), model_big)})
     return out
+
+
+def predicted_goals(p, hosts=16, small=16, large=256, link_bps=100e9):
+    """The issue's three goals as the model predicts them for a cluster with a core per rank and
+    the suite's layout (`hosts` hosts, N / hosts ranks each), per design."""
+    from benchmarks.scale.goals import CYCLE_RATIO_GOAL, INIT_SECONDS_GOAL, SOCKET_FRACTION_GOAL, full_mesh_tcp_per_rank
+    out = []
+    for design in ("today", "hierarchical"):
+        a = predict(p, small, link_bps, design, ranks_per_host=small // hosts)
+        b = predict(p, large, link_bps, design, ranks_per_host=large // hosts)
+        ratio = b["tiny_cycle_seconds"] / a["tiny_cycle_seconds"]
+        frac = b["tcp_per_rank"] / full_mesh_tcp_per_rank(large)
+        out.append({"design": design, "cycle_ratio": ratio, "cycle_met": ratio <= CYCLE_RATIO_GOAL,
+                    "socket_fraction": frac, "sockets_met": frac <= SOCKET_FRACTION_GOAL,
+                    "init_seconds": b["init_seconds"], "init_met": b["init_seconds"] < INIT_SECONDS_GOAL,
+                    "cycle_small": a["tiny_cycle_seconds"], "cycle_large": b["tiny_cycle_seconds"],
+                    "tcp_large": b["tcp_per_rank"]})
+    return out

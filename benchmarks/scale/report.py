@@ -214,6 +214,11 @@ def model_page(results, img_rel, results_rel):
         f"| {r['n']} | {r['hosts']} | {r['link_bps'] / 1e9:.0f} | {r['design']} | {fmt_time(r['tiny_cycle_seconds'])} "
         f"| {fmt_time(r['big_seconds'])} | {fmt_time(r['init_seconds'])} | {r['tcp_per_rank']:.0f} "
         f"| {r['rss_per_rank_bytes'] / 2**20:.0f} |" for r in preds)
+    yes = {True: "met", False: "not met"}
+    goal_rows = "\n".join(
+        f"| {g['design']} | {g['cycle_ratio']:.2f} ({fmt_time(g['cycle_large'])} vs {fmt_time(g['cycle_small'])}): {yes[g['cycle_met']]} "
+        f"| {g['socket_fraction']:.3f} ({g['tcp_large']:.0f} per rank): {yes[g['sockets_met']]} "
+        f"| {fmt_time(g['init_seconds'])}: {yes[g['init_met']]} |" for g in model.predicted_goals(p))
     rep_rows = "\n".join(
         f"| {r['n']} | {fmt_time(r['cycle'][0])} | {fmt_time(r['cycle'][1])} | {fmt_time(r['init'][0])} "
         f"| {fmt_time(r['init'][1])} | {fmt_time(r['big'][0])} | {fmt_time(r['big'][1])} |" for r in rep)
@@ -296,6 +301,15 @@ streams per host pair shared by the host's ranks). **RSS per rank**: r0 + r1 x (
 | N | hosts | link Gbit/s | design | tiny cycle | 64 MiB allreduce | time to init | TCP sockets per rank | RSS per rank, MiB |
 |---|---|---|---|---|---|---|---|---|
 {pred_rows}
+
+## The goals as the model predicts them (16 hosts, a core per rank)
+
+What the equations above give for the suite's own layout (16 hosts, N/16 ranks each) on a cluster
+whose ranks each have a core, i.e. without this machine's oversubscription:
+
+| design | cycle 256 / cycle 16 (goal <= 3) | TCP sockets per rank at 256 / full mesh's (goal <= 0.25) | time to init at 256 (goal < 10 s) |
+|---|---|---|---|
+{goal_rows}
 
 ## The check: Herring's BERT-large at 2048 GPUs (85% scaling efficiency)
 
