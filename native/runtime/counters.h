@@ -38,6 +38,11 @@ struct Counters {
   std::atomic<uint64_t> stall_warnings{0};       // stall reports logged (rank 0)
   std::atomic<uint64_t> partition_map_version{0};  // of the global set's shards (PSLD moves it)
   std::atomic<uint64_t> membership_changes{0};   // dedicated servers that joined or left
+  // Negotiation messages (bit vectors, invitations, results, uncached requests, responses) this
+  // rank sent and received over TCP: the star's rank 0 handles O(ranks) per cycle, the
+  // hierarchical plane's busiest leader O(log hosts).
+  std::atomic<uint64_t> control_messages_sent{0};
+  std::atomic<uint64_t> control_messages_received{0};
 
   std::map<std::string, uint64_t> Snapshot() const {
     return {{"cycles", cycles},
@@ -66,7 +71,9 @@ struct Counters {
             {"server_pushes", server_pushes},
             {"stall_warnings", stall_warnings},
             {"partition_map_version", partition_map_version},
-            {"membership_changes", membership_changes}};
+            {"membership_changes", membership_changes},
+            {"control_messages_sent", control_messages_sent},
+            {"control_messages_received", control_messages_received}};
   }
 };
 
