@@ -48,7 +48,17 @@ void Engine::DrainControl() {
       continue;
     }
     if (m.type == kBlockedReport) {
-      if (deadlock_) deadlock_->Report(m.from, DecodeAwaited(m.payload));
+      RouteBlockedReport(m.from, m.payload);
+      continue;
+    }
+    if (m.type == kRelayedBlockedReport) {
+      int32_t origin = -1;
+      std::string report = DecodeRelayedReport(m.payload, &origin);
+      if (origin < 0 || origin >= world_size()) {
+        throw Error(Status::Internal("rank " + std::to_string(m.from) + " relayed a blocked report of rank " +
+                                     std::to_string(origin)));
+      }
+      RouteBlockedReport(origin, report);
       continue;
     }
     if (m.type >= kContributeMessage && m.type <= kResponsesMessage) counters_.control_messages_received++;
@@ -524,6 +534,8 @@ void Engine::ReportBlocked(bool new_work) {
   }
   if (deadlock_) {
     deadlock_->Report(rank(), std::move(awaited));
+  } else if (hierarchical_) {
+    RouteBlockedReport(rank(), EncodeAwaited(awaited));  // through the host's leader and the tree
   } else {
     transport_->SendControl(0, kBlockedReport, EncodeAwaited(awaited));
   }

@@ -3,7 +3,8 @@
 // leader combines the hosts' ANDs in a binomial tree rooted at rank 0: engine/control_tree.h).
 // The tree carries exactly the star's messages (contributions up, invitations and results down),
 // so rank 0's authority is unchanged: PSLD's samples are merged on the way up, its maps and the
-// membership announcements ride down in the result every rank decodes.
+// membership announcements ride down in the result every rank decodes. The deadlock detector's
+// reports (rare: when what a rank is blocked on changes) climb the same tree to rank 0.
 #include <algorithm>
 #include <set>
 
@@ -160,6 +161,18 @@ void Engine::CoordinatorRoundAcrossHosts(const std::vector<RequestMeta>& uncache
   for (int c : leader_tree_.children) SendNegotiation(c, kResponsesMessage, message);
   for (int r : host_ranks_) {
     if (r != rank()) SendNegotiation(r, kResponsesMessage, message);
+  }
+}
+
+void Engine::RouteBlockedReport(int origin, const std::string& report) {
+  if (deadlock_) {
+    deadlock_->Report(origin, DecodeAwaited(report));
+  } else if (!hierarchical_) {
+    // The star sends reports straight to rank 0, which has a detector whenever ranks report.
+  } else if (rank() != host_leader_) {
+    transport_->SendControl(host_leader_, kBlockedReport, report);
+  } else if (!leader_tree_.root()) {
+    transport_->SendControl(leader_tree_.parent, kRelayedBlockedReport, EncodeRelayedReport(origin, report));
   }
 }
 

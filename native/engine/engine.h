@@ -254,6 +254,9 @@ class Engine {
                                    std::vector<Response>* responses, std::vector<uint32_t>* evict);
   // Every negotiation message goes through here: counted (control_messages_sent).
   void SendNegotiation(int peer, uint32_t type, const std::string& payload);
+  // A blocked report of rank `origin` (kBlockedReport's payload): rank 0's detector takes it;
+  // on the hierarchical plane other ranks pass it to their leader, leaders to their parent.
+  void RouteBlockedReport(int origin, const std::string& report);
   void RevertCachedAt(uint32_t position);
   void UncacheStalled();
   // Deadlocks (engine/deadlock_detector.h): every rank reports what it is blocked on; rank 0
