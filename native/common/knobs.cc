@@ -26,9 +26,13 @@ const std::vector<KnobSpec>& AllKnobs() {
        "Entries of the response cache; in steady state one bit-vector AND per cycle replaces the "
        "coordinator. 0 disables the cache.", true},
       {"HERRING_CONTROL_PLANE", "auto", "enum",
-       "How ranks agree each cycle. `auto`: when every rank is on one host (and neither PSLD nor "
-       "dedicated servers are on), the bit vectors meet in shared memory and each rank ANDs them "
-       "itself; otherwise, and with `tcp`, they go to rank 0 over TCP and rank 0 answers.", true},
+       "How ranks agree each cycle. `auto`: on one host the bit vectors meet in shared memory and "
+       "each rank ANDs them itself; across hosts the plane is hierarchical: each host ANDs in "
+       "shared memory, its first rank (the leader) combines the hosts' ANDs in a binomial tree over "
+       "TCP rooted at rank 0 and posts the result for its host, and the coordinator's rounds go up "
+       "and down the same tree (O(log hosts) messages per leader per cycle). `tcp`: the star, every "
+       "rank's vector to rank 0 over TCP and rank 0 answers everyone (O(ranks) at rank 0). PSLD "
+       "(HERRING_BALANCER=psld), dedicated servers and HERRING_ELASTIC_SLOTS always use the star.", true},
       {"HERRING_SMALL_MESSAGE_BYTES", "65536", "bytes",
        "Fused allreduces up to this size within one host take the one-step path: every rank "
        "writes its input to shared memory and reduces all inputs itself, in rank order (one "

@@ -467,6 +467,8 @@ void Engine::Fail(const Status& status) {
       if (r != rank() && transport_->PeerStatus(r).ok()) transport_->SendControl(r, kAbortMessage, status.message());
     }
   }
+  // The host's ranks waiting for this rank's post or result (the control plane) learn the cause.
+  if (ShmBitsExchange* bits = shm_bell_.load(std::memory_order_acquire)) bits->Poison(status.message());
   std::lock_guard<std::mutex> lock(sets_mu_);
   for (int32_t id : sets_.ids()) {
     if (ProcessSet* s = sets_.Find(id); s && s->arena) s->arena->Poison(status.message());

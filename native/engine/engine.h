@@ -26,6 +26,7 @@
 #include "engine/coordinator.h"
 #include "runtime/counters.h"
 #include "engine/deadlock_detector.h"
+#include "engine/control_tree.h"
 #include "engine/shm_bits_exchange.h"
 #include "runtime/fault_injector.h"
 #include "runtime/handle_table.h"
@@ -234,9 +235,30 @@ class Engine {
   // inputs (ReduceHostInOneStep); any other algorithm ignores them.
   const Pending* LoneSmallAllreduce(size_t words) const;
   void PostBitsInSharedMemory(const std::vector<uint64_t>& mine);  // with that input, if there is one
+  // Posts `mine` in this host's exchange, invites the late local ranks and returns the host's AND.
+  std::vector<uint64_t> AwaitHostAnd(const std::vector<uint64_t>& mine);
+  // The hierarchical plane (control_plane.cc): the host ANDs in shared memory, its leader combines
+  // the hosts' ANDs in a binomial tree over TCP and posts the result for the host's other ranks.
+  std::vector<uint64_t> AgreeOnBitsAcrossHosts(const std::vector<uint64_t>& mine);
+  // The TCP part, over `tree` (the star, or the leaders' tree): invites the children that have not
+  // contributed, ANDs their contributions into `mine`, sends the subtree's AND up and the result
+  // down; the root adds PSLD's maps and membership announcements.
+  void InviteChildren(const ControlTree& tree);
+  std::vector<uint64_t> AgreeInTree(const ControlTree& tree, std::vector<uint64_t> mine);
+  // The star over today's world (HERRING_CONTROL_PLANE=tcp and the combinations that need it).
+  ControlTree StarTree() const;
   void AttachShmControlPlane(Deadline deadline);
   void CoordinatorRound(const std::vector<RequestMeta>& uncached, const std::vector<uint32_t>& stale,
                         std::vector<Response>* responses, std::vector<uint32_t>* evict);
+  // The same over the hierarchical plane: each leader gathers its host's and its children's
+  // requests, sends them up in one message, and passes rank 0's responses down.
+  void CoordinatorRoundAcrossHosts(const std::vector<RequestMeta>& uncached, const std::vector<uint32_t>& stale,
+                                   std::vector<Response>* responses, std::vector<uint32_t>* evict);
+  // Every negotiation message goes through here: counted (control_messages_sent).
+  void SendNegotiation(int peer, uint32_t type, const std::string& payload);
+  // A blocked report of rank `origin` (kBlockedReport's payload): rank 0's detector takes it;
+  // on the hierarchical plane other ranks pass it to their leader, leaders to their parent.
+  void RouteBlockedReport(int origin, const std::string& report);
   void RevertCachedAt(uint32_t position);
   void UncacheStalled();
   // Deadlocks (engine/deadlock_detector.h): every rank reports what it is blocked on; rank 0
@@ -312,6 +334,13 @@ class Engine {
   // The same, for Wake() on other threads (the transport's, the application's): set once, after
   // the attach, before the loop starts.
   std::atomic<ShmBitsExchange*> shm_bell_{nullptr};
+  // The hierarchical plane (HERRING_CONTROL_PLANE=auto across hosts): shm_bits_ is this host's
+  // exchange; host_leader_ (the host's first rank) talks over TCP in leader_tree_, whose root is
+  // rank 0; host_ranks_ are this host's ranks, by local index.
+  bool hierarchical_ = false;
+  int host_leader_ = -1;
+  std::vector<int> host_ranks_;
+  ControlTree leader_tree_;
   // This cycle's inputs that came with the bit vectors (every rank posted one for the same
   // cached allreduce), by rank; empty: none. Valid until the cycle ends.
   struct InputsWithBits {

@@ -1,5 +1,6 @@
 #include "engine/shm_bits_exchange.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace herring {
@@ -8,12 +9,22 @@ bool ShmBitsExchange::Fits(size_t words) { return HeaderOffset(words) + 64 <= Sh
 
 std::unique_ptr<ShmBitsExchange> ShmBitsExchange::Attach(const std::string& name, int rank, int size,
                                                          Deadline deadline, std::function<Status()> check_abort) {
+  std::vector<int> everyone(size);
+  for (int r = 0; r < size; ++r) everyone[r] = r;
+  return AttachHost(name, rank, everyone, 0, deadline, std::move(check_abort));
+}
+
+std::unique_ptr<ShmBitsExchange> ShmBitsExchange::AttachHost(const std::string& name, int local_index,
+                                                             const std::vector<int>& member_ranks, size_t result_words,
+                                                             Deadline deadline, std::function<Status()> check_abort) {
   ShmArenaOptions o;
   o.name = name;
-  o.local_index = rank;
-  o.local_size = size;
-  o.slot_bytes = 64;  // the vectors travel in the notice areas; the slots go unused
-  for (int r = 0; r < size; ++r) o.member_ranks.push_back(r);
+  o.local_index = local_index;
+  o.local_size = static_cast<int>(member_ranks.size());
+  // The vectors travel in the notice areas; the result area (slot_bytes long) holds the leader's
+  // two halves of results, if any.
+  o.slot_bytes = std::max<size_t>(64, 2 * HeaderOffset(result_words));
+  o.member_ranks = member_ranks;
   o.deadline = deadline;
   o.check_abort = std::move(check_abort);
   // The other ranks usually post within microseconds of each other; a futex sleep and wake-up
@@ -92,6 +103,27 @@ Status ShmBitsExchange::AwaitAnd(uint64_t cycle, size_t words, Deadline deadline
     for (size_t w = 0; w < words; ++w) result[w] &= theirs[w];
   }
   agreed->swap(result);
+  return Status::OK();
+}
+
+uint64_t* ShmBitsExchange::result_half(uint64_t cycle) {
+  return reinterpret_cast<uint64_t*>(arena_->result() + (cycle % 2) * (arena_->slot_bytes() / 2));
+}
+
+void ShmBitsExchange::PostResult(uint64_t cycle, const std::vector<uint64_t>& bits) {
+  if (HeaderOffset(bits.size()) > arena_->slot_bytes() / 2) {
+    throw Error(Status::Internal("a control-plane result of " + std::to_string(bits.size()) +
+                                 " words does not fit the host's result area"));
+  }
+  std::memcpy(result_half(cycle), bits.data(), bits.size() * sizeof(uint64_t));
+  arena_->Publish(kResultFlag, cycle);  // release: the vector before the cycle number
+}
+
+Status ShmBitsExchange::AwaitResult(uint64_t cycle, size_t words, Deadline deadline, std::vector<uint64_t>* agreed) {
+  Status s = arena_->WaitFor(kResultFlag, 0, cycle, deadline);
+  if (!s.ok()) return s;
+  const uint64_t* r = result_half(cycle);
+  agreed->assign(r, r + words);
   return Status::OK();
 }
 

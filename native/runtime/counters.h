@@ -46,6 +46,11 @@ struct Counters {
   std::atomic<uint64_t> tuned_cycle_time_us{0};
   std::atomic<uint64_t> tuned_small_message_bytes{0};
   std::atomic<uint64_t> tuned_allreduce{0};  // an AllreduceAlgorithm: 0 herring, 1 ring, 2 hd, 3 hd-topo
+  // Negotiation messages (bit vectors, invitations, results, uncached requests, responses) this
+  // rank sent and received over TCP: the star's rank 0 handles O(ranks) per cycle, the
+  // hierarchical plane's busiest leader O(log hosts).
+  std::atomic<uint64_t> control_messages_sent{0};
+  std::atomic<uint64_t> control_messages_received{0};
 
   std::map<std::string, uint64_t> Snapshot() const {
     return {{"cycles", cycles},
@@ -81,7 +86,9 @@ struct Counters {
             {"tuned_fusion_threshold_bytes", tuned_fusion_threshold_bytes},
             {"tuned_cycle_time_us", tuned_cycle_time_us},
             {"tuned_small_message_bytes", tuned_small_message_bytes},
-            {"tuned_allreduce", tuned_allreduce}};
+            {"tuned_allreduce", tuned_allreduce},
+            {"control_messages_sent", control_messages_sent},
+            {"control_messages_received", control_messages_received}};
   }
 };
 
