@@ -2,7 +2,7 @@
 one allreduce at a time after a barrier, 4 KiB to 16 MiB, and the 1000-tiny-tensors step, for
 herring (with every cycle on its loop thread, the `loop-only` variant, and its first-round
 control plane, the `tcp-control` variant) beside torch-gloo,
-Horovod-gloo and Open MPI, the SyncBatchNorm-bound training step (herring beside DDP on gloo), with
+Horovod-gloo, Open MPI and (allreduce only) DeepSpeed's shared-memory allreduce, the SyncBatchNorm-bound training step (herring beside DDP on gloo), with
 the latency goals' verdicts.
 
     .venv/bin/python -m benchmarks.single_host.run --preset latency --out docs/benchmarks_latency.md \\
@@ -21,6 +21,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from benchmarks.common.formatting import fmt_bytes, fmt_time  # noqa: E402
 from benchmarks.common.paths import DOCS_DIR  # noqa: E402
+from benchmarks.single_host import peer_goal  # noqa: E402
 from benchmarks.single_host.plots import COLORS  # noqa: E402
 from benchmarks.single_host.results import Results  # noqa: E402
 
@@ -31,7 +32,7 @@ LARGE_GLOO_GOAL, LARGE_BOUND_GOAL = 5.0, 1.4
 # (label, stack, variant) in the tables' column order.
 COLUMNS = [("herring", "herring", ""), ("herring, cycles on the loop thread (loop-only)", "herring", "loop-only"),
            ("herring, first round (tcp-control)", "herring", "tcp-control"), ("torch-gloo", "torch-gloo", ""),
-           ("horovod-gloo", "horovod-gloo", ""), ("Open MPI", "mpi", "")]
+           ("horovod-gloo", "horovod-gloo", ""), ("Open MPI", "mpi", ""), ("DeepSpeed shm", "deepspeed-shm", "")]
 
 
 def medians(data, workload):
@@ -211,6 +212,8 @@ def section(data, doc_dir, img_dir):
         "HERRING_SMALL_MESSAGE_BYTES=0` (bit vectors through rank 0 over TCP, staged two-step shared-memory reduction): the path of the first round, in the same run. "
         "`loop-only` is the same engine with `HERRING_CALLER_RUNS_CYCLES=0`: every cycle runs on the engine's "
         "loop thread, which the waiting thread wakes and then sleeps until it is done. "
+        "`DeepSpeed shm` is `deepspeed.comm.inference_all_reduce` on DeepSpeed's shared-memory op "
+        "(docs/benchmarks.md, How each stack runs). "
         "Ratios are the stack's time over herring's (above 1: herring is faster). The last rows of the goal "
         "table are the large-size check of the same run: 64 MiB at np=4 (workload `allreduce-large`), "
         "against torch-gloo and against the memory-traffic bound measured in the run (docs/benchmarks.md "
@@ -220,6 +223,8 @@ def section(data, doc_dir, img_dir):
         "zero-copy allreduce at 9.0 ms against a 12.5 ms bound on an AMD EPYC and at 14.2 ms against 10.8 ms "
         "on an Intel Xeon).\n",
         "### Latency goals\n", goals(lat, tiny, syncbn, large, bound, nps, sizes), "",
+        "### At or ahead of every peer\n",
+        peer_goal.table({(k[0], k[2], k[3]): t for k, t in lat.items() if k[1] == ""}, nps, sizes),
     ]
     for np in nps:
         parts += [f"### Allreduce, np={np}\n", latency_table(lat, np, sizes), ""]

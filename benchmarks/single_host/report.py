@@ -11,7 +11,7 @@ import os
 
 from benchmarks.common.formatting import fmt_bytes, fmt_rate, fmt_time
 from benchmarks.common.paths import report_dir_for, results_dir_for, shown
-from benchmarks.single_host import plots
+from benchmarks.single_host import peer_goal, plots
 from benchmarks.single_host.plan import ALL_STACKS
 from benchmarks.single_host.results import BOUND_MIN_BYTES, GOAL_NP, GOAL_SIZE, Results
 from benchmarks.single_host.stacks import STACKS
@@ -236,6 +236,9 @@ class Report:
             if path:
                 self.link(path, f"allreduce time and ratio to herring, np={np}")
                 self.add("")
+        if any(st in peer_goal.PEERS for st in res.stacks):
+            self.add("### At or ahead of every peer\n")
+            self.add(peer_goal.table(peer_goal.medians_of(res), nps, res.values("bytes", workload="allreduce")))
 
     def step_table(self, workload_ids, title, intro, plot_name):
         res = self.res
