@@ -211,7 +211,6 @@ class DeepSpeedComm:
                               timeout=datetime.timedelta(seconds=TIMEOUT_SECONDS))
         self.rank, self.size = dist.get_rank(), dist.get_world_size()
         self.backend = "deepspeed-shm"
-        self._check_shm_op(dist_state.cdb)
         # The op never unlinks its workspaces (shared_close is not called): 66 MiB per rank would
         # stay in /dev/shm after every launch. Once every rank has mapped every workspace (the
         # op's initialize waits until it could open each one, and the barrier follows it), each
@@ -221,10 +220,12 @@ class DeepSpeedComm:
             os.getuid(), os.environ.get("MASTER_ADDR", ""), os.environ.get("MASTER_PORT", ""), self.rank)
         try:
             os.unlink(name)
+            mapped = True
         except FileNotFoundError:
-            raise RuntimeError(f"rank {self.rank}: DeepSpeed's shared-memory workspace {name} is missing")
+            mapped = False
+        self._check_shm_op(dist_state.cdb, mapped, name)
 
-    def _check_shm_op(self, cdb):
+    def _check_shm_op(self, cdb, mapped, name):
         """Refuses to measure anything but the shm op: inference_all_reduce silently falls back to
         the gloo all_reduce when the op did not build, the CPU lacks its vector ISA, or the ranks
         are not all local (LOCAL_SIZE != world size: then the op is never initialized)."""
@@ -239,6 +240,8 @@ class DeepSpeedComm:
         if local != str(self.size):
             why.append(f"LOCAL_SIZE is {local!r}, not the world size {self.size} (the op would not map "
                        "shared memory)")
+        if not why and not mapped:
+            why.append(f"its shared-memory workspace {name} does not exist")
         if why:
             raise RuntimeError(f"rank {self.rank}: DeepSpeed's shm allreduce is not in use: " + "; ".join(why))
 
