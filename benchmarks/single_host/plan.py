@@ -125,7 +125,18 @@ def _ddp():
         workloads=[w for w in _full()["workloads"] if w["kind"] in ("gradset", "train")])
 
 
-PRESETS = {"smoke": _smoke, "quick": _quick, "full": _full, "latency": _latency, "ddp": _ddp}
+def _peers():
+    # Issue 27's goal range: herring against every peer (DeepSpeed's shm allreduce included), one
+    # allreduce at a time, 4 KiB to 64 MiB at np=2 and np=4, with the full preset's timing; stacks
+    # interleaved inside each rank count (Plan.launches). Report: benchmarks/single_host/peers_report.py.
+    return dict(
+        nps=[2, 4], stacks=["herring"] + PEERS, repeats=1,
+        membw={"bytes": 64 * MiB, "trials": 2, "reps": 2},
+        workloads=[{"id": "allreduce", "kind": "allreduce", "sizes": [4 * KiB * 4 ** k for k in range(8)],  # .. 64 MiB
+                    "timing": _timing(2, 5, 50, 1.5, warmup_seconds=0.5), "timeout": 600}])
+
+
+PRESETS = {"smoke": _smoke, "quick": _quick, "full": _full, "latency": _latency, "ddp": _ddp, "peers": _peers}
 
 
 @dataclass

@@ -415,7 +415,7 @@ class Report:
                                            res.get("command", "python -m benchmarks.eflops.run")))
         from benchmarks.adasum import report as adasum_report
         from benchmarks.elastic import report as elastic_report
-        from benchmarks.single_host import ddp_report, latency_report
+        from benchmarks.single_host import ddp_report, latency_report, peers_report
         img_dir = os.path.join(doc_dir, "img")
         # (results file, heading, its section's markdown from the loaded results)
         for name, heading, render in (
@@ -423,6 +423,8 @@ class Report:
                  elastic_report.section),
                 ("latency.json", "Latency: small collectives on one host",
                  lambda res: latency_report.section(res, doc_dir, img_dir)),
+                ("peers.json", "Every peer, DeepSpeed's shared-memory allreduce included: 4 KiB to 64 MiB",
+                 lambda res: peers_report.section(res, doc_dir, img_dir)),
                 ("ddp.json", "torch.distributed: DDP on the herring engine", ddp_report.section),
                 ("adasum.json", "Adasum against Sum", adasum_report.section)):
             path = os.path.join(results_dir, name)
