@@ -44,13 +44,20 @@ def medians(data, workload):
     return {k: statistics.median(v) for k, v in pooled.items()}
 
 
+def columns_of(results):
+    """The COLUMNS a run has records of (a run before a stack existed shows no empty column for it;
+    a stack that ran and failed still has its column, from its other records or rank counts)."""
+    return [c for c in COLUMNS if c[0] == "herring" or any(k[:2] == c[1:] for k in results)]
+
+
 def latency_table(lat, np, sizes):
-    rows = ["| Size | " + " | ".join(label for label, _, _ in COLUMNS) + " |",
-            "| --- |" + " --- |" * len(COLUMNS)]
+    columns = columns_of(lat)
+    rows = ["| Size | " + " | ".join(label for label, _, _ in columns) + " |",
+            "| --- |" + " --- |" * len(columns)]
     for size in sizes:
         ours = lat.get(("herring", "", np, size))
         cells = []
-        for _, stack, variant in COLUMNS:
+        for _, stack, variant in columns:
             t = lat.get((stack, variant, np, size))
             if t is None:
                 cells.append("-")
@@ -212,8 +219,8 @@ def section(data, doc_dir, img_dir):
         "HERRING_SMALL_MESSAGE_BYTES=0` (bit vectors through rank 0 over TCP, staged two-step shared-memory reduction): the path of the first round, in the same run. "
         "`loop-only` is the same engine with `HERRING_CALLER_RUNS_CYCLES=0`: every cycle runs on the engine's "
         "loop thread, which the waiting thread wakes and then sleeps until it is done. "
-        "`DeepSpeed shm` is `deepspeed.comm.inference_all_reduce` on DeepSpeed's shared-memory op "
-        "(docs/benchmarks.md, How each stack runs). "
+        + ("`DeepSpeed shm` is `deepspeed.comm.inference_all_reduce` on DeepSpeed's shared-memory op "
+           "(docs/benchmarks_peers.md says how it works). " if any(k[0] == "deepspeed-shm" for k in lat) else "") +
         "Ratios are the stack's time over herring's (above 1: herring is faster). The last rows of the goal "
         "table are the large-size check of the same run: 64 MiB at np=4 (workload `allreduce-large`), "
         "against torch-gloo and against the memory-traffic bound measured in the run (docs/benchmarks.md "
@@ -234,12 +241,12 @@ def section(data, doc_dir, img_dir):
         count = next((r.get("count") for r in data["records"] if r.get("workload") == "tiny"), "?")
         parts += [f"### {count} tiny tensors per step\n",
                   "Every tensor (one float32, its own name) submitted asynchronously, then all awaited; the median "
-                  "step time.\n", "| np | " + " | ".join(l for l, _, _ in COLUMNS) + " |",
-                  "| --- |" + " --- |" * len(COLUMNS)]
+                  "step time.\n", "| np | " + " | ".join(l for l, _, _ in columns_of(tiny)) + " |",
+                  "| --- |" + " --- |" * len(columns_of(tiny))]
         for np in sorted({k[2] for k in tiny}):
             ours = tiny.get(("herring", "", np, 4))
             cells = []
-            for _, stack, variant in COLUMNS:
+            for _, stack, variant in columns_of(tiny):
                 t = tiny.get((stack, variant, np, 4))
                 shown_ratio = ours and (stack, variant) != ("herring", "")
                 cells.append("-" if t is None else fmt_time(t) + (f" ({t / ours:.2f}x)" if shown_ratio else ""))
