@@ -44,14 +44,14 @@ def medians(data, workload):
     return {k: statistics.median(v) for k, v in pooled.items()}
 
 
-def columns_of(results):
-    """The COLUMNS a run has records of (a run before a stack existed shows no empty column for it;
-    a stack that ran and failed still has its column, from its other records or rank counts)."""
-    return [c for c in COLUMNS if c[0] == "herring" or any(k[:2] == c[1:] for k in results)]
+def columns_of(*results):
+    """The COLUMNS a run has records of in any of these medians() tables (a run from before a stack
+    existed shows no empty column for it; a stack with records elsewhere keeps its column)."""
+    return [c for c in COLUMNS if c[0] == "herring" or any(k[:2] == c[1:] for r in results for k in r)]
 
 
-def latency_table(lat, np, sizes):
-    columns = columns_of(lat)
+def latency_table(lat, np, sizes, columns=None):
+    columns = columns or columns_of(lat)
     rows = ["| Size | " + " | ".join(label for label, _, _ in columns) + " |",
             "| --- |" + " --- |" * len(columns)]
     for size in sizes:
@@ -234,19 +234,19 @@ def section(data, doc_dir, img_dir):
         peer_goal.table({(k[0], k[2], k[3]): t for k, t in lat.items() if k[1] == ""}, nps, sizes),
     ]
     for np in nps:
-        parts += [f"### Allreduce, np={np}\n", latency_table(lat, np, sizes), ""]
+        parts += [f"### Allreduce, np={np}\n", latency_table(lat, np, sizes, columns_of(lat, tiny)), ""]
     if lat:
         parts.append(f"![latency]({os.path.relpath(img, doc_dir)})\n")
     if tiny:
         count = next((r.get("count") for r in data["records"] if r.get("workload") == "tiny"), "?")
         parts += [f"### {count} tiny tensors per step\n",
                   "Every tensor (one float32, its own name) submitted asynchronously, then all awaited; the median "
-                  "step time.\n", "| np | " + " | ".join(l for l, _, _ in columns_of(tiny)) + " |",
-                  "| --- |" + " --- |" * len(columns_of(tiny))]
+                  "step time.\n", "| np | " + " | ".join(l for l, _, _ in columns_of(lat, tiny)) + " |",
+                  "| --- |" + " --- |" * len(columns_of(lat, tiny))]
         for np in sorted({k[2] for k in tiny}):
             ours = tiny.get(("herring", "", np, 4))
             cells = []
-            for _, stack, variant in columns_of(tiny):
+            for _, stack, variant in columns_of(lat, tiny):
                 t = tiny.get((stack, variant, np, 4))
                 shown_ratio = ours and (stack, variant) != ("herring", "")
                 cells.append("-" if t is None else fmt_time(t) + (f" ({t / ours:.2f}x)" if shown_ratio else ""))
