@@ -29,9 +29,9 @@ DEEPSPEED_NOTE = (
     "rank owns a 66 MiB shared-memory workspace that all ranks map at init. Below 1 MiB "
     "(`symmetric_naive_all_reduce`) a rank copies its input into its workspace, stores a state flag, "
     "spins until every other rank's flag shows the same round, and sums all N workspaces straight into "
-    "its own tensor: one synchronization, no system call, no negotiation; between the caller and the kernel "
-    "only deepspeed.comm's Python wrapper and torch's dispatcher. From 1 MiB (`distributed_naive_reduce`, 32 MiB chunks) a rank copies "
-    "its input in, waits, sums its 1/N slice of all N workspaces into its own workspace, flags, waits "
+    "its own tensor: one synchronization, no system call, no negotiation; between the caller and the "
+    "kernel only deepspeed.comm's Python wrapper and torch's dispatcher. From 1 MiB "
+    "(`distributed_naive_reduce`, 32 MiB chunks) a rank copies its input in, waits, sums its 1/N slice of all N workspaces into its own workspace, flags, waits "
     "for all, and copies every slice out: (5 + 1/N)·S of memory traffic per rank like herring's staging, "
     "but whole 32 MiB chunks per phase (nothing stays in the caches between the phases) and two "
     "all-rank waits per chunk. Every wait is a pure spin on a volatile flag (no pause, yield or futex): "
@@ -100,8 +100,15 @@ def section(data, doc_dir, img_dir):
         "count, in the table's order, each through its own launcher; after the last iteration every element of "
         "the result is checked on every rank. Ratios are the peer's time over herring's (above 1: herring is "
         "faster).\n",
-        "### At or ahead of every peer\n", peer_goal.table(med, nps, sizes),
     ]
+    load = (m.get("load_average_start") or [0])[0]
+    if load > (m.get("cores") or 1):
+        parts.append(f"**The machine was oversubscribed during this run (load {load:.1f} at the start on "
+                     f"{m.get('cores')} cores, from other jobs): these times measure contention for the cores as "
+                     "much as the stacks, and stacks that spin while waiting (Open MPI's shared-memory transport, "
+                     "DeepSpeed's flags) suffer most. The verdicts below are this run's, not the goal's on an "
+                     "idle machine.**\n")
+    parts += ["### At or ahead of every peer\n", peer_goal.table(med, nps, sizes)]
     for np in nps:
         parts += [f"### Allreduce, np={np}\n", table(med, np, sizes, stacks), ""]
     if med:
