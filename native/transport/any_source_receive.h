@@ -31,7 +31,8 @@ struct AnySourceReceive {
   std::atomic<int> source{-1};
   // Called once, on whichever thread settles the match (the caller's, or the transport's I/O
   // thread), with no transport lock held: with the peer when a message was taken, or with -1 when
-  // the receive failed before any was. May post further transfers; must not wait.
+  // the receive failed before any was (then before `done` finishes). May post further transfers;
+  // must not wait.
   std::function<void(int peer)> on_settled;
 };
 

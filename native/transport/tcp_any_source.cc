@@ -175,8 +175,9 @@ void TcpTransport::Impl::RunSettledAnySource() {
     any_settled_waiting_.store(false);
   }
   for (auto& s : settled) {
-    if (!s.status.ok()) s.receive->done->Finish(s.status);
+    // Reported before a failure finishes the receive: whoever waits on it sees the report done.
     if (s.receive->on_settled) s.receive->on_settled(s.peer);
+    if (!s.status.ok()) s.receive->done->Finish(s.status);
   }
 }
 
