@@ -242,6 +242,7 @@ void Engine::TakeNewRequests(std::vector<RequestMeta>* uncached, std::vector<uin
     }
     pending_.insert_or_assign(std::move(key), std::move(p));
   }
+  if (departures_.load() > 0) FailRequestsOfDepartedSets();  // submitted just as a member left
   reannounce_ = false;
   for (auto& kv : pending_) {
     Pending& p = kv.second;
@@ -624,7 +625,9 @@ void Engine::RunCycleSteps() {
       if (it != pending_.end()) timeline_->End(Timeline::TensorLane(OpTypeName(r.type), r.name));
     }
   }
+  BeginDepartures(ready);
   Execute(ready);
+  CompleteDepartures(ready);
   AutotuneAfterCycle();
   inputs_with_bits_ = InputsWithBits{};  // they live in the notice areas, which the next cycles reuse
   // Servers join and leave between two steps: after this cycle's collectives, on every rank.

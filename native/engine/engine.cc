@@ -262,6 +262,12 @@ void Engine::ValidateAndComplete(Request* request) const {
           ShapeToString({members.begin(), members.end()}));
     }
     root_is_member = std::binary_search(members.begin(), members.end(), m.root);
+    const int departed = m.type == OpType::kLeave ? -1 : DepartedMemberLocked(*set);
+    if (departed >= 0) {
+      throw Error(Status::Aborted(op + " '" + m.name + "' on rank " + std::to_string(rank()) + ": " +
+                                  DepartureText(departed) + ", and process set " + std::to_string(m.process_set) +
+                                  " " + ShapeToString({members.begin(), members.end()}) + " includes it"));
+    }
   }
   if (request->buffers.size() != m.tensors.size()) bad("internal: buffers do not match tensors");
   const bool carries_tensors = m.type == OpType::kAllreduce || m.type == OpType::kAllgather ||

@@ -27,6 +27,7 @@
 #include "runtime/counters.h"
 #include "engine/deadlock_detector.h"
 #include "engine/control_tree.h"
+#include "engine/p2p_matcher.h"
 #include "engine/shm_bits_exchange.h"
 #include "runtime/fault_injector.h"
 #include "runtime/handle_table.h"
@@ -104,6 +105,12 @@ class Engine {
   // Negotiated with every rank (Horovod semantics: one rank shutting down stops the job), then the
   // connections close. Never hangs: bounded by HERRING_TIMEOUT_SECONDS. Idempotent.
   void Shutdown();
+  // This rank leaves the job in order while the others go on (torch.distributed: destroy_process_group,
+  // or the end of a process whose engine torch started): agreed with every rank in one cycle,
+  // then the connections close with a goodbye. Collectives of the process sets that include it
+  // fail on their members, naming it; the other sets keep working. Rank 0, which coordinates
+  // negotiation, first waits until the others have left (engine/departures.cc). Idempotent.
+  void Leave();
   // hvd.start_timeline / stop_timeline (Horovod's): start writing this rank's trace to
   // Timeline::PathFor(path, rank()) (a running trace is closed first), or stop. Applied between two
   // cycles (under cycle_mu_). Throws InvalidArgument unless HOROVOD_TIMELINE is set (a path or
@@ -165,6 +172,9 @@ class Engine {
   // only the two ranks take part. Matched in order per (peer, tag); `tag` < 2^20.
   CompletionPtr P2pSend(int peer, uint32_t tag, const void* data, size_t bytes);
   CompletionPtr P2pRecv(int peer, uint32_t tag, void* data, size_t bytes);
+  // From whichever of `peers` (global ranks; this rank is left out) sends first with `tag`:
+  // torch's recv without a source. The result names the sender (engine/p2p_matcher.h).
+  AnySourceReceivePtr P2pRecvAny(const std::vector<int>& peers, uint32_t tag, void* data, size_t bytes);
 
   std::map<std::string, uint64_t> CountersSnapshot() const { return counters_.Snapshot(); }
   // The first failure of the job (OK while healthy).
@@ -268,6 +278,13 @@ class Engine {
   void ApplyMapUpdate(const MapUpdate& update);
   Status WorldFailure() const;  // a failure of a rank still in the job (retired ranks say goodbye)
 
+  // Departures (departures.cc): ranks that left in order.
+  std::string DepartureText(int departed) const;
+  int DepartedMemberLocked(const ProcessSet& set) const;  // sets_mu_ held: a member that left, or -1
+  void BeginDepartures(const std::vector<Response>& ready);     // the cycle's agreed leaves, before execution
+  void CompleteDepartures(const std::vector<Response>& ready);  // ... and after it
+  void FailRequestsOfDepartedSets();  // pending, queued and held requests of sets with a member that left
+
   // Elastic dedicated servers (membership.cc).
   void JoinRunningJob(const EngineOptions& options, Deadline deadline);
   void PublishWorld();
@@ -317,6 +334,10 @@ class Engine {
   std::shared_ptr<ZeroCopyMemory> zero_copy_;  // from EngineOptions, for ExecContext
   mutable std::mutex sets_mu_;  // guards the table's structure: adapters look sets up
   ProcessSetTable sets_;
+  std::vector<int> departed_;  // ranks that left the job in order (guarded by sets_mu_)
+  std::atomic<int> departures_{0};  // how many: a check without the lock (the loop; rank 0's Leave)
+  std::mutex departures_mu_;         // with departures_cv_: rank 0's Leave waits for the others'
+  std::condition_variable departures_cv_;
   const ProcessSet* global_set_ = nullptr;  // id 0: every worker
   ResponseCache cache_;
   std::unique_ptr<Coordinator> coordinator_;  // rank 0 only
@@ -357,7 +378,8 @@ class Engine {
   // After transport_: destroyed before it (its servers use the transport).
   std::unique_ptr<R2spSessions> r2sp_;
   std::mutex p2p_mu_;
-  std::map<std::tuple<int, uint32_t, bool>, uint64_t> p2p_sequence_;  // (peer, tag, send): messages so far
+  std::unique_ptr<P2pMatcher> p2p_;  // point-to-point matching, made at the first transfer (p2p_mu_)
+  P2pMatcher& p2p();
 
   // Shared between adapters and the loop.
   mutable std::mutex queue_mu_;

@@ -38,6 +38,7 @@ void Engine::Execute(const std::vector<Response>& ready) {
     done[i] = true;
     const Response& r = ready[i];
     const uint32_t unit = static_cast<uint32_t>(i);  // the same on every rank
+    if (r.type == OpType::kLeave) continue;  // applied around execution (departures.cc)
     // Process-set changes and join concern every rank; the rest only the members.
     if (r.type == OpType::kAddProcessSet || r.type == OpType::kRemoveProcessSet || r.type == OpType::kJoin) {
       ExecuteOne(r, unit);

@@ -35,6 +35,14 @@ std::unique_ptr<ShmBitsExchange> ShmBitsExchange::AttachHost(const std::string& 
   return std::unique_ptr<ShmBitsExchange>(new ShmBitsExchange(ShmArena::Attach(o)));
 }
 
+ShmBitsExchange::ShmBitsExchange(std::unique_ptr<ShmArena> arena) : arena_(std::move(arena)) {
+  for (int r = 0; r < arena_->local_size(); ++r) present_.push_back(r);
+}
+
+void ShmBitsExchange::MarkDeparted(int rank) {
+  present_.erase(std::remove(present_.begin(), present_.end(), rank), present_.end());
+}
+
 uint64_t* ShmBitsExchange::half(int rank, uint64_t cycle) {
   return reinterpret_cast<uint64_t*>(arena_->notice(rank) + (cycle % 2) * (ShmArena::kNoticeBytes / 2));
 }
@@ -68,6 +76,8 @@ void ShmBitsExchange::PostWithInput(uint64_t cycle, const std::vector<uint64_t>&
 
 bool ShmBitsExchange::EveryonePostedInput(uint64_t cycle, size_t words, uint32_t* position,
                                           std::vector<const void*>* inputs) {
+  // Only while every rank takes part: the inputs are reduced as the whole world's.
+  if (static_cast<int>(present_.size()) != arena_->local_size()) return false;
   const InputHeader first = *header(0, cycle, words);
   if (first.bytes == 0) return false;
   std::vector<const void*> found(arena_->local_size());
@@ -82,24 +92,26 @@ bool ShmBitsExchange::EveryonePostedInput(uint64_t cycle, size_t words, uint32_t
 }
 
 void ShmBitsExchange::InviteLate(uint64_t cycle) {
-  for (int r = 0; r < arena_->local_size(); ++r) {
+  for (int r : present_) {
     if (arena_->Load(kPostedFlag, r) < cycle) arena_->Ring(r);
   }
 }
 
 bool ShmBitsExchange::SomeonePosted(uint64_t cycle) const {
-  for (int r = 0; r < arena_->local_size(); ++r) {
+  for (int r : present_) {
     if (arena_->Load(kPostedFlag, r) >= cycle) return true;
   }
   return false;
 }
 
 Status ShmBitsExchange::AwaitAnd(uint64_t cycle, size_t words, Deadline deadline, std::vector<uint64_t>* agreed) {
-  Status s = arena_->WaitAll(kPostedFlag, cycle, deadline);
+  const bool everyone = static_cast<int>(present_.size()) == arena_->local_size();
+  Status s = everyone ? arena_->WaitAll(kPostedFlag, cycle, deadline) : Status::OK();
+  for (size_t i = 0; !everyone && s.ok() && i < present_.size(); ++i) s = arena_->WaitFor(kPostedFlag, present_[i], cycle, deadline);
   if (!s.ok()) return s;
-  std::vector<uint64_t> result(half(0, cycle), half(0, cycle) + words);
-  for (int r = 1; r < arena_->local_size(); ++r) {
-    const uint64_t* theirs = half(r, cycle);
+  std::vector<uint64_t> result(half(present_[0], cycle), half(present_[0], cycle) + words);
+  for (size_t i = 1; i < present_.size(); ++i) {
+    const uint64_t* theirs = half(present_[i], cycle);
     for (size_t w = 0; w < words; ++w) result[w] &= theirs[w];
   }
   agreed->swap(result);

@@ -76,6 +76,9 @@ class ShmBitsExchange {
   uint32_t Doorbell() const { return arena_->Doorbell(); }
   void WaitForInvitation(uint32_t seen, std::chrono::nanoseconds timeout) { arena_->WaitDoorbell(seen, timeout); }
   void Wake() { arena_->Ring(arena_->local_index()); }
+  // Rank `rank` left the job (engine/departures.cc), agreed by every rank after the same cycle:
+  // from the next cycle on nobody waits for its vector, invites it, or counts its input.
+  void MarkDeparted(int rank);
   // Waits until every rank posted `cycle` and returns the AND of their vectors; on failure
   // (a peer gone, the deadline, check_abort) returns the status with `*agreed` untouched.
   Status AwaitAnd(uint64_t cycle, size_t words, Deadline deadline, std::vector<uint64_t>* agreed);
@@ -88,7 +91,7 @@ class ShmBitsExchange {
   Status AwaitResult(uint64_t cycle, size_t words, Deadline deadline, std::vector<uint64_t>* agreed);
 
  private:
-  explicit ShmBitsExchange(std::unique_ptr<ShmArena> arena) : arena_(std::move(arena)) {}
+  explicit ShmBitsExchange(std::unique_ptr<ShmArena> arena);
   uint64_t* half(int rank, uint64_t cycle);
   // What follows a rank's vector in its half: which input (if any) it posted.
   struct InputHeader {
@@ -103,6 +106,7 @@ class ShmBitsExchange {
   uint64_t* result_half(uint64_t cycle);
   static constexpr std::chrono::microseconds kSpin{100};
   std::unique_ptr<ShmArena> arena_;
+  std::vector<int> present_;  // the ranks that have not left, in order
 };
 
 }  // namespace herring
