@@ -366,6 +366,38 @@ void Engine::PostBitsInSharedMemory(const std::vector<uint64_t>& mine) {
   shm_bits_->PostWithInput(cycle_, mine, lone->position, static_cast<uint32_t>(batch.total_bytes()));
 }
 
+std::vector<uint64_t> Engine::AwaitLocalRanks(
+    const std::function<Status(Deadline, std::vector<uint64_t>*)>& await) {
+  // Ranks that have not posted yet may be idle, blocked until something wakes them, so the late
+  // ones are invited. A waiter's cycle (a synchronous collective, which every rank calls) invites
+  // them only after a grace period: usually they are on their way, and an invitation then wakes
+  // their loop threads for nothing; each woken loop competes for the cores with the ranks the
+  // cycle waits for, and sometimes takes the next cycle from its application thread. Measured,
+  // 4 ranks on 2 cores, 4 KiB: 72-101 us per allreduce in most launches with invitations at once,
+  // 29-43 us in every launch with 20-50 us of grace. The loop's cycles (bursts of asynchronous
+  // requests, which the other ranks' loops batch) invite at once: the grace measured 2-6% slower
+  // on the 1000-tiny-tensor step.
+  bool invited = !waiter_cycle_;
+  if (invited) shm_bits_->InviteLate(cycle_);
+  const Deadline grace = Deadline::After(ShmBitsExchange::kInvitationGrace);
+  std::vector<uint64_t> agreed;
+  while (true) {
+    // Bounded by peer liveness, as over TCP: a second at a time, checking the world in between.
+    Status s = await(invited ? Deadline::AfterSeconds(1) : grace, &agreed);
+    if (s.ok()) break;
+    if (!invited && s.code() == StatusCode::kTimeout) {
+      shm_bits_->InviteLate(cycle_);
+      invited = true;
+      continue;
+    }
+    DrainControl();
+    Status world = WorldFailure();
+    if (!world.ok()) throw Error(world);  // the transport's account names the rank and the cause
+    if (s.code() != StatusCode::kTimeout) throw Error(s);
+  }
+  return agreed;
+}
+
 std::vector<uint64_t> Engine::AgreeOnBitsInSharedMemory(const std::vector<uint64_t>& mine) {
   inputs_with_bits_ = InputsWithBits{};
   std::vector<uint64_t> agreed = AwaitHostAnd(mine);
@@ -382,34 +414,9 @@ std::vector<uint64_t> Engine::AgreeOnBitsInSharedMemory(const std::vector<uint64
 std::vector<uint64_t> Engine::AwaitHostAnd(const std::vector<uint64_t>& mine) {
   if (!shm_bits_) return mine;  // a host of one rank (the hierarchical plane)
   PostBitsInSharedMemory(mine);
-  // Ranks that have not posted yet may be idle, blocked until something wakes them, so the late
-  // ones are invited. A waiter's cycle (a synchronous collective, which every rank calls) invites
-  // them only after a grace period: usually they are on their way, and an invitation then wakes
-  // their loop threads for nothing; each woken loop competes for the cores with the ranks the
-  // cycle waits for, and sometimes takes the next cycle from its application thread. Measured,
-  // 4 ranks on 2 cores, 4 KiB: 72-101 us per allreduce in most launches with invitations at once,
-  // 29-43 us in every launch with 20-50 us of grace. The loop's cycles (bursts of asynchronous
-  // requests, which the other ranks' loops batch) invite at once: the grace measured 2-6% slower
-  // on the 1000-tiny-tensor step.
-  bool invited = !waiter_cycle_;
-  if (invited) shm_bits_->InviteLate(cycle_);
-  const Deadline grace = Deadline::After(ShmBitsExchange::kInvitationGrace);
-  std::vector<uint64_t> agreed;
-  while (true) {
-    // Bounded by peer liveness, as over TCP: a second at a time, checking the world in between.
-    Status s = shm_bits_->AwaitAnd(cycle_, mine.size(), invited ? Deadline::AfterSeconds(1) : grace, &agreed);
-    if (s.ok()) break;
-    if (!invited && s.code() == StatusCode::kTimeout) {
-      shm_bits_->InviteLate(cycle_);
-      invited = true;
-      continue;
-    }
-    DrainControl();
-    Status world = WorldFailure();
-    if (!world.ok()) throw Error(world);  // the transport's account names the rank and the cause
-    if (s.code() != StatusCode::kTimeout) throw Error(s);
-  }
-  return agreed;
+  return AwaitLocalRanks([&](Deadline until, std::vector<uint64_t>* out) {
+    return shm_bits_->AwaitAnd(cycle_, mine.size(), until, out);
+  });
 }
 
 std::vector<uint64_t> Engine::AgreeOnBits(const std::vector<uint64_t>& mine) {

@@ -91,25 +91,11 @@ std::vector<uint64_t> Engine::AgreeOnBitsAcrossHosts(const std::vector<uint64_t>
     return agreed;
   }
   shm_bits_->Post(cycle_, mine);
-  // As on one host (AgreeOnBitsInSharedMemory): a waiter's cycle gives the late local ranks a
-  // grace before ringing them; the leader among them carries the invitation to the other hosts.
-  bool invited = !waiter_cycle_;
-  if (invited) shm_bits_->InviteLate(cycle_);
-  const Deadline grace = Deadline::After(ShmBitsExchange::kInvitationGrace);
-  std::vector<uint64_t> agreed;
-  while (true) {
-    Status s = shm_bits_->AwaitResult(cycle_, mine.size(), invited ? Deadline::AfterSeconds(1) : grace, &agreed);
-    if (s.ok()) break;
-    if (!invited && s.code() == StatusCode::kTimeout) {
-      shm_bits_->InviteLate(cycle_);
-      invited = true;
-      continue;
-    }
-    DrainControl();
-    Status world = WorldFailure();
-    if (!world.ok()) throw Error(world);  // the transport's account names the rank and the cause
-    if (s.code() != StatusCode::kTimeout) throw Error(s);
-  }
+  // As on one host (AwaitLocalRanks): a waiter's cycle gives the late local ranks a grace before
+  // ringing them; the leader among them carries the invitation to the other hosts.
+  std::vector<uint64_t> agreed = AwaitLocalRanks([&](Deadline until, std::vector<uint64_t>* out) {
+    return shm_bits_->AwaitResult(cycle_, mine.size(), until, out);
+  });
   counters_.shm_negotiations++;
   return agreed;
 }

@@ -239,6 +239,9 @@ class Engine {
   std::vector<uint64_t> ReadyBits(bool has_uncached, bool has_stale) const;
   std::vector<uint64_t> AgreeOnBits(const std::vector<uint64_t>& mine);
   std::vector<uint64_t> AgreeOnBitsInSharedMemory(const std::vector<uint64_t>& mine);
+  // Waits for this host's ranks through `await` (the shared-memory AND, or the leader's posted
+  // result), inviting the late ones; throws the world's failure.
+  std::vector<uint64_t> AwaitLocalRanks(const std::function<Status(Deadline, std::vector<uint64_t>*)>& await);
   // The request whose input may travel with this cycle's bit vector (HERRING_INPUTS_WITH_BITS):
   // this rank's only request, a cached allreduce of the whole world that fits beside the vector
   // and within HERRING_SMALL_MESSAGE_BYTES; null if there is none. The one-step path uses the
