@@ -49,10 +49,11 @@ def test_autotune_leaves_no_fusion_and_every_rank_switches_in_the_same_cycle():
     assert round(float(best["cycle_time_ms"]) * 1000) == settings["tuned_cycle_time_us"], (best, settings)
 
 
-def test_autotune_across_hosts_also_tries_each_allreduce_algorithm():
+def test_autotune_across_hosts_also_tries_each_allreduce_algorithm_and_stream_count():
     # Two simulated hosts of two ranks: the search goes on to HERRING_ALLREDUCE (herring, ring,
-    # halving-doubling) once fusion, cycle time and the small-message size are scored; every
-    # result stays exact under each (the worker checks every step).
+    # halving-doubling) and to the TCP streams a message is striped over (1, 2, 4: four are
+    # connected under autotune) once fusion, cycle time and the small-message size are scored;
+    # every result stays exact under each (the worker checks every step).
     results = launch.scratch_dir("herring-autotune-hosts-")
     log = os.path.join(results, "autotune.csv")
     run = launch.horovodrun(
@@ -71,3 +72,5 @@ def test_autotune_across_hosts_also_tries_each_allreduce_algorithm():
     assert {r["allreduce"] for r in rows[:-1]} == {"herring", "ring", "hd"}, rows
     assert rows[-1]["note"] == "best", rows
     assert ["herring", "ring", "hd", "hd-topo"][settings[0]["tuned_allreduce"]] == rows[-1]["allreduce"], (rows, settings)
+    assert {r["tcp_streams"] for r in rows[:-1]} == {"1", "2", "4"}, rows
+    assert int(rows[-1]["tcp_streams"]) == settings[0]["tuned_tcp_streams"], (rows, settings)

@@ -11,7 +11,8 @@ ALGORITHMS = ["herring", "ring", "hd", "hd-topo"]
 def _settled(launch):
     s = launch["settings"]
     return (f"fusion {fmt_bytes(s['tuned_fusion_threshold_bytes'])}, cycle {s['tuned_cycle_time_us'] / 1000:.3g} ms, "
-            f"small {fmt_bytes(s['tuned_small_message_bytes'])}, {ALGORITHMS[s['tuned_allreduce']]}")
+            f"small {fmt_bytes(s['tuned_small_message_bytes'])}, {ALGORITHMS[s['tuned_allreduce']]}"
+            + (f", {s['tuned_tcp_streams']} TCP streams" if "tuned_tcp_streams" in s else ""))
 
 
 def _tuned(settings):

@@ -70,7 +70,7 @@ def main():
         "versions": versions,
         "settings": {k: c[k] for k in ("autotune_active", "autotune_version", "autotune_applied_cycle",
                                         "tuned_fusion_threshold_bytes", "tuned_cycle_time_us",
-                                        "tuned_small_message_bytes", "tuned_allreduce")},
+                                        "tuned_small_message_bytes", "tuned_allreduce", "tuned_tcp_streams")},
     }
     with open(os.path.join(os.environ["HERRING_TEST_RESULTS"], f"{rank}.json"), "w") as f:
         json.dump(out, f)

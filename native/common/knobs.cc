@@ -54,7 +54,8 @@ const std::vector<KnobSpec>& AllKnobs() {
       {"HOROVOD_AUTOTUNE", "0", "bool",
        "Tune, while the job trains, the fusion threshold and cycle time (jointly, by Bayesian "
        "optimisation of a Gaussian process, as Horovod's autotuner) and then "
-       "HERRING_SMALL_MESSAGE_BYTES and, across hosts, HERRING_ALLREDUCE, value by value; knobs "
+       "HERRING_SMALL_MESSAGE_BYTES and, across hosts, HERRING_ALLREDUCE and the TCP streams a "
+       "message is striped over (1, 2, 4: 4 are connected), value by value; knobs "
        "set in the environment stay fixed, as in Horovod. The score is the bytes the collectives "
        "move per microsecond on rank 0; every rank switches settings in the same cycle (rank 0's "
        "choice travels in a broadcast); the search ends on the best settings it measured.", true},

@@ -5,7 +5,9 @@
 // the threshold, never differs between ranks. The broadcast is an ordinary collective of the
 // global set, scheduled by cycle number (which every rank shares), so it needs no channel of its
 // own in either control plane.
+#include <algorithm>
 #include <array>
+#include <iterator>
 
 #include "common/logging.h"
 #include "engine/engine.h"
@@ -15,12 +17,15 @@ namespace {
 
 const char kAutotuneName[] = "herring.autotune.settings";
 // While tuning, rank 0's settings are broadcast every this many cycles: a decision waits a few
-// cycles at most, and the broadcast (48 bytes, cached after the first) costs one small collective.
+// cycles at most, and the broadcast (56 bytes, cached after the first) costs one small collective.
 constexpr uint64_t kSyncEveryCycles = 8;
-enum AutotuneField { kVersion, kActive, kFusion, kCycleTime, kSmallMessages, kAlgorithm };
+enum AutotuneField { kVersion, kActive, kFusion, kCycleTime, kSmallMessages, kAlgorithm, kTcpStreams };
 
 // Values HERRING_SMALL_MESSAGE_BYTES is tried at (the one-step path's slots cap what it can take).
 const double kSmallMessageChoices[] = {16384, 65536, 262144};
+// Counts of TCP data streams a message is striped over. Under autotune a pair connects the
+// largest (unless HERRING_TCP_STREAMS fixes the count), and messages use the count in force.
+const double kTcpStreamChoices[] = {1, 2, 4};
 
 TunedSettings SettingsOf(const Config& c) {
   TunedSettings t;
@@ -28,10 +33,20 @@ TunedSettings SettingsOf(const Config& c) {
   t.cycle_time_ms = c.cycle_time_ms;
   t.small_message_bytes = static_cast<double>(c.small_message_bytes);
   t.allreduce = static_cast<double>(static_cast<int>(c.allreduce));
+  t.tcp_streams = static_cast<double>(c.tcp_streams);
   return t;
 }
 
+bool TunesTcpStreams(const Config& c) { return c.autotune && !c.set_in_environment.count("HERRING_TCP_STREAMS"); }
+
 }  // namespace
+
+int Engine::ConnectedTcpStreams() const {
+  // Decided before the rendezvous (the transport exists first), so also where StartAutotune will
+  // not tune them (one host, dedicated servers): a few idle sockets per peer, under autotune only.
+  if (!TunesTcpStreams(config_)) return config_.tcp_streams;
+  return std::max(config_.tcp_streams, static_cast<int>(kTcpStreamChoices[std::size(kTcpStreamChoices) - 1]));
+}
 
 void Engine::StartAutotune() {
   cycle_config_ = config_;
@@ -68,6 +83,10 @@ void Engine::StartAutotune() {
       o.allreduce_choices.push_back(static_cast<double>(static_cast<int>(a)));
     }
   }
+  // Data crosses TCP only between hosts (one host's ranks reduce in shared memory).
+  if (TunesTcpStreams(config_) && topo_.num_hosts() > 1) {
+    o.tcp_stream_choices.assign(std::begin(kTcpStreamChoices), std::end(kTcpStreamChoices));
+  }
   o.allreduce_names = {"herring", "ring", "hd", "hd-topo"};  // AllreduceAlgorithm's order
   o.warmup_samples = config_.autotune_warmup_samples;
   o.steps_per_sample = config_.autotune_steps_per_sample;
@@ -103,6 +122,8 @@ void Engine::AutotuneAfterCycle() {
       cycle_config_.cycle_time_ms = b[kCycleTime];
       cycle_config_.small_message_bytes = static_cast<int64_t>(b[kSmallMessages]);
       cycle_config_.allreduce = static_cast<AllreduceAlgorithm>(static_cast<int>(b[kAlgorithm]));
+      cycle_config_.tcp_streams = static_cast<int>(b[kTcpStreams]);
+      transport_->set_data_streams_in_use(cycle_config_.tcp_streams);
       counters_.autotune_applied_cycle = cycle_;
       if (autotuner_) autotuner_->Applied(version, now);
     }
@@ -117,7 +138,8 @@ void Engine::AutotuneAfterCycle() {
   if (autotuner_) {
     const TunedSettings& s = autotuner_->proposed();
     autotune_.buffer = {static_cast<double>(autotuner_->proposed_version()), autotuner_->active() ? 1.0 : 0.0,
-                        s.fusion_threshold_bytes, s.cycle_time_ms, s.small_message_bytes, s.allreduce};
+                        s.fusion_threshold_bytes, s.cycle_time_ms, s.small_message_bytes, s.allreduce,
+                        s.tcp_streams};
   }
   Request q;
   q.meta.type = OpType::kBroadcast;
@@ -147,6 +169,7 @@ void Engine::PublishTunedSettings() {
   counters_.tuned_cycle_time_us = static_cast<uint64_t>(cycle_config_.cycle_time_ms * 1000.0 + 0.5);
   counters_.tuned_small_message_bytes = static_cast<uint64_t>(cycle_config_.small_message_bytes);
   counters_.tuned_allreduce = static_cast<uint64_t>(cycle_config_.allreduce);
+  counters_.tuned_tcp_streams = static_cast<uint64_t>(cycle_config_.tcp_streams);
 }
 
 OperationManager& Engine::Ops() {

@@ -117,7 +117,7 @@ void Engine::ConnectTransport(int rank, int size, const std::string& ip,
   topts.rank = rank;
   topts.size = size;
   topts.bind_ip = ip;
-  topts.data_streams = config_.tcp_streams;
+  topts.data_streams = ConnectedTcpStreams();
   topts.chunk_bytes = config_.chunk_bytes;
   topts.peer_timeout_seconds = config_.timeout_seconds;
   topts.on_event = [this] { Wake(); };
@@ -126,6 +126,7 @@ void Engine::ConnectTransport(int rank, int size, const std::string& ip,
   // The job's token and secret are known only after the rendezvous, which needs the port: set
   // below, before the mesh is connected (nothing is accepted before that).
   transport_ = std::make_unique<TcpTransport>(topts);
+  transport_->set_data_streams_in_use(config_.tcp_streams);
   const MeshPlan plan = rendezvous(transport_->listen_endpoint());
   job_id_ = plan.credentials.job_id;
   transport_->set_job_token(plan.credentials.job_id);

@@ -321,6 +321,9 @@ class Engine {
 
   // HOROVOD_AUTOTUNE (autotune.cc).
   void StartAutotune();
+  // Data streams the transport connects per peer: more than HERRING_TCP_STREAMS when autotune
+  // tries counts (autotune.cc).
+  int ConnectedTcpStreams() const;
   void ObserveForAutotune(const Response& response);  // a collective this cycle ran (rank 0)
   // After each cycle: puts received settings in force, schedules the next broadcast of rank 0's.
   void AutotuneAfterCycle();
@@ -442,7 +445,7 @@ class Engine {
     bool in_flight = false;  // a settings broadcast is queued or running
     bool received = false;   // it completed in this cycle
     uint64_t applied_version = 0;
-    std::array<double, 6> buffer{};       // version, active, then TunedSettings' fields
+    std::array<double, 7> buffer{};       // version, active, then TunedSettings' fields
     std::vector<std::string> names;       // rank 0: what this cycle ran
     int64_t bytes = 0;
   } autotune_;

@@ -46,6 +46,7 @@ struct Counters {
   std::atomic<uint64_t> tuned_cycle_time_us{0};
   std::atomic<uint64_t> tuned_small_message_bytes{0};
   std::atomic<uint64_t> tuned_allreduce{0};  // an AllreduceAlgorithm: 0 herring, 1 ring, 2 hd, 3 hd-topo
+  std::atomic<uint64_t> tuned_tcp_streams{0};  // TCP data streams a message is striped over
   // Negotiation messages (bit vectors, invitations, results, uncached requests, responses) this
   // rank sent and received over TCP: the star's rank 0 handles O(ranks) per cycle, the
   // hierarchical plane's busiest leader O(log hosts).
@@ -87,6 +88,7 @@ struct Counters {
             {"tuned_cycle_time_us", tuned_cycle_time_us},
             {"tuned_small_message_bytes", tuned_small_message_bytes},
             {"tuned_allreduce", tuned_allreduce},
+            {"tuned_tcp_streams", tuned_tcp_streams},
             {"control_messages_sent", control_messages_sent},
             {"control_messages_received", control_messages_received}};
   }

@@ -79,6 +79,7 @@ struct SyntheticJob {
     const double fused = std::min(1.0, in_force.fusion_threshold_bytes / (100.0 * 4096));
     double us = 400.0 * (4 - 3 * fused) + 20 * in_force.cycle_time_ms;
     if (in_force.small_message_bytes == 262144) us *= 0.9;  // this job likes the larger size
+    if (in_force.tcp_streams == 4) us *= 0.9;                // and more streams
     return us;
   }
   void RunSteps(int steps) {
@@ -99,8 +100,9 @@ struct SyntheticJob {
 TEST(Tuning, AutotunerLeavesABadStartAndSettlesOnTheBestItMeasured) {
   const std::string log = ::testing::TempDir() + "/autotune_log.csv";
   AutotuneOptions o;
-  o.initial = TunedSettings{0, 5, 65536, 0};  // no fusion: the worst start
+  o.initial = TunedSettings{0, 5, 65536, 0, 2};  // no fusion: the worst start
   o.small_message_choices = {16384, 65536, 262144};
+  o.tcp_stream_choices = {1, 2, 4};
   o.warmup_samples = 1;
   o.steps_per_sample = 3;
   o.bayes_max_samples = 10;
@@ -111,24 +113,26 @@ TEST(Tuning, AutotunerLeavesABadStartAndSettlesOnTheBestItMeasured) {
   SyntheticJob job(tuner, o.initial);
   job.RunSteps(100000);
   ASSERT_FALSE(tuner.active());
-  // Joint samples, the small-message values (the incumbent again first), the confirmation.
-  EXPECT_EQ(tuner.scored(), 10 + 3 + 4);
+  // Joint samples, the small-message values and the stream counts (each stage's incumbent again
+  // first), the confirmation.
+  EXPECT_EQ(tuner.scored(), 10 + 3 + 3 + 4);
   const TunedSettings& settled = tuner.proposed();
   EXPECT_GE(settled.fusion_threshold_bytes, 100.0 * 4096);  // fuses the whole step
   EXPECT_LT(settled.cycle_time_ms, 5.0);
   EXPECT_EQ(settled.small_message_bytes, 262144);
+  EXPECT_EQ(settled.tcp_streams, 4);
   // The log: a header, one row per score, and the settled settings last, as the best row.
   std::ifstream in(log);
   std::string line, last;
   int rows = 0;
   std::getline(in, line);
-  EXPECT_EQ(line, "cycle_time_ms,tensor_fusion_threshold,small_message_bytes,allreduce,score,note");
+  EXPECT_EQ(line, "cycle_time_ms,tensor_fusion_threshold,small_message_bytes,allreduce,tcp_streams,score,note");
   while (std::getline(in, line)) {
     ++rows;
     last = line;
   }
   EXPECT_EQ(rows, tuner.scored() + 1);
-  EXPECT_NE(last.find(",262144,herring,"), std::string::npos) << last;
+  EXPECT_NE(last.find(",262144,herring,4,"), std::string::npos) << last;
   EXPECT_NE(last.find(",best"), std::string::npos) << last;
   std::remove(log.c_str());
 }

@@ -24,7 +24,7 @@ namespace herring {
 // Construction, mesh, teardown
 
 TcpTransport::Impl::Impl(TransportOptions options)
-    : opts_(std::move(options)), job_token_(opts_.job_token), secret_(opts_.secret) {
+    : opts_(std::move(options)), streams_in_use_(opts_.data_streams), job_token_(opts_.job_token), secret_(opts_.secret) {
   if (opts_.size < 1 || opts_.rank < 0 || opts_.rank >= opts_.size) {
     throw Error(Status::InvalidArgument("TcpTransport: rank " + std::to_string(opts_.rank) +
                                         " outside a job of size " + std::to_string(opts_.size)));
@@ -217,6 +217,7 @@ void TcpTransport::Impl::EnqueueChunks(const std::shared_ptr<OutMessage>& msg,
                                        const uint8_t* data, size_t bytes) {
   Peer* p = peers_[msg->key.peer].get();
   size_t chunks = msg->frames_left.load();
+  const int streams = streams_in_use_.load(std::memory_order_relaxed);
   FinishedSends finished;
   for (size_t k = 0; k < chunks; ++k) {
     size_t offset = k * opts_.chunk_bytes;
@@ -225,7 +226,7 @@ void TcpTransport::Impl::EnqueueChunks(const std::shared_ptr<OutMessage>& msg,
     FillHeader(&f, FrameKind::kData, msg->key.tag, offset, bytes, len);
     f.payload = data + offset;
     f.msg = msg;
-    Stream* s = p->streams[1 + k % opts_.data_streams].get();
+    Stream* s = p->streams[1 + k % streams].get();
     std::lock_guard<std::mutex> lock(s->write_mu);
     // A failed message (abort, lost peer) was finished already: its buffer is the caller's again.
     if (s->write_closed || msg->failed.load()) break;
@@ -659,6 +660,7 @@ int TcpTransport::size() const { return impl_->size(); }
 void TcpTransport::set_job_token(uint64_t token) { impl_->set_job_token(token); }
 bool TcpTransport::Joined(int peer) const { return impl_->Joined(peer); }
 void TcpTransport::set_secret(const std::string& secret) { impl_->set_secret(secret); }
+void TcpTransport::set_data_streams_in_use(int streams) { impl_->set_data_streams_in_use(streams); }
 void TcpTransport::ResetConnections() { impl_->ResetConnections(); }
 
 void TcpTransport::ConnectMesh(const std::vector<Endpoint>& endpoints, Deadline deadline) {

@@ -76,6 +76,11 @@ class TcpTransport final : public Transport {
   void set_job_token(uint64_t token);
   // The secret every connection must prove (replaces TransportOptions::secret). Before ConnectMesh.
   void set_secret(const std::string& secret);
+  // How many of the data streams each later message is striped over (1..data_streams; the rest
+  // stay connected and idle): autotune tries counts. Safe at any time, for the receiver places a
+  // chunk by its (peer, tag, offset) whatever stream brings it, and no two messages in flight
+  // share a (peer, tag).
+  void set_data_streams_in_use(int streams);
 
   // Bulk transfer. `data` must stay valid and untouched until the completion is done. At most one
   // message with a given (peer, tag) may be in flight per direction. peer == rank() is delivered

@@ -10,6 +10,7 @@
 // under mu_ afterwards), and callbacks (on_event, completions) run with no lock held.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -117,6 +118,9 @@ class TcpTransport::Impl {
   void ConnectMesh(const std::vector<Endpoint>& endpoints, Deadline deadline);
   void set_job_token(uint64_t token) { job_token_ = token; }
   void set_secret(const std::string& secret) { secret_ = secret; }
+  void set_data_streams_in_use(int streams) {
+    streams_in_use_.store(std::clamp(streams, 1, opts_.data_streams), std::memory_order_relaxed);
+  }
   void ResetConnections() {
     reset_requested_ = true;
     Close();
@@ -197,6 +201,7 @@ class TcpTransport::Impl {
   int NextTimeoutMs() const;
 
   const TransportOptions opts_;
+  std::atomic<int> streams_in_use_;  // data streams a message is striped over (<= opts_.data_streams)
   std::atomic<uint64_t> job_token_;
   std::string secret_;  // set before ConnectMesh, read only by it
   int listen_fd_ = -1;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <iomanip>
+#include <stdexcept>
 
 #include "common/logging.h"
 
@@ -40,7 +41,7 @@ Autotuner::Autotuner(AutotuneOptions options)
   if (!options_.log_path.empty()) {
     log_.open(options_.log_path, std::ios::out | std::ios::trunc);
     if (log_) {
-      log_ << "cycle_time_ms,tensor_fusion_threshold,small_message_bytes,allreduce,score,note\n";
+      log_ << "cycle_time_ms,tensor_fusion_threshold,small_message_bytes,allreduce,tcp_streams,score,note\n";
       log_.flush();
     } else {
       HLOG(Warning) << "HOROVOD_AUTOTUNE_LOG: cannot write " << options_.log_path;
@@ -140,9 +141,10 @@ void Autotuner::Score(double score) {
       return;
     }
     case Stage::kSmallMessage:
-    case Stage::kAllreduce: {
-      const auto& choices = stage_ == Stage::kSmallMessage ? options_.small_message_choices : options_.allreduce_choices;
-      const double field = stage_ == Stage::kSmallMessage ? best_.small_message_bytes : best_.allreduce;
+    case Stage::kAllreduce:
+    case Stage::kTcpStreams: {
+      const auto& choices = Choices(stage_);
+      const double field = Field(&best_, stage_);
       // The next value not yet scored (the values are distinct, the incumbent came first).
       while (++choice_ < choices.size() && choices[choice_] == field) {
       }
@@ -151,7 +153,7 @@ void Autotuner::Score(double score) {
         return;
       }
       TunedSettings t = best_;
-      (stage_ == Stage::kSmallMessage ? t.small_message_bytes : t.allreduce) = choices[choice_];
+      Field(&t, stage_) = choices[choice_];
       Propose(t);
       return;
     }
@@ -173,10 +175,10 @@ void Autotuner::NextStage() {
       return;
     }
     if (stage_ == Stage::kDone) break;
-    auto& choices = stage_ == Stage::kSmallMessage ? options_.small_message_choices : options_.allreduce_choices;
+    auto& choices = Choices(stage_);
     if (choices.empty()) continue;
     choice_ = 0;
-    const double incumbent = stage_ == Stage::kSmallMessage ? best_.small_message_bytes : best_.allreduce;
+    const double incumbent = Field(&best_, stage_);
     // Score the incumbent as value 0: move it to the front of this stage's order.
     auto it = std::find(choices.begin(), choices.end(), incumbent);
     if (it != choices.end()) std::rotate(choices.begin(), it, it + 1);
@@ -187,9 +189,27 @@ void Autotuner::NextStage() {
   active_ = false;
   Log(best_, best_score_, "best");
   HLOG(Info) << "autotune: settled on fusion threshold " << best_.fusion_threshold_bytes << " bytes, cycle time "
-             << best_.cycle_time_ms << " ms, small messages " << best_.small_message_bytes << " bytes (score "
-             << best_score_ << " bytes/us)";
+             << best_.cycle_time_ms << " ms, small messages " << best_.small_message_bytes << " bytes, "
+             << best_.tcp_streams << " TCP streams (score " << best_score_ << " bytes/us)";
   Propose(best_);
+}
+
+std::vector<double>& Autotuner::Choices(Stage stage) {
+  switch (stage) {
+    case Stage::kSmallMessage: return options_.small_message_choices;
+    case Stage::kAllreduce: return options_.allreduce_choices;
+    case Stage::kTcpStreams: return options_.tcp_stream_choices;
+    default: throw std::logic_error("autotune: not a categorical stage");
+  }
+}
+
+double& Autotuner::Field(TunedSettings* settings, Stage stage) {
+  switch (stage) {
+    case Stage::kSmallMessage: return settings->small_message_bytes;
+    case Stage::kAllreduce: return settings->allreduce;
+    case Stage::kTcpStreams: return settings->tcp_streams;
+    default: throw std::logic_error("autotune: not a categorical stage");
+  }
 }
 
 void Autotuner::Propose(const TunedSettings& next) {
@@ -203,7 +223,8 @@ void Autotuner::Log(const TunedSettings& s, double score, const char* note) {
   const size_t algo = static_cast<size_t>(s.allreduce);
   const std::string algo_name = algo < options_.allreduce_names.size() ? options_.allreduce_names[algo] : std::to_string(algo);
   log_ << std::setprecision(6) << s.cycle_time_ms << "," << static_cast<int64_t>(s.fusion_threshold_bytes) << ","
-       << static_cast<int64_t>(s.small_message_bytes) << "," << algo_name << "," << score << "," << note << "\n";
+       << static_cast<int64_t>(s.small_message_bytes) << "," << algo_name << "," << static_cast<int>(s.tcp_streams) << ","
+       << score << "," << note << "\n";
   log_.flush();  // readable while the job runs, as the timeline is
 }
 

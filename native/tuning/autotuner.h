@@ -2,7 +2,8 @@
 // the job's collectives move per microsecond (the median of several samples, each a number of
 // steps, as Horovod's autotuner scores them), and moves through a chain of stages: fusion
 // threshold and cycle time jointly by Bayesian optimisation, then each categorical knob (the
-// small-message size, the allreduce algorithm) value by value. Every stage starts from the best
+// small-message size, the allreduce algorithm, the TCP streams a message is striped over) value
+// by value. Every stage starts from the best
 // settings so far; at the end the best settings and the start are scored in turn again, and the
 // search settles on the best only if it beats the start there. It only decides: the engine
 // broadcasts its settings to every rank and tells it when they are in force (Applied).
@@ -26,9 +27,10 @@ struct TunedSettings {
   double cycle_time_ms = 0;
   double small_message_bytes = 0;
   double allreduce = 0;  // an AllreduceAlgorithm's value
+  double tcp_streams = 0;  // data streams a message is striped over
   bool operator==(const TunedSettings& o) const {
     return fusion_threshold_bytes == o.fusion_threshold_bytes && cycle_time_ms == o.cycle_time_ms &&
-           small_message_bytes == o.small_message_bytes && allreduce == o.allreduce;
+           small_message_bytes == o.small_message_bytes && allreduce == o.allreduce && tcp_streams == o.tcp_streams;
   }
 };
 
@@ -40,6 +42,7 @@ struct AutotuneOptions {
   std::pair<double, double> cycle_time_bounds_ms{0, 10};
   std::vector<double> small_message_choices;  // empty: not tuned
   std::vector<double> allreduce_choices;      // empty: not tuned
+  std::vector<double> tcp_stream_choices;     // empty: not tuned
   int warmup_samples = 3;       // HOROVOD_AUTOTUNE_WARMUP_SAMPLES
   int steps_per_sample = 10;    // HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE
   int bayes_max_samples = 20;   // HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES
@@ -68,7 +71,11 @@ class Autotuner {
   int scored() const { return scored_; }
 
  private:
-  enum class Stage { kJoint, kSmallMessage, kAllreduce, kConfirm, kDone };
+  // The categorical stages run in this order, between kJoint and kConfirm.
+  enum class Stage { kJoint, kSmallMessage, kAllreduce, kTcpStreams, kConfirm, kDone };
+  // A categorical stage's values and the field of the settings it sets.
+  std::vector<double>& Choices(Stage stage);
+  static double& Field(TunedSettings* settings, Stage stage);
   void Score(double score);
   void Propose(const TunedSettings& next);
   void NextStage();
