@@ -519,10 +519,18 @@ TEST(EngineLogic, EngineAgreementOnlyAllreduceAndBarrierRunWhileRanksJoined) {
 namespace {
 
 struct DeadlockFixture {
-  explicit DeadlockFixture(int n) : coordinator(n, &table) { table.Add(World(n)); }
+  // deadlock_seconds 0: no waiting time, decided at the first check.
+  explicit DeadlockFixture(int n, double deadlock_seconds = 0.0) : coordinator(n, &table), detector(deadlock_seconds) {
+    table.Add(World(n));
+  }
+  // A time `seconds` after the fixture was made: tests that wait drive the detector's clock.
+  DeadlockDetector::Clock::time_point At(double seconds) const {
+    return start + std::chrono::duration_cast<DeadlockDetector::Clock::duration>(std::chrono::duration<double>(seconds));
+  }
   ProcessSetTable table;
   Coordinator coordinator;
-  DeadlockDetector detector{0.0};  // no waiting time: decided at the first check
+  DeadlockDetector detector;
+  const DeadlockDetector::Clock::time_point start = DeadlockDetector::Clock::now();
 };
 
 AwaitedCollective Awaited(const std::string& name, OpType type = OpType::kAllreduce) {
@@ -556,24 +564,18 @@ TEST(EngineLogic, EngineDeadlockRanksWaitingOnEachOtherAreNamedAndFailed) {
 TEST(EngineLogic, EngineDeadlockWaitsForLateRanksThatMissItsCollectivesSoThatOneErrorNamesThemAll) {
   // 4 ranks, each on a name of its own. Ranks 2 and 3 block first: already a deadlock (each
   // misses the other), but ranks 0 and 1 have not reported and miss their collectives too.
-  ProcessSetTable table;
-  table.Add(World(4));
-  Coordinator coordinator(4, &table);
-  DeadlockDetector detector(4.0);
-  const auto t0 = DeadlockDetector::Clock::now();
-  const auto at = [&](double s) { return t0 + std::chrono::duration_cast<DeadlockDetector::Clock::duration>(
-                                                  std::chrono::duration<double>(s)); };
+  DeadlockFixture f(4, 4.0);
   const std::vector<std::string> names = {"by.rank0", "by.rank1", "by.rank2", "by.rank3"};
-  for (int r = 0; r < 4; ++r) coordinator.Submit(Allreduce(names[r], r, {1}));
-  detector.Report(2, {Awaited(names[2])}, at(0));
-  detector.Report(3, {Awaited(names[3])}, at(0));
+  for (int r = 0; r < 4; ++r) f.coordinator.Submit(Allreduce(names[r], r, {1}));
+  f.detector.Report(2, {Awaited(names[2])}, f.At(0));
+  f.detector.Report(3, {Awaited(names[3])}, f.At(0));
   // Half the deadlock time after the reports (the whole time blocked): still waiting for 0 and 1.
-  EXPECT_TRUE(!detector.Check(coordinator, 4, at(2.5)));
+  EXPECT_TRUE(!f.detector.Check(f.coordinator, 4, f.At(2.5)));
   // They report a second and a half late: one verdict names all four.
-  detector.Report(0, {Awaited(names[0])}, at(1.5));
-  detector.Report(1, {Awaited(names[1])}, at(1.5));
-  EXPECT_TRUE(!detector.Check(coordinator, 4, at(3.0)));
-  auto v = detector.Check(coordinator, 4, at(3.6));
+  f.detector.Report(0, {Awaited(names[0])}, f.At(1.5));
+  f.detector.Report(1, {Awaited(names[1])}, f.At(1.5));
+  EXPECT_TRUE(!f.detector.Check(f.coordinator, 4, f.At(3.0)));
+  auto v = f.detector.Check(f.coordinator, 4, f.At(3.6));
   ASSERT_TRUE(v.has_value());
   for (int r = 0; r < 4; ++r) {
     EXPECT_TRUE(Contains(v->message, "rank " + std::to_string(r) + " waits on allreduce '" + names[r] + "'"))
@@ -585,19 +587,13 @@ TEST(EngineLogic, EngineDeadlockWaitsForLateRanksThatMissItsCollectivesSoThatOne
 TEST(EngineLogic, EngineDeadlockAmongSomeRanksIsAnnouncedWhenTheOthersNeverReport) {
   // Ranks 1 and 2 deadlock; rank 0 computes on and never blocks: the verdict comes half the
   // deadlock time late, naming the two.
-  ProcessSetTable table;
-  table.Add(World(3));
-  Coordinator coordinator(3, &table);
-  DeadlockDetector detector(4.0);
-  const auto t0 = DeadlockDetector::Clock::now();
-  const auto at = [&](double s) { return t0 + std::chrono::duration_cast<DeadlockDetector::Clock::duration>(
-                                                  std::chrono::duration<double>(s)); };
-  coordinator.Submit(Allreduce("x", 1, {1}));
-  coordinator.Submit(Allreduce("y", 2, {1}));
-  detector.Report(1, {Awaited("x")}, at(0));
-  detector.Report(2, {Awaited("y")}, at(0));
-  EXPECT_TRUE(!detector.Check(coordinator, 3, at(3.9)));
-  auto v = detector.Check(coordinator, 3, at(4.0));
+  DeadlockFixture f(3, 4.0);
+  f.coordinator.Submit(Allreduce("x", 1, {1}));
+  f.coordinator.Submit(Allreduce("y", 2, {1}));
+  f.detector.Report(1, {Awaited("x")}, f.At(0));
+  f.detector.Report(2, {Awaited("y")}, f.At(0));
+  EXPECT_TRUE(!f.detector.Check(f.coordinator, 3, f.At(3.9)));
+  auto v = f.detector.Check(f.coordinator, 3, f.At(4.0));
   ASSERT_TRUE(v.has_value());
   EXPECT_TRUE(Contains(v->message, "Deadlock: ranks 1, 2 are blocked")) << v->message;
   EXPECT_EQ(v->collectives.size(), size_t(2));
