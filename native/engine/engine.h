@@ -163,7 +163,9 @@ class Engine {
   CompletionPtr P2pSend(int peer, uint32_t tag, const void* data, size_t bytes);
   CompletionPtr P2pRecv(int peer, uint32_t tag, void* data, size_t bytes);
 
-  std::map<std::string, uint64_t> CountersSnapshot() const { return counters_.Snapshot(); }
+  // The counters, plus the transport's sockets: open_sockets (connected TCP sockets to peers) and
+  // connected_peers (peers with any), which the scale benchmark reads per rank.
+  std::map<std::string, uint64_t> CountersSnapshot() const;
   // The first failure of the job (OK while healthy).
   Status failure() const;
 
