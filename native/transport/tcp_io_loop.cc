@@ -538,6 +538,7 @@ void TcpTransport::Impl::AdmitJoiners() {
       p->streams.push_back(std::move(s));
     }
     p->arriving.clear();
+    p->linked = true;
     {
       std::lock_guard<std::mutex> lock(mu_);
       p->vacant = false;
