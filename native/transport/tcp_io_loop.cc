@@ -430,7 +430,7 @@ void TcpTransport::Impl::CheckLiveness() {
   auto timeout_ns = static_cast<int64_t>(timeout * 1e9);
   for (auto& peer : peers_) {
     Peer* p = peer.get();
-    if (p->streams.empty() || !p->linked || p->streams[0]->read_closed) continue;
+    if (p->streams.empty() || (lazy_ && !p->linked) || p->streams[0]->read_closed) continue;
     if (now - p->last_recv_ns.load() >= timeout_ns) {
       LosePeer(p, Status::PeerLost(RankText(p->rank) + ": no traffic for " +
                                    FormatSeconds(timeout) + " s"));
@@ -572,7 +572,7 @@ void TcpTransport::Impl::BeginClosing() {
       {
         std::lock_guard<std::mutex> lock(s->write_mu);
         if (s->write_closed) continue;
-        if (!p->linked && s->queue.empty()) {
+        if (lazy_ && !p->linked && s->queue.empty()) {
           // Never connected and nothing to say (lazy connections): nobody to say goodbye to.
           s->write_closed = true;
           continue;
