@@ -684,6 +684,12 @@ TcpTransport::Stats TcpTransport::Impl::stats() const {
   s.bytes_received = bytes_received_.load();
   s.unexpected_messages = unexpected_messages_.load();
   for (const auto& p : peers_) {
+    {
+      // A vacant slot's streams are being built by the I/O thread (AdmitJoiners appends to the
+      // vector, then clears vacant under mu_): read them only once the joiner is in.
+      std::lock_guard<std::mutex> lock(mu_);
+      if (p->vacant) continue;
+    }
     uint64_t open = 0;
     for (const auto& st : p->streams) {
       std::lock_guard<std::mutex> lock(st->write_mu);
