@@ -41,6 +41,9 @@ class HerringBasics:
         self.Min = ops["Min"]
         self.Max = ops["Max"]
         self.Product = ops["Product"]
+        # The engine was started by torch.distributed, whose ranks leave one at a time: it leaves
+        # the job (Engine.leave) at exit instead of Horovod's collective shutdown.
+        self.leaves_at_exit = False
         self._forked_from = None  # the parent's pid, in a child forked while an engine ran
         self._job_comm = None     # the MPI communicator given to init(comm=...), if any
         os.register_at_fork(after_in_child=self._after_fork_in_child)
@@ -72,11 +75,6 @@ class HerringBasics:
                                                                       mpi_comm.job_communicator(job_comm))
             else:
                 engine_sets = [list(ps.ranks) for ps in static_sets]
-            if os.environ.get("HOROVOD_AUTOTUNE", "").strip().lower() not in ("", "0", "false"):
-                import warnings
-                warnings.warn("HOROVOD_AUTOTUNE is set (horovodrun --autotune), but the herring backend does not tune "
-                              "its knobs online: it runs with HOROVOD_FUSION_THRESHOLD, HOROVOD_CYCLE_TIME and the "
-                              "HERRING_* knobs as they are set (README, Knobs)", RuntimeWarning, stacklevel=3)
             # Elastic jobs: this round's rank from horovodrun's driver, endpoints in a round scope.
             if exchange is None:
                 exchange = elastic_rendezvous.prepare_init(self._epoch > 0) or bootstrap.exchange_function()
@@ -114,11 +112,27 @@ class HerringBasics:
         os._exit(1 if failure else 0)
 
     def shutdown(self):
+        """Horovod's hvd.shutdown(): agreed with every rank, it stops the job. At interpreter exit
+        (atexit), an engine torch.distributed started leaves the job instead (leave())."""
+        if self.leaves_at_exit:
+            self.leave()
+            return
         with self._lock:
             engine, self._engine = self._engine, None
         if engine is not None:
             engine.shutdown()
             self._slot.clear_if(engine)  # unless a newer engine took its place meanwhile
+
+    def leave(self):
+        """This rank leaves the job in order and the others go on (torch.distributed's
+        destroy_process_group): collectives of process sets without it keep working, those with
+        it fail naming it (native engine/departures.cc)."""
+        with self._lock:
+            engine, self._engine = self._engine, None
+            self.leaves_at_exit = False
+        if engine is not None:
+            engine.leave()
+            self._slot.clear_if(engine)
 
     def engine_reference(self):
         """What a native op carries to find this front's engine whenever it runs (the engine of

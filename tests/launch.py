@@ -46,10 +46,10 @@ def _run(cmd, env, timeout):
     return Run(proc.returncode, out, time.monotonic() - start)
 
 
-def horovodrun(np, script_args, timeout=240, **env):
-    """horovodrun --gloo -np N -H localhost:N python <script_args...>"""
+def horovodrun(np, script_args, timeout=240, options=(), **env):
+    """horovodrun --gloo -np N -H localhost:N <options...> python <script_args...>"""
     cmd = [os.path.join(BIN, "horovodrun"), "--gloo", "-np", str(np), "-H", f"localhost:{np}",
-           sys.executable] + list(script_args)
+           *options, sys.executable] + list(script_args)
     return _run(cmd, herring_env(**env), timeout)
 
 

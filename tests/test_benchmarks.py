@@ -308,3 +308,28 @@ def test_ddp_report_tables_and_verdicts():
     assert ("| bert-base, np=4, gradient_as_bucket_view: DDP on herring within 10% of Horovod's API on herring | <= 1.10x "
             "| - | not measured |") in md
     assert "| resnet50, np=4, gradient_as_bucket_view: DDP on herring faster than on gloo | >= 2x | - | not measured |" in md
+
+
+def test_peers_report_gives_issue_27s_verdict_per_size(tmp_path):
+    # Issue 27: herring at or ahead of every peer at every size, within 2x of Open MPI at 4 KiB.
+    from benchmarks.single_host import peers_report
+    recs = []
+    for stack, np, size, t in (("herring", 2, 4096, 8e-6), ("mpi", 2, 4096, 2e-6), ("deepspeed-shm", 2, 4096, 5e-6),
+                               ("torch-gloo", 2, 4096, 300e-6), ("herring", 2, 1 << 20, 60e-6),
+                               ("mpi", 2, 1 << 20, 90e-6), ("deepspeed-shm", 2, 1 << 20, 120e-6),
+                               ("herring", 4, 4096, 30e-6), ("mpi", 4, 4096, 20e-6), ("deepspeed-shm", 4, 4096, 3e-3)):
+        recs.append({"kind": "allreduce", "workload": "allreduce", "stack": stack, "variant": "", "np": np,
+                     "bytes": size, "times": [t, t, t], "median": t})
+    data = {"records": recs, "launches": [], "plan": {"stacks": ["herring", "torch-gloo", "mpi", "deepspeed-shm"],
+                                                      "nps": [2, 4], "workloads": []},
+            "machine": {"date": "today", "versions": {"deepspeed (peer)": "0.19.8"}},
+            "meta": {"command": "python -m benchmarks.single_host.run --preset peers", "results_path": "x.json"}}
+    md = peers_report.section(data, str(tmp_path), str(tmp_path / "img"))
+    assert "| 2 | 4 KiB | 8 µs | 37.50x | 0.25x | 0.63x | mpi 0.25x | not met |" in md, md
+    assert "| 2 | 1 MiB | 60 µs | - | 1.50x | 2.00x | mpi 1.50x | met |" in md, md
+    assert "| 4 | 4 KiB | 30 µs | - | 0.67x | 100.00x | mpi 0.67x | not met |" in md, md
+    assert "| 2 | 8 µs | 2 µs | 4.00x | not met |" in md and "| 4 | 30 µs | 20 µs | 1.50x | met |" in md, md
+    assert "At or ahead of every peer at 1 of 3 (np, size) points measured." in md, md
+    assert "| 4 KiB | 8 µs | 300 µs (37.50x) | 2 µs (0.25x) | 5 µs (0.63x) |" in md, md
+    assert (tmp_path / "img" / "peers_allreduce.png").exists()
+    assert "| 1 MiB | - | - | - | - |" not in md, md   # np=4 did not measure 1 MiB: no empty row

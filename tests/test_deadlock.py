@@ -14,9 +14,12 @@ WORKER = os.path.join("tests", "workers", "deadlock_worker.py")
 DEADLOCK_SECONDS = 4
 
 
-def _run(framework, np):
+def _run(framework, np, hosts=1):
     results = launch.scratch_dir("herring-deadlock-")
-    run = launch.horovodrun(np, [WORKER, framework], timeout=180, HERRING_TEST_RESULTS=results,
+    args = [WORKER, framework]
+    if hosts > 1:  # simulated hosts: the reports climb the hierarchical control plane's tree
+        args = [os.path.join("tests", "workers", "as_simulated_host.py"), str(np // hosts)] + args
+    run = launch.horovodrun(np, args, timeout=180, HERRING_TEST_RESULTS=results,
                             HERRING_DEADLOCK_TIME_SECONDS=DEADLOCK_SECONDS)
     per_rank = launch.rank_results(results, np)
     assert sorted(per_rank) == list(range(np)), f"ranks reported {sorted(per_rank)}\n{run.output[-6000:]}"
@@ -31,7 +34,16 @@ if importlib.util.find_spec("tensorflow") is not None:
 
 @pytest.mark.parametrize("framework,np", CASES, ids=[f"{f}-np{n}" for f, n in CASES])
 def test_diverged_ranks_raise_on_every_rank_then_the_job_goes_on(framework, np):
-    per_rank = _run(framework, np)
+    check_diverged(framework, np, _run(framework, np))
+
+
+def test_diverged_ranks_on_3_hosts_reported_through_the_leaders():
+    """3 simulated hosts x 2 ranks, HERRING_CONTROL_PLANE=auto: a non-leader's report reaches
+    rank 0 through its host's leader and the leaders' tree; the verdict is the same."""
+    check_diverged("torch", 6, _run("torch", 6, hosts=3))
+
+
+def check_diverged(framework, np, per_rank):
     for r, seen in sorted(per_rank.items()):
         error = seen["deadlock_error"]
         assert error is not None, f"rank {r} got no error"

@@ -2,8 +2,8 @@
 master (two executor JVMs with their own Python workers), under HOROVOD_BACKEND=herring.
 
 One Spark application runs horovod.spark.run and TorchDistributor with "herring" and "gloo"
-and run_elastic (about 4-5 min on 2 busy cores); two more kill a rank mid-training, in a static
-and in an elastic job (about 1 min each)."""
+and run_elastic (about 4-5 min on 2 busy cores); three more kill a rank mid-training, in a static
+and an elastic Horovod job and under TorchDistributor (about 1 min each)."""
 
 import os
 import sys
@@ -86,4 +86,19 @@ def test_a_rank_killed_in_run_elastic_leaves_the_job_to_the_survivor(tmp_path):
     assert [(r["rank"], r["size"]) for r in ranks] == [(0, 1)], ranks
     # Full-batch steps: one rank on all rows computes the reference's steps too.
     assert_close(ranks[0]["weights"], engine_training.reference_weights(), "run_elastic survivor")
+    assert not leftovers, f"processes left running after the application: {leftovers}"
+
+
+def test_a_rank_killed_under_torch_distributor_fails_the_job_naming_it(tmp_path):
+    """DDP on "herring" under TorchDistributor, rank 1 SIGKILLed at step 2: the barrier stage fails
+    with TorchDistributor's error; the survivor's backward raises the engine's error naming rank 1
+    and its torchrun exits with status 1 (it died of SIGSEGV inside DDP's backward before the
+    engine's futures raised their errors where torch reads them); nothing is left running."""
+    results, run, leftovers = run_driver("spark_driver.py", ["td_herring_kill"], tmp_path, timeout=600, **ENV)
+    job = results["td_herring_kill"]
+    assert "error" in job and "TorchDistributor failed during training" in job["error"], job
+    assert "failed: rank 1: connection closed" in run.output, run.output[-6000:]
+    assert "rank      : 1" in run.output and "Signal 9 (SIGKILL)" in run.output, run.output[-6000:]
+    assert "failed (exitcode: 1) local_rank: 0" in run.output, run.output[-6000:]
+    assert "SIGSEGV" not in run.output and "exitcode: -11" not in run.output, run.output[-6000:]
     assert not leftovers, f"processes left running after the application: {leftovers}"

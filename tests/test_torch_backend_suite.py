@@ -70,14 +70,10 @@ NEEDS_GLOO_BODY = {
 
 # Tests gloo passes that herring fails, torch asking the same of every CPU backend: the gaps
 # this backend still has. name -> (the error they must fail with, why). Checked both ways: when
-# one passes, this test fails until it is removed from here.
-_ANY_SOURCE = (r"recv from any source is not supported",
-               "herring's point-to-point transfers name their peer (native/engine/p2p.cc): no any-source match")
-KNOWN_GAPS = {
-    "test_send_recv_any_source": _ANY_SOURCE,
-    "test_send_recv_any_source_autograd_profiler": _ANY_SOURCE,
-    "test_send_recv_any_source_torch_profiler": _ANY_SOURCE,
-}
+# one passes, this test fails until it is removed from here. None is left: the last three
+# (test_send_recv_any_source and its two profiler variants) pass since receives from any source
+# exist (native/engine/p2p_matcher.h).
+KNOWN_GAPS = {}
 
 
 def gloo_passes(world_size):

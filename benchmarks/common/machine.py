@@ -90,5 +90,6 @@ def facts(with_peer=True):
             "torch (peer environment)": peer.get("torch", "not used" if not with_peer else "not built"),
             "openmpi": ompi.group(1) if ompi else "not installed",
             "mpi4py": _version("mpi4py"),
+            "deepspeed (peer)": _version("deepspeed"),
         },
     }

@@ -2,7 +2,7 @@
 one allreduce at a time after a barrier, 4 KiB to 16 MiB, and the 1000-tiny-tensors step, for
 herring (with every cycle on its loop thread, the `loop-only` variant, and its first-round
 control plane, the `tcp-control` variant) beside torch-gloo,
-Horovod-gloo and Open MPI, the SyncBatchNorm-bound training step (herring beside DDP on gloo), with
+Horovod-gloo, Open MPI and (allreduce only) DeepSpeed's shared-memory allreduce, the SyncBatchNorm-bound training step (herring beside DDP on gloo), with
 the latency goals' verdicts.
 
     .venv/bin/python -m benchmarks.single_host.run --preset latency --out docs/benchmarks_latency.md \\
@@ -21,6 +21,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from benchmarks.common.formatting import fmt_bytes, fmt_time  # noqa: E402
 from benchmarks.common.paths import DOCS_DIR  # noqa: E402
+from benchmarks.single_host import peer_goal  # noqa: E402
 from benchmarks.single_host.plots import COLORS  # noqa: E402
 from benchmarks.single_host.results import Results  # noqa: E402
 
@@ -31,7 +32,7 @@ LARGE_GLOO_GOAL, LARGE_BOUND_GOAL = 5.0, 1.4
 # (label, stack, variant) in the tables' column order.
 COLUMNS = [("herring", "herring", ""), ("herring, cycles on the loop thread (loop-only)", "herring", "loop-only"),
            ("herring, first round (tcp-control)", "herring", "tcp-control"), ("torch-gloo", "torch-gloo", ""),
-           ("horovod-gloo", "horovod-gloo", ""), ("Open MPI", "mpi", "")]
+           ("horovod-gloo", "horovod-gloo", ""), ("Open MPI", "mpi", ""), ("DeepSpeed shm", "deepspeed-shm", "")]
 
 
 def medians(data, workload):
@@ -43,13 +44,20 @@ def medians(data, workload):
     return {k: statistics.median(v) for k, v in pooled.items()}
 
 
-def latency_table(lat, np, sizes):
-    rows = ["| Size | " + " | ".join(label for label, _, _ in COLUMNS) + " |",
-            "| --- |" + " --- |" * len(COLUMNS)]
+def columns_of(*results):
+    """The COLUMNS a run has records of in any of these medians() tables (a run from before a stack
+    existed shows no empty column for it; a stack with records elsewhere keeps its column)."""
+    return [c for c in COLUMNS if c[0] == "herring" or any(k[:2] == c[1:] for r in results for k in r)]
+
+
+def latency_table(lat, np, sizes, columns=None):
+    columns = columns or columns_of(lat)
+    rows = ["| Size | " + " | ".join(label for label, _, _ in columns) + " |",
+            "| --- |" + " --- |" * len(columns)]
     for size in sizes:
         ours = lat.get(("herring", "", np, size))
         cells = []
-        for _, stack, variant in COLUMNS:
+        for _, stack, variant in columns:
             t = lat.get((stack, variant, np, size))
             if t is None:
                 cells.append("-")
@@ -211,6 +219,8 @@ def section(data, doc_dir, img_dir):
         "HERRING_SMALL_MESSAGE_BYTES=0` (bit vectors through rank 0 over TCP, staged two-step shared-memory reduction): the path of the first round, in the same run. "
         "`loop-only` is the same engine with `HERRING_CALLER_RUNS_CYCLES=0`: every cycle runs on the engine's "
         "loop thread, which the waiting thread wakes and then sleeps until it is done. "
+        + ("`DeepSpeed shm` is `deepspeed.comm.inference_all_reduce` on DeepSpeed's shared-memory op "
+           "(docs/benchmarks_peers.md says how it works). " if any(k[0] == "deepspeed-shm" for k in lat) else "") +
         "Ratios are the stack's time over herring's (above 1: herring is faster). The last rows of the goal "
         "table are the large-size check of the same run: 64 MiB at np=4 (workload `allreduce-large`), "
         "against torch-gloo and against the memory-traffic bound measured in the run (docs/benchmarks.md "
@@ -220,21 +230,23 @@ def section(data, doc_dir, img_dir):
         "zero-copy allreduce at 9.0 ms against a 12.5 ms bound on an AMD EPYC and at 14.2 ms against 10.8 ms "
         "on an Intel Xeon).\n",
         "### Latency goals\n", goals(lat, tiny, syncbn, large, bound, nps, sizes), "",
+        "### At or ahead of every peer\n",
+        peer_goal.table({(k[0], k[2], k[3]): t for k, t in lat.items() if k[1] == ""}, nps, sizes),
     ]
     for np in nps:
-        parts += [f"### Allreduce, np={np}\n", latency_table(lat, np, sizes), ""]
+        parts += [f"### Allreduce, np={np}\n", latency_table(lat, np, sizes, columns_of(lat, tiny)), ""]
     if lat:
         parts.append(f"![latency]({os.path.relpath(img, doc_dir)})\n")
     if tiny:
         count = next((r.get("count") for r in data["records"] if r.get("workload") == "tiny"), "?")
         parts += [f"### {count} tiny tensors per step\n",
                   "Every tensor (one float32, its own name) submitted asynchronously, then all awaited; the median "
-                  "step time.\n", "| np | " + " | ".join(l for l, _, _ in COLUMNS) + " |",
-                  "| --- |" + " --- |" * len(COLUMNS)]
+                  "step time.\n", "| np | " + " | ".join(l for l, _, _ in columns_of(lat, tiny)) + " |",
+                  "| --- |" + " --- |" * len(columns_of(lat, tiny))]
         for np in sorted({k[2] for k in tiny}):
             ours = tiny.get(("herring", "", np, 4))
             cells = []
-            for _, stack, variant in COLUMNS:
+            for _, stack, variant in columns_of(lat, tiny):
                 t = tiny.get((stack, variant, np, 4))
                 shown_ratio = ours and (stack, variant) != ("herring", "")
                 cells.append("-" if t is None else fmt_time(t) + (f" ({t / ours:.2f}x)" if shown_ratio else ""))

@@ -8,7 +8,13 @@ import copy
 from dataclasses import dataclass, field
 
 KiB, MiB = 1 << 10, 1 << 20
-ALL_STACKS = ["herring", "herring-ring", "herring-zero-copy", "torch-gloo", "ddp-herring", "horovod-gloo", "mpi"]
+ALL_STACKS = ["herring", "herring-ring", "herring-zero-copy", "torch-gloo", "ddp-herring", "horovod-gloo", "mpi",
+              "deepspeed-shm"]
+# Stacks that offer an allreduce and nothing else: DeepSpeed's shm op has no training integration
+# for CPU data parallelism to compare (its ZeRO engine is not a Horovod-style allreduce of gradients).
+ALLREDUCE_ONLY_STACKS = ["deepspeed-shm"]
+# The peers herring must be at or ahead of (issue 27): other stacks, not herring's own variants.
+PEERS = ["torch-gloo", "horovod-gloo", "mpi", "deepspeed-shm"]
 # Stacks the 1000-tiny-tensors workload runs on: the ring variant negotiates exactly as herring does.
 TINY_STACKS = ["herring", "torch-gloo", "horovod-gloo", "mpi"]
 
@@ -87,7 +93,7 @@ def _latency():
     # herring's tcp-control variant is the first round's control plane, for a before/after; its
     # loop-only variant runs every cycle on the loop's thread (HERRING_CALLER_RUNS_CYCLES=0).
     # Every measurement warms up for half a second first (workloads.timed_loop says why).
-    latency_stacks = ["herring", "torch-gloo", "horovod-gloo", "mpi"]
+    latency_stacks = ["herring", "torch-gloo", "horovod-gloo", "mpi", "deepspeed-shm"]
     return dict(
         nps=[2, 4], stacks=latency_stacks + ["herring-zero-copy"], repeats=1,
         membw={"bytes": 64 * MiB, "trials": 2, "reps": 2},
@@ -119,7 +125,18 @@ def _ddp():
         workloads=[w for w in _full()["workloads"] if w["kind"] in ("gradset", "train")])
 
 
-PRESETS = {"smoke": _smoke, "quick": _quick, "full": _full, "latency": _latency, "ddp": _ddp}
+def _peers():
+    # Issue 27's goal range: herring against every peer (DeepSpeed's shm allreduce included), one
+    # allreduce at a time, 4 KiB to 64 MiB at np=2 and np=4, with the full preset's timing; stacks
+    # interleaved inside each rank count (Plan.launches). Report: benchmarks/single_host/peers_report.py.
+    return dict(
+        nps=[2, 4], stacks=["herring"] + PEERS, repeats=1,
+        membw={"bytes": 64 * MiB, "trials": 2, "reps": 2},
+        workloads=[{"id": "allreduce", "kind": "allreduce", "sizes": [4 * KiB * 4 ** k for k in range(8)],  # .. 64 MiB
+                    "timing": _timing(2, 5, 50, 1.5, warmup_seconds=0.5), "timeout": 600}])
+
+
+PRESETS = {"smoke": _smoke, "quick": _quick, "full": _full, "latency": _latency, "ddp": _ddp, "peers": _peers}
 
 
 @dataclass
@@ -148,6 +165,8 @@ class Plan:
 
 def _applies(spec, stack, variant, np):
     if stack not in spec.get("stacks", ALL_STACKS):
+        return False
+    if stack in ALLREDUCE_ONLY_STACKS and spec["kind"] != "allreduce":
         return False
     if np not in spec.get("nps", [np]):
         return False

@@ -12,7 +12,8 @@ from benchmarks.common.formatting import fmt_bytes  # noqa: E402
 from benchmarks.single_host.results import BOUND_MIN_BYTES  # noqa: E402
 
 COLORS = {"herring": "#d62728", "herring-ring": "#ff9896", "herring-zero-copy": "#8c1515", "torch-gloo": "#1f77b4",
-          "ddp-herring": "#ff7f0e", "horovod-gloo": "#2ca02c", "mpi": "#9467bd"}
+          "ddp-herring": "#ff7f0e", "horovod-gloo": "#2ca02c", "mpi": "#9467bd",
+          "deepspeed-shm": "#17becf"}
 
 
 def allreduce(res, np, path):

@@ -11,7 +11,7 @@ import os
 
 from benchmarks.common.formatting import fmt_bytes, fmt_rate, fmt_time
 from benchmarks.common.paths import report_dir_for, results_dir_for, shown
-from benchmarks.single_host import plots
+from benchmarks.single_host import peer_goal, plots
 from benchmarks.single_host.plan import ALL_STACKS
 from benchmarks.single_host.results import BOUND_MIN_BYTES, GOAL_NP, GOAL_SIZE, Results
 from benchmarks.single_host.stacks import STACKS
@@ -236,6 +236,9 @@ class Report:
             if path:
                 self.link(path, f"allreduce time and ratio to herring, np={np}")
                 self.add("")
+        if any(st in peer_goal.PEERS for st in res.stacks):
+            self.add("### At or ahead of every peer\n")
+            self.add(peer_goal.table(peer_goal.medians_of(res), nps, res.values("bytes", workload="allreduce")))
 
     def step_table(self, workload_ids, title, intro, plot_name):
         res = self.res
@@ -411,8 +414,9 @@ class Report:
             self.add(eflops_report.section(res, doc_dir, os.path.join(doc_dir, "img", "eflops_allreduce.png"),
                                            res.get("command", "python -m benchmarks.eflops.run")))
         from benchmarks.adasum import report as adasum_report
+        from benchmarks.autotune import report as autotune_report
         from benchmarks.elastic import report as elastic_report
-        from benchmarks.single_host import ddp_report, latency_report
+        from benchmarks.single_host import ddp_report, latency_report, peers_report
         img_dir = os.path.join(doc_dir, "img")
         # (results file, heading, its section's markdown from the loaded results)
         for name, heading, render in (
@@ -420,8 +424,11 @@ class Report:
                  elastic_report.section),
                 ("latency.json", "Latency: small collectives on one host",
                  lambda res: latency_report.section(res, doc_dir, img_dir)),
+                ("peers.json", "Every peer, DeepSpeed's shared-memory allreduce included: 4 KiB to 64 MiB",
+                 lambda res: peers_report.section(res, doc_dir, img_dir)),
                 ("ddp.json", "torch.distributed: DDP on the herring engine", ddp_report.section),
-                ("adasum.json", "Adasum against Sum", adasum_report.section)):
+                ("adasum.json", "Adasum against Sum", adasum_report.section),
+                ("autotune.json", "Autotune against the defaults", autotune_report.section)):
             path = os.path.join(results_dir, name)
             if os.path.exists(path):
                 with open(path) as f:

@@ -10,7 +10,8 @@ and the raw results.
         --np 4 --sizes 67108864 --out /tmp/b/benchmarks.md
 
 The Horovod-with-PyTorch peer environment is built on first use (about 5 minutes, cached in
-.cache/horovod-torch; --no-peer-setup skips that and reports the stack as unavailable)."""
+.cache/horovod-torch), and so is DeepSpeed's shm op (about a minute, .cache/deepspeed);
+--no-peer-setup skips both and reports those stacks as unavailable unless they were built before."""
 
 import argparse
 import json
@@ -20,7 +21,7 @@ import subprocess
 import sys
 import time
 
-from benchmarks.common import machine, peer_env
+from benchmarks.common import deepspeed_env, machine, peer_env
 from benchmarks.common.paths import DOCS_DIR, ROOT, WORKERS_DIR, results_dir_for, shown
 from benchmarks.single_host import stacks
 from benchmarks.single_host.plan import ALL_STACKS, PRESETS, make_plan
@@ -32,9 +33,15 @@ def log(msg):
 
 
 def setup_peers(plan, allow):
-    """Builds the Horovod-with-PyTorch environment if the plan needs it; returns {stack: reason}
-    for stacks that cannot run."""
+    """Builds the Horovod-with-PyTorch environment and the DeepSpeed peer if the plan needs them;
+    returns {stack: reason} for stacks that cannot run."""
     unavailable = {}
+    if "deepspeed-shm" in plan.stacks and allow:
+        log("setting up the DeepSpeed peer (cached; about a minute the first time)")
+        proc = subprocess.run(["bash", deepspeed_env.SETUP_SCRIPT], cwd=ROOT, capture_output=True, text=True)
+        if proc.returncode != 0:
+            unavailable["deepspeed-shm"] = ("setting up the DeepSpeed peer failed:\n"
+                                            + "\n".join(proc.stderr.strip().splitlines()[-20:]))
     if "horovod-gloo" in plan.stacks and allow:
         log("setting up the Horovod-with-PyTorch environment (cached; about 5 minutes the first time)")
         proc = subprocess.run(["bash", peer_env.SETUP_SCRIPT], cwd=ROOT, capture_output=True, text=True)
@@ -128,7 +135,8 @@ def main(argv=None):
     p.add_argument("--results", default=None, help="raw results JSON (default: single_host.json beside --out, "
                    "or in benchmarks/results/ when --out is in docs/)")
     p.add_argument("--cluster-results", default=None, help="JSON of the simulated-cluster harness to include")
-    p.add_argument("--no-peer-setup", action="store_true", help="do not build the Horovod-with-PyTorch environment")
+    p.add_argument("--no-peer-setup", action="store_true",
+                   help="do not build the Horovod-with-PyTorch environment or the DeepSpeed peer")
     args = p.parse_args(argv)
 
     herring_env = dict(kv.split("=", 1) for kv in args.herring_env)

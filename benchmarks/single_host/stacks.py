@@ -8,8 +8,11 @@ is reported as failed (with its error) and the run goes on.
     torch-gloo    torch.distributed, gloo backend, DistributedDataParallel for models (torchrun)
     ddp-herring   the same torch.distributed code on backend "herring" (hvd_herring.torch.distributed)
     horovod-gloo  stock Horovod 0.28.1 built with PyTorch and gloo, from its cached environment
-    mpi           Open MPI's MPI_Allreduce through mpi4py (mpirun)"""
+    mpi           Open MPI's MPI_Allreduce through mpi4py (mpirun)
+    deepspeed-shm DeepSpeed's shared-memory CPU allreduce (deepspeed.comm.inference_all_reduce),
+                  launched by DeepSpeed's own single-node launcher; allreduce workloads only"""
 
+import base64
 import json
 import os
 import re
@@ -21,7 +24,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 
-from benchmarks.common import peer_env
+from benchmarks.common import deepspeed_env, peer_env
 from benchmarks.common.paths import ROOT, WORKERS_DIR
 from benchmarks.common.worker_records import read_records
 
@@ -33,7 +36,7 @@ WORKER = os.path.join(WORKERS_DIR, "bench_worker.py")
 class Stack:
     name: str
     api: str                      # the worker's --api
-    launcher: str                 # horovodrun | torchrun | mpirun
+    launcher: str                 # horovodrun | horovodrun-peer | torchrun | mpirun | deepspeed
     env: dict = field(default_factory=dict)
     variants: dict = field(default_factory=dict)   # variant name -> extra environment
     description: str = ""
@@ -77,11 +80,18 @@ STACKS = {s.name: s for s in [
           "cached environment; launched by its own horovodrun --gloo"),
     Stack("mpi", "mpi", "mpirun", {},
           {}, "Open MPI's MPI_Allreduce / MPI_Iallreduce through mpi4py (mpirun --bind-to none --oversubscribe)"),
+    Stack("deepspeed-shm", "deepspeed", "deepspeed", {"DS_ACCELERATOR": "cpu"},
+          {}, "DeepSpeed " + deepspeed_env.VERSION + "'s shared-memory CPU allreduce: "
+          "`deepspeed.comm.inference_all_reduce` on its `deepspeed_shm_comm` op (ShareMemCommBuilder, built "
+          "once by benchmarks/peers/setup_deepspeed.sh) after `deepspeed.comm.init_distributed` on the CPU "
+          "accelerator (gloo group for set-up, barriers and the timing max); fp32, in place; launched by "
+          "DeepSpeed's single-node launcher (`python -m deepspeed.launcher.launch`, which sets LOCAL_SIZE); "
+          "OMP_NUM_THREADS=1 like every stack. Allreduce workloads only"),
 ]}
 
 # Knobs of the stacks under test that a caller's environment must not leak into a launch: each
 # stack runs with its own defaults unless the plan says otherwise.
-_SCRUBBED_PREFIXES = ("HOROVOD_", "HERRING_", "OMPI_", "PMIX_", "MASTER_", "TORCHELASTIC_")
+_SCRUBBED_PREFIXES = ("HOROVOD_", "HERRING_", "OMPI_", "PMIX_", "MASTER_", "TORCHELASTIC_", "DS_", "LOCAL_SIZE")
 _KEPT = ("HERRING_BENCH_CACHE", "HERRING_BENCH_COLLECTIVE_TIMEOUT")
 
 
@@ -107,6 +117,10 @@ def available(name):
     if stack.launcher == "horovodrun-peer" and not os.access(peer_env.python(), os.X_OK):
         return False, (f"the Horovod-with-PyTorch environment is missing ({peer_env.cache_dir()}); "
                        f"build it with: bash {os.path.relpath(peer_env.SETUP_SCRIPT, ROOT)}")
+    if stack.launcher == "deepspeed":
+        ok, why = deepspeed_env.ready()
+        if not ok:
+            return False, why
     if stack.launcher == "mpirun" and not _which("mpirun"):
         return False, "mpirun is not installed (apt-get install openmpi-bin libopenmpi-dev)"
     return True, ""
@@ -137,6 +151,15 @@ def command(name, np, worker_args, variant=None, extra_env=None):
         env = _base_env(BIN)
         argv = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", str(np),
                 sys.executable, WORKER]
+    elif stack.launcher == "deepspeed":
+        # What the `deepspeed` command runs for one node: its launch module with every local rank
+        # in world_info. It sets RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR/PORT and LOCAL_SIZE,
+        # which the shm op needs to know that every rank is local.
+        env = _base_env(BIN)
+        env.update(TORCH_EXTENSIONS_DIR=deepspeed_env.extensions_dir())   # the op built by the peer set-up
+        world_info = base64.urlsafe_b64encode(json.dumps({"localhost": list(range(np))}).encode()).decode()
+        argv = [sys.executable, "-u", "-m", "deepspeed.launcher.launch", f"--world_info={world_info}",
+                "--master_addr=127.0.0.1", f"--master_port={_free_port()}", "--no_local_rank", WORKER]
     else:
         raise ValueError(f"unknown launcher {stack.launcher}")
     env.update(extra)

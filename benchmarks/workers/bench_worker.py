@@ -3,7 +3,7 @@ a plan file in order. Rank 0 appends one JSON record per measurement to the resu
 not stdout, so no launcher's output prefixes matter); a rank whose workload fails appends an error
 record naming itself and the workload, then exits non-zero.
 
-    bench_worker.py --api {horovod,torch,mpi} --plan PLAN.json --out RESULTS.jsonl"""
+    bench_worker.py --api {horovod,torch,mpi,deepspeed} --plan PLAN.json --out RESULTS.jsonl"""
 
 import argparse
 import json
@@ -26,7 +26,7 @@ def append(path, record):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--api", choices=["horovod", "torch", "mpi"], required=True)
+    p.add_argument("--api", choices=["horovod", "torch", "mpi", "deepspeed"], required=True)
     p.add_argument("--plan", required=True, help="JSON file: {'workloads': [{'kind': ..., ...}]}")
     p.add_argument("--out", required=True, help="JSONL file rank 0 appends records to")
     args = p.parse_args()

@@ -4,6 +4,8 @@ the same code on every stack:
     horovod : Horovod's torch API (herring when HOROVOD_BACKEND=herring, else stock Horovod-gloo)
     torch   : torch.distributed with the gloo backend; models go through DistributedDataParallel
     mpi     : MPI_Allreduce / MPI_Iallreduce through mpi4py (Open MPI)
+    deepspeed : DeepSpeed's shared-memory CPU allreduce (deepspeed.comm.inference_all_reduce on its
+              deepspeed_shm_comm op) over a gloo process group; allreduce workloads only
 
 Each Comm offers: rank, size, barrier(), max_of(value), allreduce_(buffer) (sum in place),
 allreduce_many_(tensors) (submit all asynchronously, then wait for all), distribute(model,
@@ -186,9 +188,84 @@ class MpiComm:
         return None
 
 
+class DeepSpeedComm:
+    """DeepSpeed's CPU allreduce as its users get it: deepspeed.comm.init_distributed() on the CPU
+    accelerator (gloo, since oneccl_bindings_for_pytorch is not installed) builds or loads the
+    deepspeed_shm_comm op and maps every local rank's shared-memory workspace; then
+    deepspeed.comm.inference_all_reduce(t) reduces in place through that op (csrc/cpu/comm/shm.cpp:
+    below 1 MiB every rank sums all inputs, above it each rank sums a slice, in 32 MiB chunks).
+    The barrier and the timing max go through the same gloo group, outside the timed region."""
+    api = "deepspeed"
+
+    def __init__(self):
+        import torch
+        import torch.distributed as tdist
+        import deepspeed.comm as dist
+        import deepspeed.comm.comm as dist_state   # holds the live backend object (cdb)
+        from deepspeed.accelerator import get_accelerator
+        self.torch, self.tdist, self.dist = torch, tdist, dist
+        accel = get_accelerator()
+        if accel.device_name() != "cpu":
+            raise RuntimeError(f"DeepSpeed chose the {accel.device_name()!r} accelerator, not 'cpu'")
+        dist.init_distributed(dist_backend=accel.communication_backend_name(),
+                              timeout=datetime.timedelta(seconds=TIMEOUT_SECONDS))
+        self.rank, self.size = dist.get_rank(), dist.get_world_size()
+        self.backend = "deepspeed-shm"
+        # The op never unlinks its workspaces (shared_close is not called): 66 MiB per rank would
+        # stay in /dev/shm after every launch. Once every rank has mapped every workspace (the
+        # op's initialize waits until it could open each one, and the barrier follows it), each
+        # rank unlinks its own name; the mappings stay valid, and nothing is left even on a kill.
+        self.barrier()
+        name = "/dev/shm/deepspeed_allreduce_buffer_{}_{}_{}_{}".format(
+            os.getuid(), os.environ.get("MASTER_ADDR", ""), os.environ.get("MASTER_PORT", ""), self.rank)
+        try:
+            os.unlink(name)
+            mapped = True
+        except FileNotFoundError:
+            mapped = False
+        self._check_shm_op(dist_state.cdb, mapped, name)
+
+    def _check_shm_op(self, cdb, mapped, name):
+        """Refuses to measure anything but the shm op: inference_all_reduce silently falls back to
+        the gloo all_reduce when the op did not build, the CPU lacks its vector ISA, or the ranks
+        are not all local (LOCAL_SIZE != world size: then the op is never initialized)."""
+        why = []
+        if getattr(cdb, "shm_comm_op", None) is None:
+            why.append("the deepspeed_shm_comm op was not built or loaded")
+        elif getattr(cdb, "shm_vector_kernel_level", 0) < 1:
+            why.append(f"vector_kernel_level() is {cdb.shm_vector_kernel_level} (fp32 needs 1: AVX2)")
+        if not hasattr(self.torch.ops.deepspeed, "inference_all_reduce_"):
+            why.append("torch.ops.deepspeed.inference_all_reduce_ is not registered")
+        local = os.environ.get("LOCAL_SIZE")
+        if local != str(self.size):
+            why.append(f"LOCAL_SIZE is {local!r}, not the world size {self.size} (the op would not map "
+                       "shared memory)")
+        if not why and not mapped:
+            why.append(f"its shared-memory workspace {name} does not exist")
+        if why:
+            raise RuntimeError(f"rank {self.rank}: DeepSpeed's shm allreduce is not in use: " + "; ".join(why))
+
+    def barrier(self):
+        self.tdist.barrier()
+
+    def max_of(self, value):
+        t = self.torch.tensor([float(value)], dtype=self.torch.float64)
+        self.tdist.all_reduce(t, op=self.tdist.ReduceOp.MAX)
+        return t.item()
+
+    def make(self, n):
+        return self.torch.empty(n, dtype=self.torch.float32)
+
+    def allreduce_(self, buf):
+        self.dist.inference_all_reduce(buf, op=self.dist.ReduceOp.SUM)
+
+    def counters(self):
+        return None
+
+
 def _as_array(buf):
     return buf.numpy() if hasattr(buf, "numpy") else buf
 
 
 def connect(api):
-    return {"horovod": HorovodComm, "torch": TorchComm, "mpi": MpiComm}[api]()
+    return {"horovod": HorovodComm, "torch": TorchComm, "mpi": MpiComm, "deepspeed": DeepSpeedComm}[api]()

@@ -206,6 +206,9 @@ PYBIND11_MODULE(_native, m) {
            py::arg("zero_copy") = nullptr, py::arg("env") = std::map<std::string, std::string>{},
            py::call_guard<py::gil_scoped_release>())
       .def("shutdown", &Engine::Shutdown, py::call_guard<py::gil_scoped_release>())
+      .def("leave", &Engine::Leave, py::call_guard<py::gil_scoped_release>(),
+           "Leaves the job in order while the other ranks go on (torch.distributed's semantics; "
+           "shutdown() is Horovod's collective one).")
       .def("start_timeline", &Engine::StartTimeline, py::arg("path"), py::arg("mark_cycles"),
            py::call_guard<py::gil_scoped_release>())
       .def("stop_timeline", &Engine::StopTimeline, py::call_guard<py::gil_scoped_release>())

@@ -26,9 +26,13 @@ const std::vector<KnobSpec>& AllKnobs() {
        "Entries of the response cache; in steady state one bit-vector AND per cycle replaces the "
        "coordinator. 0 disables the cache.", true},
       {"HERRING_CONTROL_PLANE", "auto", "enum",
-       "How ranks agree each cycle. `auto`: when every rank is on one host (and neither PSLD nor "
-       "dedicated servers are on), the bit vectors meet in shared memory and each rank ANDs them "
-       "itself; otherwise, and with `tcp`, they go to rank 0 over TCP and rank 0 answers.", true},
+       "How ranks agree each cycle. `auto`: on one host the bit vectors meet in shared memory and "
+       "each rank ANDs them itself; across hosts the plane is hierarchical: each host ANDs in "
+       "shared memory, its first rank (the leader) combines the hosts' ANDs in a binomial tree over "
+       "TCP rooted at rank 0 and posts the result for its host, and the coordinator's rounds go up "
+       "and down the same tree (O(log hosts) messages per leader per cycle). `tcp`: the star, every "
+       "rank's vector to rank 0 over TCP and rank 0 answers everyone (O(ranks) at rank 0). PSLD "
+       "(HERRING_BALANCER=psld), dedicated servers and HERRING_ELASTIC_SLOTS always use the star.", true},
       {"HERRING_SMALL_MESSAGE_BYTES", "65536", "bytes",
        "Fused allreduces up to this size within one host take the one-step path: every rank "
        "writes its input to shared memory and reduces all inputs itself, in rank order (one "
@@ -47,6 +51,29 @@ const std::vector<KnobSpec>& AllKnobs() {
        "allreduce, each reduces the inputs at once, in rank order: one hand-off per collective "
        "instead of two (the AND, then the one-step exchange). The result is bitwise the same. "
        "0: the inputs always go through the one-step exchange.", false},
+      {"HOROVOD_AUTOTUNE", "0", "bool",
+       "Tune, while the job trains, the fusion threshold and cycle time (jointly, by Bayesian "
+       "optimisation of a Gaussian process, as Horovod's autotuner) and then "
+       "HERRING_SMALL_MESSAGE_BYTES and, across hosts, HERRING_ALLREDUCE, value by value; knobs "
+       "set in the environment stay fixed, as in Horovod. The score is the bytes the collectives "
+       "move per microsecond on rank 0; every rank switches settings in the same cycle (rank 0's "
+       "choice travels in a broadcast); the search ends on the best settings it measured.", true},
+      {"HERRING_AUTOTUNE_START", "", "string",
+       "Autotune: `<fusion threshold bytes>,<cycle time ms>` in force when the search starts, "
+       "instead of the knobs' values, and still tuned (benchmarks and tests show the search "
+       "leaving a bad start with it).", true},
+      {"HOROVOD_AUTOTUNE_LOG", "", "path",
+       "With HOROVOD_AUTOTUNE: rank 0 writes one CSV row per scored setting here (the last row, "
+       "note `best`, is what it settled on), flushed row by row.", false},
+      {"HOROVOD_AUTOTUNE_WARMUP_SAMPLES", "3", "int",
+       "Autotune: scores discarded at the start (the job warms up its caches).", false},
+      {"HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE", "10", "int",
+       "Autotune: a sample ends when some collective ran this many times in it; the score is the "
+       "median of 5 samples.", false},
+      {"HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES", "20", "int",
+       "Autotune: settings of fusion threshold and cycle time scored before it picks the best.", false},
+      {"HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE", "0.8", "float",
+       "Autotune: observation noise of the Gaussian process, relative to the scores' variance.", false},
       {"HOROVOD_DYNAMIC_PROCESS_SETS", "0", "bool",
        "Allow hvd.add_process_set / remove_process_set after init.", true},
       {"HOROVOD_TIMELINE", "", "path",
@@ -298,6 +325,26 @@ Config Config::FromEnvironment(const std::map<std::string, std::string>& env) {
   c.shm_slot_bytes = r.Int("HERRING_SHM_SLOT_BYTES", 4096);
   c.chunk_bytes = r.Int("HERRING_CHUNK_BYTES", 4096);
   c.zero_copy_bytes = r.Int("HERRING_ZERO_COPY_BYTES", 0);
+  c.autotune = r.Bool("HOROVOD_AUTOTUNE");
+  c.autotune_log = r.Raw("HOROVOD_AUTOTUNE_LOG");
+  const std::string start = r.Raw("HERRING_AUTOTUNE_START");
+  if (!start.empty()) {
+    char* end = nullptr;
+    c.autotune_start_fusion_bytes = std::strtod(start.c_str(), &end);
+    const bool comma = end != nullptr && *end == ',';
+    c.autotune_start_cycle_ms = comma ? std::strtod(end + 1, &end) : -1;
+    if (!comma || *end != '\0' || !(c.autotune_start_fusion_bytes >= 0) || !(c.autotune_start_cycle_ms >= 0)) {
+      KnobReader::Bad("HERRING_AUTOTUNE_START", start, "<fusion threshold bytes>,<cycle time ms>");
+    }
+  }
+  c.autotune_warmup_samples = static_cast<int>(r.Int("HOROVOD_AUTOTUNE_WARMUP_SAMPLES", 0));
+  c.autotune_steps_per_sample = static_cast<int>(r.Int("HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE", 1));
+  c.autotune_bayes_max_samples = static_cast<int>(r.Int("HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES", 1));
+  c.autotune_gp_noise = r.Double("HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE", 1e-6);
+  for (const auto& k : AllKnobs()) {
+    auto it = env.find(k.name);
+    if (it != env.end() && !it->second.empty()) c.set_in_environment.insert(k.name);
+  }
   r.Bool("HERRING_DIST_ZERO_COPY");  // the torch.distributed front reads it; a bad value fails init
   for (const auto& k : AllKnobs()) c.resolved[k.name] = r.Raw(k.name);
   return c;

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -13,7 +14,7 @@ namespace herring {
 struct KnobSpec {
   const char* name;
   const char* default_value;  // as a user would write it in the environment
-  const char* kind;           // bytes | int | ms | seconds | bool | enum | string | path
+  const char* kind;           // bytes | int | float | ms | seconds | bool | enum | string | path
   const char* description;
   bool must_match_across_ranks;  // checked at init: ranks that differ fail with a clear error
 };
@@ -67,6 +68,17 @@ struct Config {
   int64_t shm_slot_bytes;
   int64_t chunk_bytes;
   int64_t zero_copy_bytes;    // HERRING_ZERO_COPY_BYTES
+
+  bool autotune = false;             // HOROVOD_AUTOTUNE
+  std::string autotune_log;          // HOROVOD_AUTOTUNE_LOG
+  double autotune_start_fusion_bytes = -1;  // HERRING_AUTOTUNE_START; < 0: the knobs' values
+  double autotune_start_cycle_ms = -1;
+  int autotune_warmup_samples = 3;
+  int autotune_steps_per_sample = 10;
+  int autotune_bayes_max_samples = 20;
+  double autotune_gp_noise = 0.8;
+  // The knobs the environment sets (autotune keeps them fixed, as Horovod does).
+  std::set<std::string> set_in_environment;
 
   // Every knob's resolved text value (default where unset), by name.
   std::map<std::string, std::string> resolved;

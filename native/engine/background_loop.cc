@@ -48,16 +48,27 @@ void Engine::DrainControl() {
       continue;
     }
     if (m.type == kBlockedReport) {
-      if (deadlock_) deadlock_->Report(m.from, DecodeAwaited(m.payload));
+      RouteBlockedReport(m.from, m.payload);
       continue;
     }
+    if (m.type == kRelayedBlockedReport) {
+      int32_t origin = -1;
+      std::string report = DecodeRelayedReport(m.payload, &origin);
+      if (origin < 0 || origin >= world_size()) {
+        throw Error(Status::Internal("rank " + std::to_string(m.from) + " relayed a blocked report of rank " +
+                                     std::to_string(origin)));
+      }
+      RouteBlockedReport(origin, report);
+      continue;
+    }
+    if (m.type >= kContributeMessage && m.type <= kResponsesMessage) counters_.control_messages_received++;
     inbox_.push_back(std::move(m));
   }
 }
 
 Engine::Trigger Engine::LookForCycle() {
   const auto cycle_time = std::chrono::duration_cast<Clock::duration>(
-      std::chrono::duration<double, std::milli>(config_.cycle_time_ms));
+      std::chrono::duration<double, std::milli>(cycle_config_.cycle_time_ms));
   // After an agreed shutdown, peers closing their connections is expected, not a failure; after
   // a failure (a waiter's cycle may have failed) the loop ends and fails what is pending.
   if (stop_after_cycle_ || stopped_.load()) return {Trigger::kStop};
@@ -71,10 +82,13 @@ Engine::Trigger Engine::LookForCycle() {
                                 return m.type == kBeginMessage && CycleOf(m.payload) <= cycle_;
                               }),
                inbox_.end());
-  // Over TCP rank 0 learns of a cycle from a contribution; in shared memory everyone is invited.
-  const uint32_t invitation = rank() == 0 && !shm_bits_ ? kContributeMessage : kBeginMessage;
+  // Over TCP a parent (the star's rank 0, a leader in the hosts' tree) learns of a cycle from a
+  // child's contribution, a child from its parent's invitation; in shared memory everyone is
+  // invited by the post of whoever started it.
   for (const auto& m : inbox_) {
-    if (m.type == invitation && CycleOf(m.payload) == cycle_ + 1) return {Trigger::kRun};
+    if ((m.type == kContributeMessage || m.type == kBeginMessage) && CycleOf(m.payload) == cycle_ + 1) {
+      return {Trigger::kRun};
+    }
   }
   const bool invited = shm_bits_ && shm_bits_->SomeonePosted(cycle_ + 1);
   bool new_work = reannounce_ || shutdown_requested_.load() || membership_.HasPending();
@@ -228,6 +242,7 @@ void Engine::TakeNewRequests(std::vector<RequestMeta>* uncached, std::vector<uin
     }
     pending_.insert_or_assign(std::move(key), std::move(p));
   }
+  if (departures_.load() > 0) FailRequestsOfDepartedSets();  // submitted just as a member left
   reannounce_ = false;
   for (auto& kv : pending_) {
     Pending& p = kv.second;
@@ -295,24 +310,42 @@ std::vector<uint64_t> Engine::ReadyBits(bool has_uncached, bool has_stale) const
 void Engine::AttachShmControlPlane(Deadline deadline) {
   // The same decision on every rank: it depends only on knobs (whose fingerprints must match)
   // and on the topology everyone learned in the rendezvous.
-  const bool one_host = topo_.num_hosts() == 1 && world_size() > 1;
+  // PSLD's samples, dedicated servers and elastic slots change who negotiates or what rank 0
+  // hears from each rank: they keep the TCP star (the knob's row in the README says so).
   const bool extras = config_.psld_balancer || config_.dedicated_servers > 0 || config_.elastic_slots > 0;
-  if (!config_.shm_control_plane || !one_host || extras || !ShmBitsExchange::Fits(BitLayout(cache_.capacity()).words())) {
+  const size_t words = BitLayout(cache_.capacity()).words();
+  if (!config_.shm_control_plane || world_size() < 2 || extras || !ShmBitsExchange::Fits(words)) return;
+  if (topo_.num_hosts() == 1) {
+    shm_bits_ = ShmBitsExchange::Attach(ArenaName(-1) /* no process set has id -1 */, rank(), world_size(), deadline,
+                                        [this] { return CheckAbort(); });
+    shm_bell_.store(shm_bits_.get(), std::memory_order_release);
     return;
   }
-  shm_bits_ = ShmBitsExchange::Attach(ArenaName(-1) /* no process set has id -1 */, rank(), world_size(), deadline,
-                                      [this] { return CheckAbort(); });
-  shm_bell_.store(shm_bits_.get(), std::memory_order_release);
+  // Across hosts: each host's first rank leads it; the leaders' tree is rooted at rank 0, whose
+  // host comes first in the topology (hosts are numbered by their first rank).
+  std::vector<int> leaders;
+  for (int h = 0; h < topo_.num_hosts(); ++h) leaders.push_back(topo_.ranks_on_host(h).front());
+  if (leaders.front() != 0) return;  // cannot happen with hosts numbered by first rank; the star then
+  host_ranks_ = topo_.ranks_on_host(topo_.host_of(rank()));
+  host_leader_ = host_ranks_.front();
+  if (rank() == host_leader_) leader_tree_ = ControlTree::Binomial(leaders, rank());
+  hierarchical_ = true;
+  if (host_ranks_.size() > 1) {
+    shm_bits_ = ShmBitsExchange::AttachHost(ArenaName(-1), topo_.local_index(rank()), host_ranks_, words, deadline,
+                                            [this] { return CheckAbort(); });
+    shm_bell_.store(shm_bits_.get(), std::memory_order_release);
+  }
 }
 
 const Engine::Pending* Engine::LoneSmallAllreduce(size_t words) const {
-  if (!config_.inputs_with_bits || joined_ || pending_.size() != 1) return nullptr;
+  // Across hosts the vectors carry no inputs: the hosts' sums travel by TCP anyway.
+  if (!config_.inputs_with_bits || hierarchical_ || joined_ || pending_.size() != 1) return nullptr;
   const Pending& p = pending_.begin()->second;
   if (p.state != RequestState::kCached || p.request.meta.type != OpType::kAllreduce) return nullptr;
   const ProcessSet* set = sets_.Find(p.request.meta.process_set);
   if (set == nullptr || set->size() != world_size()) return nullptr;
   const size_t bytes = TensorBytes(cache_.at(p.position));
-  const size_t limit = std::min<size_t>(ShmBitsExchange::InputCapacity(words), static_cast<size_t>(config_.small_message_bytes));
+  const size_t limit = std::min<size_t>(ShmBitsExchange::InputCapacity(words), static_cast<size_t>(cycle_config_.small_message_bytes));
   return bytes > 0 && bytes <= limit ? &p : nullptr;
 }
 
@@ -333,9 +366,8 @@ void Engine::PostBitsInSharedMemory(const std::vector<uint64_t>& mine) {
   shm_bits_->PostWithInput(cycle_, mine, lone->position, static_cast<uint32_t>(batch.total_bytes()));
 }
 
-std::vector<uint64_t> Engine::AgreeOnBitsInSharedMemory(const std::vector<uint64_t>& mine) {
-  inputs_with_bits_ = InputsWithBits{};
-  PostBitsInSharedMemory(mine);
+std::vector<uint64_t> Engine::AwaitLocalRanks(
+    const std::function<Status(Deadline, std::vector<uint64_t>*)>& await) {
   // Ranks that have not posted yet may be idle, blocked until something wakes them, so the late
   // ones are invited. A waiter's cycle (a synchronous collective, which every rank calls) invites
   // them only after a grace period: usually they are on their way, and an invitation then wakes
@@ -351,7 +383,7 @@ std::vector<uint64_t> Engine::AgreeOnBitsInSharedMemory(const std::vector<uint64
   std::vector<uint64_t> agreed;
   while (true) {
     // Bounded by peer liveness, as over TCP: a second at a time, checking the world in between.
-    Status s = shm_bits_->AwaitAnd(cycle_, mine.size(), invited ? Deadline::AfterSeconds(1) : grace, &agreed);
+    Status s = await(invited ? Deadline::AfterSeconds(1) : grace, &agreed);
     if (s.ok()) break;
     if (!invited && s.code() == StatusCode::kTimeout) {
       shm_bits_->InviteLate(cycle_);
@@ -363,6 +395,12 @@ std::vector<uint64_t> Engine::AgreeOnBitsInSharedMemory(const std::vector<uint64
     if (!world.ok()) throw Error(world);  // the transport's account names the rank and the cause
     if (s.code() != StatusCode::kTimeout) throw Error(s);
   }
+  return agreed;
+}
+
+std::vector<uint64_t> Engine::AgreeOnBitsInSharedMemory(const std::vector<uint64_t>& mine) {
+  inputs_with_bits_ = InputsWithBits{};
+  std::vector<uint64_t> agreed = AwaitHostAnd(mine);
   counters_.shm_negotiations++;
   uint32_t position = 0;
   std::vector<const void*> inputs;
@@ -373,52 +411,33 @@ std::vector<uint64_t> Engine::AgreeOnBitsInSharedMemory(const std::vector<uint64
   return agreed;
 }
 
+std::vector<uint64_t> Engine::AwaitHostAnd(const std::vector<uint64_t>& mine) {
+  if (!shm_bits_) return mine;  // a host of one rank (the hierarchical plane)
+  PostBitsInSharedMemory(mine);
+  return AwaitLocalRanks([&](Deadline until, std::vector<uint64_t>* out) {
+    return shm_bits_->AwaitAnd(cycle_, mine.size(), until, out);
+  });
+}
+
 std::vector<uint64_t> Engine::AgreeOnBits(const std::vector<uint64_t>& mine) {
   if (membership_.world().size() == 1) return mine;
+  if (hierarchical_) return AgreeOnBitsAcrossHosts(mine);
   if (shm_bits_) return AgreeOnBitsInSharedMemory(mine);
-  if (rank() != 0) {
-    transport_->SendControl(0, kContributeMessage, EncodeContribution(cycle_, mine, psld_->TakeSamples()));
-    uint64_t c;
-    std::vector<MapUpdate> maps;
-    auto agreed = DecodeResult(AwaitControl(0, kResultMessage).payload, &c, &maps, membership_.announced());
-    if (agreed.size() != mine.size()) throw Error(Status::Internal("rank 0 answered with a bit vector of another size"));
-    for (const auto& m : maps) ApplyMapUpdate(m);
-    return agreed;
-  }
-  // Rank 0: invite the ranks that have not contributed yet, then AND everything.
-  std::set<int> contributed;
-  for (const auto& m : inbox_) {
-    if (m.type == kContributeMessage && CycleOf(m.payload) == cycle_) contributed.insert(m.from);
-  }
-  for (int r : membership_.world()) {
-    if (r != 0 && !contributed.count(r)) transport_->SendControl(r, kBeginMessage, EncodeCycle(cycle_));
-  }
-  std::vector<uint64_t> agreed = mine;
-  for (int r : membership_.world()) {
-    if (r == 0) continue;
-    uint64_t c;
-    std::vector<ShardSample> samples;
-    auto theirs = DecodeContribution(AwaitControl(r, kContributeMessage).payload, &c, &samples);
-    psld_->Receive(samples);
-    if (theirs.size() != agreed.size()) {
-      throw Error(Status::Internal("rank " + std::to_string(r) + " contributed a bit vector of another size"));
-    }
-    for (size_t w = 0; w < agreed.size(); ++w) agreed[w] &= theirs[w];
-  }
-  std::vector<MapUpdate> maps;
-  if (auto decided = psld_->TakeDecision()) maps.push_back(std::move(*decided));
-  const std::string result = EncodeResult(cycle_, agreed, maps, membership_.AnnouncePending());
-  for (int r : membership_.world()) {
-    if (r != 0) transport_->SendControl(r, kResultMessage, result);
-  }
-  for (const auto& m : maps) ApplyMapUpdate(m);
-  return agreed;
+  // The star (control_plane.cc): rank 0 invites the ranks that have not contributed yet, ANDs
+  // everything and answers everyone.
+  const ControlTree star = StarTree();
+  InviteChildren(star);
+  return AgreeInTree(star, mine);
 }
 
 void Engine::CoordinatorRound(const std::vector<RequestMeta>& uncached, const std::vector<uint32_t>& stale,
                               std::vector<Response>* responses, std::vector<uint32_t>* evict) {
+  if (hierarchical_) {
+    CoordinatorRoundAcrossHosts(uncached, stale, responses, evict);
+    return;
+  }
   if (rank() != 0) {
-    transport_->SendControl(0, kUncachedMessage, EncodeUncached(cycle_, uncached, stale));
+    SendNegotiation(0, kUncachedMessage, EncodeUncached(cycle_, uncached, stale));
     uint64_t c;
     DecodeResponses(AwaitControl(0, kResponsesMessage).payload, &c, responses, evict);
     return;
@@ -441,7 +460,7 @@ void Engine::CoordinatorRound(const std::vector<RequestMeta>& uncached, const st
   evict->assign(evicted.begin(), evicted.end());
   const std::string message = EncodeResponses(cycle_, *responses, *evict);
   for (int r : membership_.world()) {
-    if (r != 0) transport_->SendControl(r, kResponsesMessage, message);
+    if (r != 0) SendNegotiation(r, kResponsesMessage, message);
   }
 }
 
@@ -523,6 +542,8 @@ void Engine::ReportBlocked(bool new_work) {
   }
   if (deadlock_) {
     deadlock_->Report(rank(), std::move(awaited));
+  } else if (hierarchical_) {
+    RouteBlockedReport(rank(), EncodeAwaited(awaited));  // through the host's leader and the tree
   } else {
     transport_->SendControl(0, kBlockedReport, EncodeAwaited(awaited));
   }
@@ -611,7 +632,10 @@ void Engine::RunCycleSteps() {
       if (it != pending_.end()) timeline_->End(Timeline::TensorLane(OpTypeName(r.type), r.name));
     }
   }
+  BeginDepartures(ready);
   Execute(ready);
+  CompleteDepartures(ready);
+  AutotuneAfterCycle();
   inputs_with_bits_ = InputsWithBits{};  // they live in the notice areas, which the next cycles reuse
   // Servers join and leave between two steps: after this cycle's collectives, on every rank.
   for (const auto& c : membership_.TakeAnnounced()) ApplyMembership(c);

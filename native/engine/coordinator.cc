@@ -188,6 +188,16 @@ Coordinator::Coordinator(int world_size, const ProcessSetTable* sets)
     : world_size_(world_size), sets_(sets) {}
 
 void Coordinator::Submit(const RequestMeta& request) {
+  if (request.type == OpType::kLeave) {
+    // Only the leaving rank submits it: decided at once, announced to every rank this cycle.
+    Response r;
+    r.type = OpType::kLeave;
+    r.name = request.name;
+    r.process_set = 0;
+    r.root = request.rank;
+    ready_.push_back(r);
+    return;
+  }
   if (request.type == OpType::kJoin) {
     joined_.insert(request.rank);
     last_joined_ = request.rank;
@@ -313,6 +323,19 @@ void Coordinator::FailEntries(const std::vector<std::pair<int32_t, std::string>>
     joined_.clear();
     last_joined_ = -1;
   }
+}
+
+void Coordinator::ForgetSetsWith(int rank) {
+  std::vector<Key> kept;
+  for (const Key& key : arrival_) {
+    const ProcessSet* set = sets_->Find(key.first);
+    if (set != nullptr && set->contains(rank)) {
+      table_.erase(key);
+    } else {
+      kept.push_back(key);
+    }
+  }
+  arrival_ = std::move(kept);
 }
 
 std::vector<Coordinator::Stalled> Coordinator::StalledEntries(double min_age_seconds) const {

@@ -48,6 +48,9 @@ class Coordinator {
   // the responses go out with the next coordinator round.
   void FailEntries(const std::vector<std::pair<int32_t, std::string>>& keys, bool fail_join,
                    const std::string& error);
+  // A rank left the job (engine/departures.cc): the collectives of the sets it is in can never
+  // complete, and every member fails its own; their entries are dropped without a response.
+  void ForgetSetsWith(int rank);
   // Responses decided outside the table wait for a coordinator round.
   bool HasDecided() const { return !ready_.empty(); }
 

@@ -28,6 +28,7 @@ Engine::Engine(EngineOptions options)
     psld_ = std::make_unique<PsldPolicy>(config_.psld_balancer, rank() == 0, config_.balance_interval);
     ops_ = std::make_unique<OperationManager>(config_);
     timeline_ = Timeline::Open(config_.timeline, rank(), config_.timeline_mark_cycles);
+    StartAutotune();
     last_cycle_start_ = Clock::now();
     loop_ = std::thread([this] { Loop(); });
     return;
@@ -66,6 +67,7 @@ Engine::Engine(EngineOptions options)
   psld_ = std::make_unique<PsldPolicy>(config_.psld_balancer, rank() == 0, config_.balance_interval);
   if (config_.elastic_slots > 0) PublishWorld();
   AttachShmControlPlane(deadline);
+  StartAutotune();
   last_cycle_start_ = Clock::now();
   loop_ = std::thread([this] { Loop(); });
   HLOG(Debug) << "engine up: " << size() << " ranks on " << topo_.num_hosts() << " hosts, launcher "
@@ -274,6 +276,12 @@ void Engine::ValidateAndComplete(Request* request) const {
           ShapeToString({members.begin(), members.end()}));
     }
     root_is_member = std::binary_search(members.begin(), members.end(), m.root);
+    const int departed = m.type == OpType::kLeave ? -1 : DepartedMemberLocked(*set);
+    if (departed >= 0) {
+      throw Error(Status::Aborted(op + " '" + m.name + "' on rank " + std::to_string(rank()) + ": " +
+                                  DepartureText(departed) + ", and process set " + std::to_string(m.process_set) +
+                                  " " + ShapeToString({members.begin(), members.end()}) + " includes it"));
+    }
   }
   if (request->buffers.size() != m.tensors.size()) bad("internal: buffers do not match tensors");
   const bool carries_tensors = m.type == OpType::kAllreduce || m.type == OpType::kAllgather ||
@@ -479,6 +487,8 @@ void Engine::Fail(const Status& status) {
       if (r != rank() && transport_->PeerStatus(r).ok()) transport_->SendControl(r, kAbortMessage, status.message());
     }
   }
+  // The host's ranks waiting for this rank's post or result (the control plane) learn the cause.
+  if (ShmBitsExchange* bits = shm_bell_.load(std::memory_order_acquire)) bits->Poison(status.message());
   std::lock_guard<std::mutex> lock(sets_mu_);
   for (int32_t id : sets_.ids()) {
     if (ProcessSet* s = sets_.Find(id); s && s->arena) s->arena->Poison(status.message());

@@ -5,6 +5,7 @@
 // Adapters (torch, TF) only Enqueue requests and wait on handles.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -25,6 +26,8 @@
 #include "engine/coordinator.h"
 #include "runtime/counters.h"
 #include "engine/deadlock_detector.h"
+#include "engine/control_tree.h"
+#include "engine/p2p_matcher.h"
 #include "engine/shm_bits_exchange.h"
 #include "runtime/fault_injector.h"
 #include "runtime/handle_table.h"
@@ -36,6 +39,7 @@
 #include "ps/psld_policy.h"
 #include "engine/r2sp_sessions.h"
 #include "engine/server_membership.h"
+#include "tuning/autotuner.h"
 #include <optional>
 #include "runtime/topology.h"
 #include "ops/operation_manager.h"
@@ -101,6 +105,12 @@ class Engine {
   // Negotiated with every rank (Horovod semantics: one rank shutting down stops the job), then the
   // connections close. Never hangs: bounded by HERRING_TIMEOUT_SECONDS. Idempotent.
   void Shutdown();
+  // This rank leaves the job in order while the others go on (torch.distributed: destroy_process_group,
+  // or the end of a process whose engine torch started): agreed with every rank in one cycle,
+  // then the connections close with a goodbye. Collectives of the process sets that include it
+  // fail on their members, naming it; the other sets keep working. Rank 0, which coordinates
+  // negotiation, first waits until the others have left (engine/departures.cc). Idempotent.
+  void Leave();
   // hvd.start_timeline / stop_timeline (Horovod's): start writing this rank's trace to
   // Timeline::PathFor(path, rank()) (a running trace is closed first), or stop. Applied between two
   // cycles (under cycle_mu_). Throws InvalidArgument unless HOROVOD_TIMELINE is set (a path or
@@ -162,6 +172,9 @@ class Engine {
   // only the two ranks take part. Matched in order per (peer, tag); `tag` < 2^20.
   CompletionPtr P2pSend(int peer, uint32_t tag, const void* data, size_t bytes);
   CompletionPtr P2pRecv(int peer, uint32_t tag, void* data, size_t bytes);
+  // From whichever of `peers` (global ranks; this rank is left out) sends first with `tag`:
+  // torch's recv without a source. The result names the sender (engine/p2p_matcher.h).
+  AnySourceReceivePtr P2pRecvAny(const std::vector<int>& peers, uint32_t tag, void* data, size_t bytes);
 
   // The counters, plus the transport's sockets: open_sockets (connected TCP sockets to peers) and
   // connected_peers (peers with any), which the scale benchmark reads per rank.
@@ -228,15 +241,39 @@ class Engine {
   std::vector<uint64_t> ReadyBits(bool has_uncached, bool has_stale) const;
   std::vector<uint64_t> AgreeOnBits(const std::vector<uint64_t>& mine);
   std::vector<uint64_t> AgreeOnBitsInSharedMemory(const std::vector<uint64_t>& mine);
+  // Waits for this host's ranks through `await` (the shared-memory AND, or the leader's posted
+  // result), inviting the late ones; throws the world's failure.
+  std::vector<uint64_t> AwaitLocalRanks(const std::function<Status(Deadline, std::vector<uint64_t>*)>& await);
   // The request whose input may travel with this cycle's bit vector (HERRING_INPUTS_WITH_BITS):
   // this rank's only request, a cached allreduce of the whole world that fits beside the vector
   // and within HERRING_SMALL_MESSAGE_BYTES; null if there is none. The one-step path uses the
   // inputs (ReduceHostInOneStep); any other algorithm ignores them.
   const Pending* LoneSmallAllreduce(size_t words) const;
   void PostBitsInSharedMemory(const std::vector<uint64_t>& mine);  // with that input, if there is one
+  // Posts `mine` in this host's exchange, invites the late local ranks and returns the host's AND.
+  std::vector<uint64_t> AwaitHostAnd(const std::vector<uint64_t>& mine);
+  // The hierarchical plane (control_plane.cc): the host ANDs in shared memory, its leader combines
+  // the hosts' ANDs in a binomial tree over TCP and posts the result for the host's other ranks.
+  std::vector<uint64_t> AgreeOnBitsAcrossHosts(const std::vector<uint64_t>& mine);
+  // The TCP part, over `tree` (the star, or the leaders' tree): invites the children that have not
+  // contributed, ANDs their contributions into `mine`, sends the subtree's AND up and the result
+  // down; the root adds PSLD's maps and membership announcements.
+  void InviteChildren(const ControlTree& tree);
+  std::vector<uint64_t> AgreeInTree(const ControlTree& tree, std::vector<uint64_t> mine);
+  // The star over today's world (HERRING_CONTROL_PLANE=tcp and the combinations that need it).
+  ControlTree StarTree() const;
   void AttachShmControlPlane(Deadline deadline);
   void CoordinatorRound(const std::vector<RequestMeta>& uncached, const std::vector<uint32_t>& stale,
                         std::vector<Response>* responses, std::vector<uint32_t>* evict);
+  // The same over the hierarchical plane: each leader gathers its host's and its children's
+  // requests, sends them up in one message, and passes rank 0's responses down.
+  void CoordinatorRoundAcrossHosts(const std::vector<RequestMeta>& uncached, const std::vector<uint32_t>& stale,
+                                   std::vector<Response>* responses, std::vector<uint32_t>* evict);
+  // Every negotiation message goes through here: counted (control_messages_sent).
+  void SendNegotiation(int peer, uint32_t type, const std::string& payload);
+  // A blocked report of rank `origin` (kBlockedReport's payload): rank 0's detector takes it;
+  // on the hierarchical plane other ranks pass it to their leader, leaders to their parent.
+  void RouteBlockedReport(int origin, const std::string& report);
   void RevertCachedAt(uint32_t position);
   void UncacheStalled();
   // Deadlocks (engine/deadlock_detector.h): every rank reports what it is blocked on; rank 0
@@ -245,6 +282,13 @@ class Engine {
   void CheckDeadlock();
   void ApplyMapUpdate(const MapUpdate& update);
   Status WorldFailure() const;  // a failure of a rank still in the job (retired ranks say goodbye)
+
+  // Departures (departures.cc): ranks that left in order.
+  std::string DepartureText(int departed) const;
+  int DepartedMemberLocked(const ProcessSet& set) const;  // sets_mu_ held: a member that left, or -1
+  void BeginDepartures(const std::vector<Response>& ready);     // the cycle's agreed leaves, before execution
+  void CompleteDepartures(const std::vector<Response>& ready);  // ... and after it
+  void FailRequestsOfDepartedSets();  // pending, queued and held requests of sets with a member that left
 
   // Elastic dedicated servers (membership.cc).
   void JoinRunningJob(const EngineOptions& options, Deadline deadline);
@@ -277,6 +321,15 @@ class Engine {
   bool HeldRequestAwaited(const Key& key) const;  // a request held behind `key` is waited on
   ExecContext MakeContext(ProcessSet& set, uint32_t unit);
 
+  // HOROVOD_AUTOTUNE (autotune.cc).
+  void StartAutotune();
+  void ObserveForAutotune(const Response& response);  // a collective this cycle ran (rank 0)
+  // After each cycle: puts received settings in force, schedules the next broadcast of rank 0's.
+  void AutotuneAfterCycle();
+  void PublishTunedSettings();  // into the counters (hvd_herring.counters())
+  // The operation manager of the allreduce algorithm in force.
+  OperationManager& Ops();
+
   Config config_;
   LaunchInfo launch_;
   Topology topo_;
@@ -286,6 +339,10 @@ class Engine {
   std::shared_ptr<ZeroCopyMemory> zero_copy_;  // from EngineOptions, for ExecContext
   mutable std::mutex sets_mu_;  // guards the table's structure: adapters look sets up
   ProcessSetTable sets_;
+  std::vector<int> departed_;  // ranks that left the job in order (guarded by sets_mu_)
+  std::atomic<int> departures_{0};  // how many: a check without the lock (the loop; rank 0's Leave)
+  std::mutex departures_mu_;         // with departures_cv_: rank 0's Leave waits for the others'
+  std::condition_variable departures_cv_;
   const ProcessSet* global_set_ = nullptr;  // id 0: every worker
   ResponseCache cache_;
   std::unique_ptr<Coordinator> coordinator_;  // rank 0 only
@@ -303,6 +360,13 @@ class Engine {
   // The same, for Wake() on other threads (the transport's, the application's): set once, after
   // the attach, before the loop starts.
   std::atomic<ShmBitsExchange*> shm_bell_{nullptr};
+  // The hierarchical plane (HERRING_CONTROL_PLANE=auto across hosts): shm_bits_ is this host's
+  // exchange; host_leader_ (the host's first rank) talks over TCP in leader_tree_, whose root is
+  // rank 0; host_ranks_ are this host's ranks, by local index.
+  bool hierarchical_ = false;
+  int host_leader_ = -1;
+  std::vector<int> host_ranks_;
+  ControlTree leader_tree_;
   // This cycle's inputs that came with the bit vectors (every rank posted one for the same
   // cached allreduce), by rank; empty: none. Valid until the cycle ends.
   struct InputsWithBits {
@@ -319,7 +383,8 @@ class Engine {
   // After transport_: destroyed before it (its servers use the transport).
   std::unique_ptr<R2spSessions> r2sp_;
   std::mutex p2p_mu_;
-  std::map<std::tuple<int, uint32_t, bool>, uint64_t> p2p_sequence_;  // (peer, tag, send): messages so far
+  std::unique_ptr<P2pMatcher> p2p_;  // point-to-point matching, made at the first transfer (p2p_mu_)
+  P2pMatcher& p2p();
 
   // Shared between adapters and the loop.
   mutable std::mutex queue_mu_;
@@ -369,7 +434,22 @@ class Engine {
   bool joined_ = false;
   bool reannounce_ = false;       // a cached request lost its entry and must be announced again
   Clock::time_point last_activity_ = Clock::now();  // a request taken or completed here
-  std::vector<AwaitedCollective> reported_awaited_;  // what rank 0 last heard we are blocked on
+  std::vector<AwaitedCollective> reported_awaited_;
+  // config_ with the autotuner's settings in force: what cycles read (config_ is what the
+  // environment said; threads outside cycles read that).
+  Config cycle_config_;
+  std::unique_ptr<Autotuner> autotuner_;  // rank 0, with HOROVOD_AUTOTUNE
+  struct AutotuneState {
+    bool enabled = false;    // still syncing settings
+    bool in_flight = false;  // a settings broadcast is queued or running
+    bool received = false;   // it completed in this cycle
+    uint64_t applied_version = 0;
+    std::array<double, 6> buffer{};       // version, active, then TunedSettings' fields
+    std::vector<std::string> names;       // rank 0: what this cycle ran
+    int64_t bytes = 0;
+  } autotune_;
+  std::map<int, std::unique_ptr<OperationManager>> ops_by_algorithm_;  // other than config_'s
+  // what rank 0 last heard we are blocked on
   bool stop_after_cycle_ = false; // shutdown was agreed
   ScratchBuffer joined_zeros_, joined_sink_;
 

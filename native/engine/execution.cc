@@ -20,18 +20,25 @@ bool Fusable(const Response& a, const Response& b) {
 }  // namespace
 
 ExecContext Engine::MakeContext(ProcessSet& set, uint32_t unit) {
-  return ExecContext{config_, *transport_, set, topo_, rank(), MakeTagBase(cycle_, unit), counters_,
+  return ExecContext{cycle_config_, *transport_, set, topo_, rank(), MakeTagBase(cycle_, unit), counters_,
                      [this] { return CheckAbort(); }, timeline_.get(), "", &faults_, {}, zero_copy_.get()};
 }
 
 void Engine::Execute(const std::vector<Response>& ready) {
+  if (autotuner_) {
+    for (const Response& r : ready) {
+      const ProcessSet* set = sets_.Find(r.process_set);
+      if (r.ok() && set != nullptr && set->contains(rank())) ObserveForAutotune(r);
+    }
+  }
   std::vector<bool> done(ready.size(), false);
-  const size_t threshold = static_cast<size_t>(config_.fusion_threshold_bytes);
+  const size_t threshold = static_cast<size_t>(cycle_config_.fusion_threshold_bytes);
   for (size_t i = 0; i < ready.size(); ++i) {
     if (done[i]) continue;
     done[i] = true;
     const Response& r = ready[i];
     const uint32_t unit = static_cast<uint32_t>(i);  // the same on every rank
+    if (r.type == OpType::kLeave) continue;  // applied around execution (departures.cc)
     // Process-set changes and join concern every rank; the rest only the members.
     if (r.type == OpType::kAddProcessSet || r.type == OpType::kRemoveProcessSet || r.type == OpType::kJoin) {
       ExecuteOne(r, unit);
@@ -207,7 +214,7 @@ void Engine::ExecuteAllreduceBatch(const std::vector<const Response*>& responses
     }
     TimelineOperation op(timeline_.get(), std::move(lanes), "ALLREDUCE",
                          timeline_ ? std::to_string(batch.total_bytes()) + " bytes in " + ctx.lane : std::string());
-    const char* impl = ops_->Allreduce(ctx, batch);
+    const char* impl = Ops().Allreduce(ctx, batch);
     if (timeline_) op.SetEndArgs(std::string("\"implementation\": \"") + impl + "\"");
   }
   if (config_.verify) {
@@ -266,7 +273,7 @@ void Engine::ExecuteOne(const Response& r, uint32_t unit) {
   if (timeline_) ctx.lane = Timeline::TensorLane(OpTypeName(r.type), r.name);
   {
     TimelineOperation op(timeline_.get(), {ctx.lane}, Timeline::UpperName(OpTypeName(r.type)));
-    ops_->Run(r.type, ctx, r, io, &result);
+    Ops().Run(r.type, ctx, r, io, &result);
   }
   if (config_.verify && (r.type == OpType::kBroadcast || r.type == OpType::kAllgather)) {
     uint64_t h = 0;

@@ -16,7 +16,8 @@ bool ResponseCache::Cacheable(const Response& r) {
   switch (r.type) {
     case OpType::kJoin:
     case OpType::kAddProcessSet:
-    case OpType::kRemoveProcessSet: return false;
+    case OpType::kRemoveProcessSet:
+    case OpType::kLeave: return false;
     default: return true;
   }
 }

@@ -1,5 +1,6 @@
 #include "engine/shm_bits_exchange.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace herring {
@@ -8,12 +9,22 @@ bool ShmBitsExchange::Fits(size_t words) { return HeaderOffset(words) + 64 <= Sh
 
 std::unique_ptr<ShmBitsExchange> ShmBitsExchange::Attach(const std::string& name, int rank, int size,
                                                          Deadline deadline, std::function<Status()> check_abort) {
+  std::vector<int> everyone(size);
+  for (int r = 0; r < size; ++r) everyone[r] = r;
+  return AttachHost(name, rank, everyone, 0, deadline, std::move(check_abort));
+}
+
+std::unique_ptr<ShmBitsExchange> ShmBitsExchange::AttachHost(const std::string& name, int local_index,
+                                                             const std::vector<int>& member_ranks, size_t result_words,
+                                                             Deadline deadline, std::function<Status()> check_abort) {
   ShmArenaOptions o;
   o.name = name;
-  o.local_index = rank;
-  o.local_size = size;
-  o.slot_bytes = 64;  // the vectors travel in the notice areas; the slots go unused
-  for (int r = 0; r < size; ++r) o.member_ranks.push_back(r);
+  o.local_index = local_index;
+  o.local_size = static_cast<int>(member_ranks.size());
+  // The vectors travel in the notice areas; the result area (slot_bytes long) holds the leader's
+  // two halves of results, if any.
+  o.slot_bytes = std::max<size_t>(64, 2 * HeaderOffset(result_words));
+  o.member_ranks = member_ranks;
   o.deadline = deadline;
   o.check_abort = std::move(check_abort);
   // The other ranks usually post within microseconds of each other; a futex sleep and wake-up
@@ -22,6 +33,14 @@ std::unique_ptr<ShmBitsExchange> ShmBitsExchange::Attach(const std::string& name
   o.spin = kSpin;
   static_assert(kInvitationGrace < kSpin, "the grace before invitations is spent spinning, not asleep");
   return std::unique_ptr<ShmBitsExchange>(new ShmBitsExchange(ShmArena::Attach(o)));
+}
+
+ShmBitsExchange::ShmBitsExchange(std::unique_ptr<ShmArena> arena) : arena_(std::move(arena)) {
+  for (int r = 0; r < arena_->local_size(); ++r) present_.push_back(r);
+}
+
+void ShmBitsExchange::MarkDeparted(int rank) {
+  present_.erase(std::remove(present_.begin(), present_.end(), rank), present_.end());
 }
 
 uint64_t* ShmBitsExchange::half(int rank, uint64_t cycle) {
@@ -57,6 +76,8 @@ void ShmBitsExchange::PostWithInput(uint64_t cycle, const std::vector<uint64_t>&
 
 bool ShmBitsExchange::EveryonePostedInput(uint64_t cycle, size_t words, uint32_t* position,
                                           std::vector<const void*>* inputs) {
+  // Only while every rank takes part: the inputs are reduced as the whole world's.
+  if (static_cast<int>(present_.size()) != arena_->local_size()) return false;
   const InputHeader first = *header(0, cycle, words);
   if (first.bytes == 0) return false;
   std::vector<const void*> found(arena_->local_size());
@@ -71,27 +92,50 @@ bool ShmBitsExchange::EveryonePostedInput(uint64_t cycle, size_t words, uint32_t
 }
 
 void ShmBitsExchange::InviteLate(uint64_t cycle) {
-  for (int r = 0; r < arena_->local_size(); ++r) {
+  for (int r : present_) {
     if (arena_->Load(kPostedFlag, r) < cycle) arena_->Ring(r);
   }
 }
 
 bool ShmBitsExchange::SomeonePosted(uint64_t cycle) const {
-  for (int r = 0; r < arena_->local_size(); ++r) {
+  for (int r : present_) {
     if (arena_->Load(kPostedFlag, r) >= cycle) return true;
   }
   return false;
 }
 
 Status ShmBitsExchange::AwaitAnd(uint64_t cycle, size_t words, Deadline deadline, std::vector<uint64_t>* agreed) {
-  Status s = arena_->WaitAll(kPostedFlag, cycle, deadline);
+  const bool everyone = static_cast<int>(present_.size()) == arena_->local_size();
+  Status s = everyone ? arena_->WaitAll(kPostedFlag, cycle, deadline) : Status::OK();
+  for (size_t i = 0; !everyone && s.ok() && i < present_.size(); ++i) s = arena_->WaitFor(kPostedFlag, present_[i], cycle, deadline);
   if (!s.ok()) return s;
-  std::vector<uint64_t> result(half(0, cycle), half(0, cycle) + words);
-  for (int r = 1; r < arena_->local_size(); ++r) {
-    const uint64_t* theirs = half(r, cycle);
+  std::vector<uint64_t> result(half(present_[0], cycle), half(present_[0], cycle) + words);
+  for (size_t i = 1; i < present_.size(); ++i) {
+    const uint64_t* theirs = half(present_[i], cycle);
     for (size_t w = 0; w < words; ++w) result[w] &= theirs[w];
   }
   agreed->swap(result);
+  return Status::OK();
+}
+
+uint64_t* ShmBitsExchange::result_half(uint64_t cycle) {
+  return reinterpret_cast<uint64_t*>(arena_->result() + (cycle % 2) * (arena_->slot_bytes() / 2));
+}
+
+void ShmBitsExchange::PostResult(uint64_t cycle, const std::vector<uint64_t>& bits) {
+  if (HeaderOffset(bits.size()) > arena_->slot_bytes() / 2) {
+    throw Error(Status::Internal("a control-plane result of " + std::to_string(bits.size()) +
+                                 " words does not fit the host's result area"));
+  }
+  std::memcpy(result_half(cycle), bits.data(), bits.size() * sizeof(uint64_t));
+  arena_->Publish(kResultFlag, cycle);  // release: the vector before the cycle number
+}
+
+Status ShmBitsExchange::AwaitResult(uint64_t cycle, size_t words, Deadline deadline, std::vector<uint64_t>* agreed) {
+  Status s = arena_->WaitFor(kResultFlag, 0, cycle, deadline);
+  if (!s.ok()) return s;
+  const uint64_t* r = result_half(cycle);
+  agreed->assign(r, r + words);
   return Status::OK();
 }
 

@@ -14,6 +14,12 @@
 // rank already holds every input: the allreduce needs no second hand-off (ops/shm_staging.h,
 // ExecContext::posted_inputs). Otherwise the inputs are ignored and the allreduce stages its
 // own. Either way all ranks decide alike, from the same posted headers.
+//
+// Across hosts (the hierarchical control plane) each host has its own exchange, whose members
+// are that host's ranks: they AND their vectors here, the host's leader (local index 0) combines
+// the host's AND with the other hosts' over TCP and posts the job's result (PostResult); the
+// others read it (AwaitResult). A result for cycle c lives in half c % 2 of the result area; the
+// leader writes cycle c + 2's only after every member posted c + 2, after reading c's.
 #pragma once
 
 #include <chrono>
@@ -36,6 +42,11 @@ class ShmBitsExchange {
   // Attaches every rank of the world (local_index == rank); throws Error like ShmArena::Attach.
   static std::unique_ptr<ShmBitsExchange> Attach(const std::string& name, int rank, int size, Deadline deadline,
                                                  std::function<Status()> check_abort);
+  // Attaches one host's ranks (`member_ranks`, by local index; errors name them) with a result
+  // area for vectors of up to `result_words` words (the hierarchical plane).
+  static std::unique_ptr<ShmBitsExchange> AttachHost(const std::string& name, int local_index,
+                                                     const std::vector<int>& member_ranks, size_t result_words,
+                                                     Deadline deadline, std::function<Status()> check_abort);
 
   // Publishes this rank's vector for `cycle`, with no input (the header says so).
   void Post(uint64_t cycle, const std::vector<uint64_t>& bits);
@@ -65,12 +76,22 @@ class ShmBitsExchange {
   uint32_t Doorbell() const { return arena_->Doorbell(); }
   void WaitForInvitation(uint32_t seen, std::chrono::nanoseconds timeout) { arena_->WaitDoorbell(seen, timeout); }
   void Wake() { arena_->Ring(arena_->local_index()); }
+  // Rank `rank` left the job (engine/departures.cc), agreed by every rank after the same cycle:
+  // from the next cycle on nobody waits for its vector, invites it, or counts its input.
+  void MarkDeparted(int rank);
   // Waits until every rank posted `cycle` and returns the AND of their vectors; on failure
   // (a peer gone, the deadline, check_abort) returns the status with `*agreed` untouched.
   Status AwaitAnd(uint64_t cycle, size_t words, Deadline deadline, std::vector<uint64_t>* agreed);
+  // Fails every present and future wait of the host's ranks with `reason` (the engine's failure).
+  void Poison(const std::string& reason) { arena_->Poison(reason); }
+  // The leader (local index 0): publishes the job's agreed vector for `cycle`, after AwaitAnd.
+  void PostResult(uint64_t cycle, const std::vector<uint64_t>& bits);
+  // The others: waits until the leader posted `cycle`'s result and returns it; on failure
+  // returns the status (the leader's death names its rank) with `*agreed` untouched.
+  Status AwaitResult(uint64_t cycle, size_t words, Deadline deadline, std::vector<uint64_t>* agreed);
 
  private:
-  explicit ShmBitsExchange(std::unique_ptr<ShmArena> arena) : arena_(std::move(arena)) {}
+  explicit ShmBitsExchange(std::unique_ptr<ShmArena> arena);
   uint64_t* half(int rank, uint64_t cycle);
   // What follows a rank's vector in its half: which input (if any) it posted.
   struct InputHeader {
@@ -81,8 +102,11 @@ class ShmBitsExchange {
   InputHeader* header(int rank, uint64_t cycle, size_t words);
 
   static constexpr int kPostedFlag = 0;
+  static constexpr int kResultFlag = 1;  // the leader's: the cycle whose result it posted
+  uint64_t* result_half(uint64_t cycle);
   static constexpr std::chrono::microseconds kSpin{100};
   std::unique_ptr<ShmArena> arena_;
+  std::vector<int> present_;  // the ranks that have not left, in order
 };
 
 }  // namespace herring

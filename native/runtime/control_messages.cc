@@ -257,4 +257,19 @@ std::vector<AwaitedCollective> DecodeAwaited(const std::string& payload) {
   return out;
 }
 
+std::string EncodeRelayedReport(int32_t origin, const std::string& report) {
+  WireWriter w;
+  w.I32(origin);
+  w.Str(report);
+  return w.Take();
+}
+
+std::string DecodeRelayedReport(const std::string& payload, int32_t* origin) {
+  WireReader r(payload, "relayed blocked report");
+  *origin = r.I32();
+  std::string report = r.Str();
+  r.ExpectEnd();
+  return report;
+}
+
 }  // namespace herring

@@ -31,6 +31,9 @@ enum ControlType : uint32_t {
   kR2spSessionMessage = 10,  // rank 0 -> server: serve these ranges of an R2SP session's parameters
   kR2spEndMessage = 11,      // rank 0 -> server: the session's workers are done
   kBlockedReport = 12,       // worker -> rank 0: what it is blocked on (engine/deadlock_detector.h)
+  // The same, relayed by the hosts' leaders up the hierarchical plane's tree (engine/control_tree.h),
+  // naming the rank whose report it is.
+  kRelayedBlockedReport = 13,
 };
 
 // Status bits live in word 0 of the bit vector and are stored inverted (set = "no"), so the same
@@ -141,6 +144,9 @@ struct AwaitedCollective {
 };
 std::string EncodeAwaited(const std::vector<AwaitedCollective>& awaited);
 std::vector<AwaitedCollective> DecodeAwaited(const std::string& payload);  // validates
+// kRelayedBlockedReport: `origin`'s kBlockedReport payload, as its leader forwards it.
+std::string EncodeRelayedReport(int32_t origin, const std::string& report);
+std::string DecodeRelayedReport(const std::string& payload, int32_t* origin);  // returns the report
 
 // Peeks at the cycle number any of the messages above starts with (0 if too short).
 uint64_t CycleOf(const std::string& payload);

@@ -38,6 +38,19 @@ struct Counters {
   std::atomic<uint64_t> stall_warnings{0};       // stall reports logged (rank 0)
   std::atomic<uint64_t> partition_map_version{0};  // of the global set's shards (PSLD moves it)
   std::atomic<uint64_t> membership_changes{0};   // dedicated servers that joined or left
+  // HOROVOD_AUTOTUNE: the settings in force (versions put in force, the cycle of the last switch).
+  std::atomic<uint64_t> autotune_active{0};
+  std::atomic<uint64_t> autotune_version{0};
+  std::atomic<uint64_t> autotune_applied_cycle{0};
+  std::atomic<uint64_t> tuned_fusion_threshold_bytes{0};
+  std::atomic<uint64_t> tuned_cycle_time_us{0};
+  std::atomic<uint64_t> tuned_small_message_bytes{0};
+  std::atomic<uint64_t> tuned_allreduce{0};  // an AllreduceAlgorithm: 0 herring, 1 ring, 2 hd, 3 hd-topo
+  // Negotiation messages (bit vectors, invitations, results, uncached requests, responses) this
+  // rank sent and received over TCP: the star's rank 0 handles O(ranks) per cycle, the
+  // hierarchical plane's busiest leader O(log hosts).
+  std::atomic<uint64_t> control_messages_sent{0};
+  std::atomic<uint64_t> control_messages_received{0};
 
   std::map<std::string, uint64_t> Snapshot() const {
     return {{"cycles", cycles},
@@ -66,7 +79,16 @@ struct Counters {
             {"server_pushes", server_pushes},
             {"stall_warnings", stall_warnings},
             {"partition_map_version", partition_map_version},
-            {"membership_changes", membership_changes}};
+            {"membership_changes", membership_changes},
+            {"autotune_active", autotune_active},
+            {"autotune_version", autotune_version},
+            {"autotune_applied_cycle", autotune_applied_cycle},
+            {"tuned_fusion_threshold_bytes", tuned_fusion_threshold_bytes},
+            {"tuned_cycle_time_us", tuned_cycle_time_us},
+            {"tuned_small_message_bytes", tuned_small_message_bytes},
+            {"tuned_allreduce", tuned_allreduce},
+            {"control_messages_sent", control_messages_sent},
+            {"control_messages_received", control_messages_received}};
   }
 };
 

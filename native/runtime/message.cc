@@ -17,6 +17,7 @@ const char* OpTypeName(OpType t) {
     case OpType::kJoin: return "join";
     case OpType::kAddProcessSet: return "add_process_set";
     case OpType::kRemoveProcessSet: return "remove_process_set";
+    case OpType::kLeave: return "leave";
   }
   return "invalid";
 }

@@ -25,8 +25,11 @@ enum class OpType : uint8_t {
   kJoin = 6,
   kAddProcessSet = 7,
   kRemoveProcessSet = 8,
+  // A rank leaving the job in order while the others go on (engine/departures.cc): submitted by
+  // the leaving rank alone, agreed in one cycle, then every rank stops counting on it.
+  kLeave = 9,
 };
-constexpr int kNumOpTypes = 9;
+constexpr int kNumOpTypes = 10;
 const char* OpTypeName(OpType t);
 
 // A collective as the engine files it: (process set, name). Looked up per tensor in hashed

@@ -678,3 +678,40 @@ TEST(EngineLogic, EngineDeadlockReportRoundTripsAndRejectsBadTypes) {
   }
   EXPECT_TRUE(threw);
 }
+
+// A departure (engine/departures.cc): the leaving rank's request is decided at once, and the
+// entries of the sets that include it are dropped, those of the other sets kept.
+TEST(EngineLogic, EngineCoordinatorDecidesALeaveAtOnceAndForgetsTheSetsWithIt) {
+  ProcessSetTable table;
+  table.Add(World(4));
+  static Topology topo(std::vector<std::string>(4, "h"));
+  table.Add(ProcessSetTable::Make(1, {0, 1, 2}, 0, topo));
+  Coordinator c(4, &table);
+  RequestMeta in_world = Allreduce("w", 0, {1});
+  RequestMeta in_sub = Allreduce("s", 0, {1});
+  in_sub.process_set = 1;
+  c.Submit(in_world);
+  c.Submit(in_sub);
+  RequestMeta leave;
+  leave.type = OpType::kLeave;
+  leave.name = "leave.3";
+  leave.rank = 3;
+  c.Submit(leave);
+  auto ready = c.TakeReady();
+  ASSERT_EQ(ready.size(), size_t(1));
+  EXPECT_EQ(ready[0].type, OpType::kLeave);
+  EXPECT_EQ(ready[0].root, 3);
+  EXPECT_FALSE(ResponseCache::Cacheable(ready[0]));
+  c.ForgetSetsWith(3);
+  auto left = c.Entries();
+  ASSERT_EQ(left.size(), size_t(1));  // the world's allreduce is gone, the subset's waits on
+  EXPECT_EQ(left[0].name, "s");
+  for (int r : {1, 2}) {
+    RequestMeta q = Allreduce("s", r, {1});
+    q.process_set = 1;
+    c.Submit(q);
+  }
+  ready = c.TakeReady();
+  ASSERT_EQ(ready.size(), size_t(1));
+  EXPECT_TRUE(ready[0].ok());
+}

@@ -126,3 +126,39 @@ TEST(ShmBitsExchange, InputCapacityLeavesRoomForTheVectorAndItsHeader) {
   EXPECT_LT(capacity, size_t{32 << 10});
   EXPECT_GT(ShmBitsExchange::InputCapacity(kWords), ShmBitsExchange::InputCapacity(1000));
 }
+
+// The hierarchical plane: a host's ranks (global ranks 4, 5, 7) AND in shared memory, the leader
+// posts the job's result, the others read it for that cycle, both halves in turn.
+TEST(ShmBitsExchange, HostLeaderPostsTheResultTheOthersRead) {
+  const std::string name = "/herring.test." + std::to_string(getpid()) + ".bits.host";
+  const std::vector<int> members{4, 5, 7};
+  std::vector<std::unique_ptr<ShmBitsExchange>> ranks(3);
+  std::vector<std::thread> threads;
+  for (int l = 0; l < 3; ++l) {
+    threads.emplace_back([&, l] {
+      ranks[l] = ShmBitsExchange::AttachHost(name, l, members, kWords, Deadline::AfterSeconds(10),
+                                             [] { return Status::OK(); });
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (uint64_t cycle = 1; cycle <= 4; ++cycle) {
+    PostAll(ranks, cycle, {0b1110, 0b0111, 0b1111}, {0, 0, 0}, {0, 0, 0});
+    EXPECT_EQ(And(*ranks[0], cycle), (std::vector<uint64_t>{0b0110, ~uint64_t{0}}));
+    const std::vector<uint64_t> job{cycle, 0b0010};  // what the other hosts made of it
+    std::vector<uint64_t> seen;
+    // Not posted yet: the others time out, naming nothing wrong.
+    EXPECT_EQ(ranks[1]->AwaitResult(cycle, kWords, Deadline::After(std::chrono::milliseconds(5)), &seen).code(),
+              StatusCode::kTimeout);
+    ranks[0]->PostResult(cycle, job);
+    for (int l = 1; l < 3; ++l) {
+      Status s = ranks[l]->AwaitResult(cycle, kWords, Deadline::AfterSeconds(5), &seen);
+      ASSERT_TRUE(s.ok()) << s.ToString();
+      EXPECT_EQ(seen, job);
+    }
+  }
+  // A leader that failed poisons the host: the others' wait ends with its reason.
+  ranks[0]->Poison("rank 9 was lost");
+  std::vector<uint64_t> seen;
+  Status s = ranks[2]->AwaitResult(5, kWords, Deadline::AfterSeconds(5), &seen);
+  EXPECT_NE(s.message().find("rank 9 was lost"), std::string::npos) << s.ToString();
+}

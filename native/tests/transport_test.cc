@@ -1481,3 +1481,64 @@ TEST(Transport, TransportJoinerTakesAVacantSlotAfterTheMesh) {
   joiner.Close();
   mesh->Close();
 }
+
+// Receives from any source (transport/any_source_receive.h): the earliest buffered message wins,
+// else the first to arrive; the peer is named; a goodbye drops a candidate, no candidate left fails.
+TEST(Transport, TransportRecvAnyTakesTheFirstArrival) {
+  auto mesh = MakeMesh(3, [](TransportOptions* o) { o->data_streams = 2; });
+  ASSERT_TRUE(mesh != nullptr);
+  const size_t bytes = 4096;
+  std::vector<uint8_t> from1 = Pattern(bytes, 1), from2 = Pattern(bytes, 2), got(bytes);
+  auto receive = [&](std::vector<AnySourceCandidate> candidates, std::vector<int>* settled) {
+    auto rx = std::make_shared<AnySourceReceive>();
+    rx->on_settled = [settled](int peer) { settled->push_back(peer); };
+    (*mesh)[0].RecvAny(candidates, got.data(), bytes, rx);
+    return rx;
+  };
+  // Both messages buffered before the receives, rank 2's first: it is taken first.
+  EXPECT_TRUE(WaitOne((*mesh)[2].Send(0, 6, from2.data(), bytes)).ok());
+  EXPECT_TRUE(PollUntil([&] { return (*mesh)[0].stats().unexpected_messages == 1; }, 10));
+  EXPECT_TRUE(WaitOne((*mesh)[1].Send(0, 5, from1.data(), bytes)).ok());
+  EXPECT_TRUE(PollUntil([&] { return (*mesh)[0].stats().unexpected_messages == 2; }, 10));
+  std::vector<int> settled;
+  auto rx = receive({{1, 5}, {2, 6}}, &settled);
+  EXPECT_TRUE(WaitOne(rx->done).ok());
+  EXPECT_EQ(rx->source.load(), 2);
+  EXPECT_TRUE(got == from2);
+  rx = receive({{1, 5}, {2, 7}}, &settled);
+  EXPECT_TRUE(WaitOne(rx->done).ok());
+  EXPECT_EQ(rx->source.load(), 1);
+  EXPECT_TRUE(got == from1);
+  EXPECT_EQ(settled, (std::vector<int>{2, 1}));
+  // Posted first: the first message of a candidate key to arrive takes it; other tags do not.
+  settled.clear();
+  rx = receive({{1, 8}, {2, 9}}, &settled);
+  EXPECT_TRUE(WaitOne((*mesh)[2].Send(0, 10, from2.data(), bytes)).ok());  // not a candidate key
+  EXPECT_TRUE(WaitOne((*mesh)[2].Send(0, 9, from2.data(), bytes)).ok());
+  EXPECT_TRUE(WaitOne(rx->done).ok());
+  EXPECT_EQ(rx->source.load(), 2);
+  EXPECT_TRUE(got == from2);
+  std::vector<uint8_t> other(bytes);
+  EXPECT_TRUE(WaitOne((*mesh)[0].Recv(2, 10, other.data(), bytes)).ok());
+  // A candidate that says goodbye is dropped; the other still completes the receive.
+  rx = receive({{1, 11}, {2, 12}}, &settled);
+  (*mesh)[2].Close();
+  EXPECT_TRUE(PollUntil([&] { return !(*mesh)[0].PeerStatus(2).ok(); }, 10));
+  EXPECT_FALSE(rx->done->done());
+  EXPECT_TRUE(WaitOne((*mesh)[1].Send(0, 11, from1.data(), bytes)).ok());
+  EXPECT_TRUE(WaitOne(rx->done).ok());
+  EXPECT_EQ(rx->source.load(), 1);
+  // No candidate left: fails at once, or when the last one says goodbye.
+  rx = receive({{2, 13}}, &settled);
+  Status s = WaitOne(rx->done);
+  EXPECT_EQ(s.code(), StatusCode::kShutdown);
+  EXPECT_NE(s.message().find("no candidate rank left"), std::string::npos) << s.message();
+  settled.clear();
+  rx = receive({{1, 14}}, &settled);
+  (*mesh)[1].Close();
+  s = WaitOne(rx->done);
+  EXPECT_EQ(s.code(), StatusCode::kShutdown);
+  EXPECT_EQ(rx->source.load(), -1);
+  EXPECT_EQ(settled, (std::vector<int>{-1}));
+  mesh->Close();
+}

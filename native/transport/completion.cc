@@ -38,14 +38,32 @@ Status Completion::Wait(Deadline deadline) {
 }
 
 void Completion::Finish(Status status) {
+  std::function<void(const Status&)> then;
+  Status finished;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (done_) return;
     done_ = true;
     status_ = std::move(status);
     finished_at_ = Clock::now();
+    then.swap(then_);
+    if (then) finished = status_;
   }
   cv_.notify_all();
+  if (then) then(finished);
+}
+
+void Completion::OnFinish(std::function<void(const Status&)> then) {
+  Status finished;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!done_) {
+      then_ = std::move(then);
+      return;
+    }
+    finished = status_;
+  }
+  then(finished);
 }
 
 namespace {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -22,6 +23,11 @@ class Completion {
   Status Wait(Deadline deadline);
   // First call wins; later calls are ignored (a transfer can fail after it was finished).
   void Finish(Status status);
+  // Runs `then(status)` once this is finished: at once (on the caller's thread) if it already is,
+  // otherwise on the thread that finishes it, after the waiters were woken. One continuation per
+  // completion; it must be cheap and must not wait (the point-to-point matcher forwards a
+  // transfer's outcome to the completion its caller holds with it).
+  void OnFinish(std::function<void(const Status&)> then);
 
  private:
   mutable std::mutex mu_;
@@ -29,6 +35,7 @@ class Completion {
   bool done_ = false;
   Status status_;
   Clock::time_point finished_at_{};
+  std::function<void(const Status&)> then_;
 };
 
 using CompletionPtr = std::shared_ptr<Completion>;

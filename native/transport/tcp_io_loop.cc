@@ -268,6 +268,7 @@ Status TcpTransport::Impl::BeginChunk(Stream* s) {
     std::lock_guard<std::mutex> lock(mu_);
     st = LocateChunkLocked(s, &actions);
   }
+  RunSettledAnySource();
   RunRecvActions(&actions);
   return st;
 }
@@ -280,10 +281,14 @@ Status TcpTransport::Impl::LocateChunkLocked(Stream* s, std::vector<RecvAction>*
   MessageKey key{s->peer->rank, h.tag};
   std::shared_ptr<InMessage> m;
   auto it = in_.find(key);
+  if (it == in_.end() && !any_waits_.empty()) {
+    if (auto bound = BindAnySourceLocked(key)) it = in_.emplace(key, std::move(bound)).first;
+  }
   if (it == in_.end()) {
     m = std::make_shared<InMessage>();
     m->key = key;
     m->mode = InMessage::Mode::kTemp;
+    m->arrival = ++arrivals_;
     m->total_known = true;
     m->total = h.total_bytes;
     if (h.total_bytes > 0) {

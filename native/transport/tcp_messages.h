@@ -66,6 +66,7 @@ struct InMessage {
   uint64_t total = 0;
   uint64_t received = 0;
   bool complete = false;     // kTemp only: every byte is in `temp`, waiting for its receive
+  uint64_t arrival = 0;      // kTemp only: its place in the order unexpected messages arrived
   CompletionPtr recv;        // the posted receive, if any
   uint8_t* user = nullptr;
   size_t user_bytes = 0;

@@ -745,7 +745,9 @@ void TcpTransport::Impl::FailPending(const Status& status, int only_peer) {
         it = in_.erase(it);
       }
     }
+    if (!any_waits_.empty()) FailAnySourceLocked(status, only_peer);
   }
+  RunSettledAnySource();
   if (!sends.empty()) {
     for (auto& p : peers_) {
       if (only_peer >= 0 && p->rank != only_peer) continue;

@@ -24,6 +24,7 @@
 
 #include "common/deadline.h"
 #include "common/status.h"
+#include "transport/any_source_receive.h"
 #include "transport/completion.h"
 #include "transport/transport.h"
 
@@ -92,6 +93,14 @@ class TcpTransport final : public Transport {
   // The matching message must have exactly `bytes` bytes; otherwise the completion fails with an
   // error naming the peer, the tag and both sizes.
   CompletionPtr Recv(int peer, uint64_t tag, void* data, size_t bytes) override;
+
+  // A receive from whichever candidate (peer, tag) sends first (transport/any_source_receive.h;
+  // tcp_any_source.cc): `receive->done` finishes as a Recv's does and `receive->source` names the
+  // peer. Candidates are other ranks, each (peer, tag) posted by nobody else. A candidate that
+  // said goodbye is dropped (its messages that arrived before still count); one that was lost
+  // fails the receive, and so does having no candidate left.
+  void RecvAny(const std::vector<AnySourceCandidate>& candidates, void* data, size_t bytes,
+               const AnySourceReceivePtr& receive);
 
   // Control messages (payload < kMaxControlPayloadBytes); delivered in order per peer. Sending to
   // a lost peer is silently dropped (its loss is reported through PeerStatus / on_event).

@@ -124,6 +124,8 @@ class TcpTransport::Impl {
   }
   CompletionPtr Send(int peer, uint64_t tag, const void* data, size_t bytes);
   CompletionPtr Recv(int peer, uint64_t tag, void* data, size_t bytes);
+  void RecvAny(const std::vector<AnySourceCandidate>& candidates, void* data, size_t bytes,
+               const AnySourceReceivePtr& receive);
   void SendControl(int peer, uint32_t type, const std::string& payload);
   bool PopControl(ControlMessage* out);
   Status PeerStatus(int peer) const;
@@ -155,6 +157,16 @@ class TcpTransport::Impl {
   void ScrubFailedFrames(Stream* s);
   void NotifyEvent();
   void Wake();
+
+  // --- any-source receives (tcp_any_source.cc) ---
+  // The receive waiting for the message of `key`, now taken by it: a posted receive of that key
+  // (to enter in_), or null. mu_ held.
+  std::shared_ptr<InMessage> BindAnySourceLocked(const MessageKey& key);
+  // Fails the waiting any-source receives (only_peer >= 0: those with that candidate; a goodbye
+  // only drops the candidate unless none is left). mu_ held; finished by RunSettledAnySource.
+  void FailAnySourceLocked(const Status& status, int only_peer);
+  // Finishes and reports what the two above settled; call with mu_ released.
+  void RunSettledAnySource();
 
   // --- I/O thread ---
   void IoLoop();
@@ -234,6 +246,22 @@ class TcpTransport::Impl {
   Status first_failure_;
   std::unordered_map<MessageKey, std::shared_ptr<InMessage>, tcp::MessageKeyHash> in_;
   std::unordered_map<MessageKey, std::shared_ptr<OutMessage>, tcp::MessageKeyHash> out_;
+  struct AnySourceWait {
+    AnySourceReceivePtr receive;
+    std::vector<MessageKey> keys;  // its candidates still able to send
+    void* data = nullptr;
+    size_t bytes = 0;
+  };
+  struct AnySourceSettled {
+    AnySourceReceivePtr receive;
+    int peer = -1;   // the peer it took a message from; -1: none
+    Status status;   // non-OK: finish the receive with it
+  };
+  // Any-source receives waiting for their first message, by every candidate key.
+  std::unordered_map<MessageKey, std::shared_ptr<AnySourceWait>, tcp::MessageKeyHash> any_waits_;
+  std::vector<AnySourceSettled> any_settled_;  // to finish and report once mu_ is released
+  std::atomic<bool> any_settled_waiting_{false};  // any_settled_ is not empty: spares the hot path a lock
+  uint64_t arrivals_ = 0;                      // numbers unexpected messages as they arrive
 
   std::mutex inbox_mu_;
   std::deque<ControlMessage> inbox_;

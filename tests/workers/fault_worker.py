@@ -1,5 +1,5 @@
-"""Runs inside every rank: trains, and the rank named by HERRING_TEST_VICTIM kills itself with
-SIGKILL at step 5. The survivors must get an error naming the lost rank within the deadline; they
+"""Runs inside every rank: trains, and the rank named by HERRING_TEST_VICTIM (or each of a
+comma-separated list: a whole host) kills itself with SIGKILL at step 5. The survivors must get an error naming the lost rank within the deadline; they
 record what they saw in $HERRING_TEST_RESULTS/<rank>.json and exit non-zero.
 
 horovodrun terminates the remaining workers when one fails (SIGTERM, then SIGKILL 5 s later), so
@@ -23,7 +23,7 @@ signal.signal(signal.SIGTERM, lambda *_: terminated.append(time.monotonic()))
 
 def main():
     hvd.init()
-    victim = int(os.environ["HERRING_TEST_VICTIM"])
+    victims = {int(v) for v in os.environ["HERRING_TEST_VICTIM"].split(",")}
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 10))
     opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01),
@@ -33,7 +33,7 @@ def main():
     killed_at = None
     try:
         for step in range(10_000):
-            if step == 5 and hvd.rank() == victim:
+            if step == 5 and hvd.rank() in victims:
                 os.kill(os.getpid(), signal.SIGKILL)
             if step == 5:
                 killed_at = time.monotonic()

@@ -26,6 +26,8 @@ def _create_process_group(options, backend_options=None):
         rendezvous.prepare_engine_environment()
         basics.init(exchange=rendezvous.store_exchange(options.store, rank, size, timeout),
                     env=rendezvous.launch_environment(rank, size, options.store))
+        basics.leaves_at_exit = True  # torch's ranks finish one at a time (engine/departures.cc)
+    is_default = dist.distributed_c10d._world.default_pg is None
     ranks = list(options.global_ranks_in_group) or list(range(size))
     if len(ranks) == basics.size():
         set_id = 0
@@ -38,7 +40,11 @@ def _create_process_group(options, backend_options=None):
         if set_id is None:
             raise RuntimeError(f"herring: group of ranks {ranks} has no process set; create subgroups with "
                                "torch.distributed.new_group (or new_subgroups) on every rank")
-    return HerringProcessGroup(rank, size, set_id, sorted(ranks), timeout, str(options.group_id))
+    group = HerringProcessGroup(rank, size, set_id, sorted(ranks), timeout, str(options.group_id))
+    # destroy_process_group() shuts every group down; the default one's, if torch started the
+    # engine, takes this rank out of the job while the other ranks go on.
+    group._leaves_job = is_default and basics.leaves_at_exit
+    return group
 
 
 def register():

@@ -175,6 +175,15 @@ class HerringProcessGroup(dist.ProcessGroup):
     def _set_sequence_number_for_group(self):
         pass
 
+    def shutdown(self):
+        """destroy_process_group() calls it on every group. The default group of an engine torch
+        started takes this rank out of the job, in order: the other ranks go on, their
+        collectives in process sets without it keep working (native engine/departures.cc)."""
+        if getattr(self, "_leaves_job", False) and basics.is_initialized():
+            from hvd_herring.torch.distributed import rendezvous
+            rendezvous.subgroup_sets.clear()  # the next engine numbers its sets anew
+            basics.leave()
+
     def _get_backend(self, device):
         """A Python group is its own backend (torch's DummyProcessGroup does the same): code that
         asks a group for its CPU backend gets this group."""
@@ -646,11 +655,13 @@ class HerringProcessGroup(dist.ProcessGroup):
                            "restriction); use barrier()")
 
     # --- point to point ------------------------------------------------------------------------
-    def _p2p(self, what, fn, tensors, peer, tag):
+    def _p2p(self, what, post, tensors, peer_text, tag, source=None):
+        """`post(address, bytes)` -> the engine's transfer; `source()` -> the sender's group rank
+        (a receive's Work answers source_rank() with it, as gloo's do)."""
         tensor = tensors[0]
         buf = tensor if tensor.is_contiguous() else tensor.contiguous()
         _dtype_code(buf)
-        transfer = fn(basics.engine(), self._ranks[peer], int(tag), buf.data_ptr(), buf.numel() * buf.element_size())
+        transfer = post(buf.data_ptr(), buf.numel() * buf.element_size())
         copy_back = what == "recv" and buf is not tensor
 
         def finish(values):
@@ -658,17 +669,32 @@ class HerringProcessGroup(dist.ProcessGroup):
                 tensor.copy_(buf)
 
         # Named apart from the collectives: only two ranks take part (a chain id for its future).
-        return HerringWork(self._what(f"{what} (peer {peer}, tag {tag})"), [TransferPart(transfer)], finish,
-                           list(tensors), self._timeout, [buf], chain=f"{what}.{self._ranks[peer]}.{tag}")
+        work = HerringWork(self._what(f"{what} ({peer_text}, tag {tag})"), [TransferPart(transfer)], finish,
+                           list(tensors), self._timeout, [buf], chain=f"{what}.{peer_text}.{tag}")
+        work._source = source
+        return work
 
     def send(self, tensors, dst, tag=0):
-        return self._p2p("send", _native.p2p_send, tensors, dst, tag)
+        peer = self._ranks[dst]
+        return self._p2p("send", lambda address, size: _native.p2p_send(basics.engine(), peer, int(tag), address, size),
+                         tensors, f"peer {dst}", tag)
 
     def recv(self, tensors, src, tag=0):
-        return self._p2p("recv", _native.p2p_recv, tensors, src, tag)
+        peer = self._ranks[src]
+        return self._p2p("recv", lambda address, size: _native.p2p_recv(basics.engine(), peer, int(tag), address, size),
+                         tensors, f"peer {src}", tag, source=lambda: src)
 
     def recv_anysource(self, tensors, tag=0):
-        raise NotImplementedError("herring: recv from any source is not supported; name the source rank")
+        """gloo's recvAnysource: the first message with `tag` from any other member of the group
+        (each sender's in the order it sent them); the Work's source_rank() names the sender."""
+        holder = {}
+
+        def post(address, size):
+            holder["transfer"] = _native.p2p_recv_any(basics.engine(), self._ranks, int(tag), address, size)
+            return holder["transfer"]
+
+        return self._p2p("recv", post, tensors, "any source", tag,
+                         source=lambda: self._ranks.index(holder["transfer"].source))
 
 
 def _run_eagerly(cls):

@@ -109,7 +109,9 @@ def _broadcast_text(text, timeout_seconds):
 def _launcher_rendezvous(timeout):
     """env:// under horovodrun or mpirun: the engine first, then a TCPStore hosted by rank 0."""
     prepare_engine_environment()
-    basics.init()
+    if not basics.is_initialized():
+        basics.init()
+        basics.leaves_at_exit = True  # torch's ranks finish one at a time (engine/departures.cc)
     engine = basics.engine()
     rank, size = engine.rank, engine.size
     if rank == 0:

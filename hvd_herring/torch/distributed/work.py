@@ -133,6 +133,18 @@ class HerringWork(dist.Work):
     def result(self):
         return self._result
 
+    def source_rank(self):
+        """The group rank a receive got its message from (c10d's Work.source_rank, which torch's
+        recv without a source asks once the Work is complete)."""
+        source = getattr(self, "_source", None)
+        if source is None:
+            raise RuntimeError("sourceRank() may only be called on work objects that correspond to a recv or "
+                               "recv-from-any call.")
+        self._complete_in_order(self._default_timeout)
+        return source()
+
+    _source_rank = source_rank
+
     def get_future(self):
         with self._future_lock:
             if self._future is None:

@@ -1,0 +1,147 @@
+"""The every-peer report (docs/benchmarks_peers.md and its plot) from a run of the `peers` preset:
+one float32 allreduce at a time after a barrier, 4 KiB to 64 MiB at np=2 and np=4, herring beside
+torch-gloo, Horovod-gloo, Open MPI and DeepSpeed's shared-memory allreduce, with issue 27's goal per
+size (herring at or ahead of every peer; within 2x of Open MPI at 4 KiB).
+
+    .venv/bin/python -m benchmarks.single_host.run --preset peers --out /tmp/peers/benchmarks.md \\
+        --results benchmarks/results/peers.json
+    .venv/bin/python -m benchmarks.single_host.peers_report benchmarks/results/peers.json   # the page"""
+
+import argparse
+import json
+import os
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from benchmarks.common.formatting import fmt_bytes, fmt_time  # noqa: E402
+from benchmarks.common.paths import DOCS_DIR  # noqa: E402
+from benchmarks.single_host import peer_goal  # noqa: E402
+from benchmarks.single_host.plan import PEERS  # noqa: E402
+from benchmarks.single_host.plots import COLORS  # noqa: E402
+from benchmarks.single_host.results import Results  # noqa: E402
+from benchmarks.single_host.stacks import STACKS  # noqa: E402
+
+DEEPSPEED_NOTE = (
+    "How DeepSpeed's op works (csrc/cpu/comm/shm.cpp of deepspeed 0.19.8), for reading its column: every "
+    "rank owns a 66 MiB shared-memory workspace that all ranks map at init. Below 1 MiB "
+    "(`symmetric_naive_all_reduce`) a rank copies its input into its workspace, stores a state flag, "
+    "spins until every other rank's flag shows the same round, and sums all N workspaces straight into "
+    "its own tensor: one synchronization, no system call, no negotiation; between the caller and the "
+    "kernel only deepspeed.comm's Python wrapper and torch's dispatcher. From 1 MiB "
+    "(`distributed_naive_reduce`, 32 MiB chunks) a rank copies its input in, waits, sums its 1/N slice of all N workspaces into its own workspace, flags, waits "
+    "for all, and copies every slice out: (5 + 1/N)·S of memory traffic per rank like herring's staging, "
+    "but whole 32 MiB chunks per phase (nothing stays in the caches between the phases) and two "
+    "all-rank waits per chunk. Every wait is a pure spin on a volatile flag (no pause, yield or futex): "
+    "with more ranks than cores (np=4 on 2 cores) a spinning rank holds a core that a rank still "
+    "copying needs, until the scheduler preempts it. Three round states and double buffers let ranks "
+    "run one round apart without a barrier. It takes no name, dtype or shape negotiation, so ranks "
+    "calling it with different tensors are not detected; it sums only (the op argument is ignored).")
+
+
+def medians(data):
+    """{(stack, np, bytes): median seconds} of the allreduce records (pooled over repeats)."""
+    return peer_goal.medians_of(Results(data))
+
+
+def table(med, np, sizes, stacks):
+    rows = ["| Size | " + " | ".join(stacks) + " |", "| --- |" + " --- |" * len(stacks)]
+    for size in sizes:
+        if not any((st, np, size) in med for st in stacks):
+            continue
+        ours = med.get(("herring", np, size))
+        cells = []
+        for st in stacks:
+            t = med.get((st, np, size))
+            cells.append("-" if t is None else fmt_time(t) if st == "herring" or not ours
+                         else f"{fmt_time(t)} ({t / ours:.2f}x)")
+        rows.append(f"| {fmt_bytes(size)} | " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
+def plot(med, nps, sizes, stacks, path):
+    fig, axes = plt.subplots(1, len(nps), figsize=(6 * len(nps), 4.4), squeeze=False)
+    for ax, np in zip(axes[0], nps):
+        for st in stacks:
+            pts = [(s, med[(st, np, s)]) for s in sizes if (st, np, s) in med]
+            if pts:
+                ax.plot([p[0] for p in pts], [p[1] * 1e6 for p in pts], marker="o", label=st, color=COLORS.get(st))
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xticks(sizes)
+        ax.set_xticklabels([fmt_bytes(s) for s in sizes], rotation=30)
+        ax.set_ylabel("median time per allreduce (µs)")
+        ax.set_title(f"one allreduce at a time, np={np}")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def section(data, doc_dir, img_dir):
+    med = medians(data)
+    res = Results(data)
+    nps = sorted({k[1] for k in med})
+    sizes = sorted({k[2] for k in med})
+    stacks = [s for s in ["herring"] + PEERS if any(k[0] == s for k in med)]
+    m, meta = data["machine"], data["meta"]
+    parts = [
+        f"From `{meta['command']}` on {m.get('date', '?')}, {m.get('cpu', '?')} with {m.get('cores', '?')} cores, "
+        f"deepspeed {m.get('versions', {}).get('deepspeed (peer)', '?')} (load average "
+        f"{m.get('load_average_start')} at the start, {m.get('load_average_end')} at the end: the machine was shared "
+        f"with other jobs, so times are noisy; raw results `{meta.get('results_path')}`).\n",
+        "Each iteration: a barrier, then one float32 sum-allreduce in place, timed on every rank; an iteration "
+        "counts until the slowest rank has its result; the tables show the median over the iterations (each size "
+        f"warms up for {res.warmup('allreduce')[1]:g} s first). The stacks run one after another inside each rank "
+        "count, in the table's order, each through its own launcher; after the last iteration every element of "
+        "the result is checked on every rank. Ratios are the peer's time over herring's (above 1: herring is "
+        "faster).\n",
+    ]
+    load = (m.get("load_average_start") or [0])[0]
+    if load > (m.get("cores") or 1):
+        parts.append(f"**The machine was oversubscribed during this run (load {load:.1f} at the start on "
+                     f"{m.get('cores')} cores, from other jobs): these times measure contention for the cores as "
+                     "much as the stacks, and stacks that spin while waiting (Open MPI's shared-memory transport, "
+                     "DeepSpeed's flags) suffer most. The verdicts below are this run's, not the goal's on an "
+                     "idle machine.**\n")
+    parts += ["### At or ahead of every peer\n", peer_goal.table(med, nps, sizes)]
+    for np in nps:
+        parts += [f"### Allreduce, np={np}\n", table(med, np, sizes, stacks), ""]
+    if med:
+        img = os.path.join(img_dir, "peers_allreduce.png")
+        plot(med, nps, sizes, stacks, img)
+        parts.append(f"![every peer]({os.path.relpath(img, doc_dir)})\n")
+    parts += ["### How the peers run\n"] + [f"- **{s}**: {STACKS[s].description}" for s in stacks] + [""]
+    if "deepspeed-shm" in stacks:
+        parts += [DEEPSPEED_NOTE + "\n"]
+    failed = [l for l in data["launches"] if not l["ok"]]
+    if failed:
+        parts += ["### Launches that failed\n"] + [
+            f"- {l['stack']} np={l['np']}: {(l.get('error_lines') or [l.get('output_tail', '?')])[0][:300]}"
+            for l in failed] + [""]
+    return "\n".join(parts)
+
+
+def write(data, out, img_dir):
+    with open(out, "w") as f:
+        f.write("# Every peer on one host: 4 KiB to 64 MiB\n\n" + section(data, os.path.dirname(out), img_dir))
+    return out
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("results", help="the peers preset's results JSON")
+    p.add_argument("--out", default=os.path.join(DOCS_DIR, "benchmarks_peers.md"))
+    p.add_argument("--img-dir", default=os.path.join(DOCS_DIR, "img"))
+    args = p.parse_args(argv)
+    with open(args.results) as f:
+        data = json.load(f)
+    print(write(data, os.path.abspath(args.out), os.path.abspath(args.img_dir)))
+
+
+if __name__ == "__main__":
+    main()

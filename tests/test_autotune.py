@@ -1,0 +1,73 @@
+"""HOROVOD_AUTOTUNE through horovodrun's own flags (--autotune, --autotune-log-file, ...): the
+search runs while the job trains, every result stays exact, every rank switches settings in the
+same cycle, and the search leaves a bad start (no fusion: HERRING_AUTOTUNE_START) for settings
+that fuse the step. The step times before and after are reported by benchmarks/autotune, not
+asserted here."""
+
+import csv
+import json
+import os
+
+import launch
+
+WORKER = os.path.join("benchmarks", "workers", "autotune_steps.py")
+NP = 2
+
+
+def test_autotune_leaves_no_fusion_and_every_rank_switches_in_the_same_cycle():
+    results = launch.scratch_dir("herring-autotune-")
+    log = os.path.join(results, "autotune.csv")
+    run = launch.horovodrun(
+        NP, [WORKER], timeout=300,
+        options=["--autotune", "--autotune-log-file", log, "--autotune-warmup-samples", "1",
+                 "--autotune-steps-per-sample", "3", "--autotune-bayes-opt-max-samples", "8"],
+        HERRING_TEST_RESULTS=results, HERRING_AUTOTUNE_WORKLOAD="tiny", HERRING_AUTOTUNE_START="0,1",
+        HERRING_AUTOTUNE_AFTER_STEPS="3")
+    assert run.returncode == 0, run.output[-6000:]
+    seen = []
+    for r in range(NP):
+        with open(os.path.join(results, f"{r}.json")) as f:
+            seen.append(json.load(f))
+    settings = seen[0]["settings"]
+    assert settings["autotune_active"] == 0, f"rank 0 still searching after {seen[0]['steps']} steps: {settings}"
+    # Every switch happened in the same cycle on every rank, and every rank ended on the same settings.
+    for r in range(1, NP):
+        assert seen[r]["settings"] == settings, f"rank {r}: {seen[r]['settings']} != rank 0: {settings}"
+    assert settings["autotune_version"] >= 8, settings  # the joint search alone proposed 8 settings
+    # The start fused nothing: 1000 cycles' worth of single-tensor allreduces per step. The search
+    # settled on a threshold that fuses the whole step (1000 float32s).
+    assert settings["tuned_fusion_threshold_bytes"] >= 4000, settings
+
+    with open(log) as f:
+        rows = list(csv.DictReader(f))
+    assert rows[0]["tensor_fusion_threshold"] == "0" and rows[0]["cycle_time_ms"] == "1", rows[0]
+    scored, best = rows[:-1], rows[-1]
+    assert best["note"] == "best" and {r["note"] for r in scored} <= {"", "confirm"}, rows
+    assert len([r for r in scored if r["note"] == ""]) >= 8, rows
+    assert int(best["tensor_fusion_threshold"]) == settings["tuned_fusion_threshold_bytes"], (best, settings)
+    assert int(best["small_message_bytes"]) == settings["tuned_small_message_bytes"], (best, settings)
+    assert round(float(best["cycle_time_ms"]) * 1000) == settings["tuned_cycle_time_us"], (best, settings)
+
+
+def test_autotune_across_hosts_also_tries_each_allreduce_algorithm():
+    # Two simulated hosts of two ranks: the search goes on to HERRING_ALLREDUCE (herring, ring,
+    # halving-doubling) once fusion, cycle time and the small-message size are scored; every
+    # result stays exact under each (the worker checks every step).
+    results = launch.scratch_dir("herring-autotune-hosts-")
+    log = os.path.join(results, "autotune.csv")
+    run = launch.horovodrun(
+        4, [os.path.join("tests", "workers", "as_simulated_host.py"), "2", WORKER], timeout=300,
+        options=["--autotune", "--autotune-log-file", log, "--autotune-warmup-samples", "0",
+                 "--autotune-steps-per-sample", "2", "--autotune-bayes-opt-max-samples", "3"],
+        HERRING_TEST_RESULTS=results, HERRING_AUTOTUNE_WORKLOAD="tiny", HERRING_AUTOTUNE_AFTER_STEPS="2")
+    assert run.returncode == 0, run.output[-6000:]
+    settings = []
+    for r in range(4):
+        with open(os.path.join(results, f"{r}.json")) as f:
+            settings.append(json.load(f)["settings"])
+    assert all(s == settings[0] for s in settings), settings
+    with open(log) as f:
+        rows = list(csv.DictReader(f))
+    assert {r["allreduce"] for r in rows[:-1]} == {"herring", "ring", "hd"}, rows
+    assert rows[-1]["note"] == "best", rows
+    assert ["herring", "ring", "hd", "hd-topo"][settings[0]["tuned_allreduce"]] == rows[-1]["allreduce"], (rows, settings)
