@@ -40,6 +40,24 @@ def data_peers(rank, np, per_host):
     return {h * per_host + local for h in range(np // per_host)} - {rank}
 
 
+def control_peers(rank, np, per_host):
+    """The hierarchical control plane's TCP peers (engine/control_tree.h): a non-leader talks only
+    to its host's leader (the coordinator's rounds); a leader to its host's other ranks and to its
+    parent and children in the leaders' binomial tree rooted at rank 0."""
+    leader = rank - rank % per_host
+    if rank != leader:
+        return {leader}
+    i, n = rank // per_host, np // per_host
+    span = 1 << (n - 1).bit_length() if i == 0 else i & -i
+    tree = {i - span} if i else set()
+    k = span >> 1
+    while k >= 1:
+        if i + k < n:
+            tree.add(i + k)
+        k >>= 1
+    return set(range(leader + 1, leader + per_host)) | {h * per_host for h in tree}
+
+
 @pytest.mark.parametrize("mode", ["lazy", "mesh"])
 def test_sockets_follow_what_the_algorithms_use(mode):
     np, per_host = 8, 2  # 4 simulated hosts x 2 ranks
@@ -56,9 +74,8 @@ def test_sockets_follow_what_the_algorithms_use(mode):
             assert c["connected_peers"] == np - 1, f"rank {rank}: {c['connected_peers']} peers in the full mesh"
             continue
         assert r["after_init"]["open_sockets"] <= (STREAMS + 1) * (np - 1), r["after_init"]
-        # Data peers, plus rank 0 (the control plane's coordinator) for every other rank; rank 0
-        # also hears from every rank it coordinates.
-        allowed = data_peers(rank, np, per_host) | ({0} if rank != 0 else set(range(1, np)))
+        # Data peers, plus the control plane's: a rank's leader, or a leader's host and tree.
+        allowed = data_peers(rank, np, per_host) | control_peers(rank, np, per_host)
         assert c["connected_peers"] <= len(allowed), \
             f"rank {rank}: {c['connected_peers']} peers, at most {sorted(allowed)} expected"
         if rank != 0:
