@@ -94,7 +94,9 @@ const std::vector<KnobSpec>& AllKnobs() {
        "Ranks that have all been blocked waiting this long on collectives that none of them can "
        "complete (each waits on one another has not submitted: the ranks diverged) raise, naming "
        "each rank and what it waits on, instead of hanging; the collective most of them wait on "
-       "(and a join) stays pending, so that the ranks that went astray catch up. 0 turns it off.", false},
+       "(and a join) stays pending, so that the ranks that went astray catch up. Up to half this time "
+       "more while ranks that have not reported miss those collectives, so that one error names "
+       "them all. 0 turns it off.", false},
       {"HERRING_VERIFY", "0", "bool",
        "After every allreduce, broadcast and allgather, members compare a hash of the result and "
        "fail the job naming the ranks that differ.", true},

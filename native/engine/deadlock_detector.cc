@@ -6,17 +6,17 @@
 
 namespace herring {
 
-void DeadlockDetector::Report(int rank, std::vector<AwaitedCollective> awaited) {
+void DeadlockDetector::Report(int rank, std::vector<AwaitedCollective> awaited, Clock::time_point now) {
   if (awaited.empty()) {
     blocked_.erase(rank);
     return;
   }
-  blocked_[rank] = Blocked{std::move(awaited), std::chrono::steady_clock::now()};
+  blocked_[rank] = Blocked{std::move(awaited), now};
 }
 
-std::optional<DeadlockDetector::Verdict> DeadlockDetector::Check(const Coordinator& coordinator, int world_size) {
+std::optional<DeadlockDetector::Verdict> DeadlockDetector::Check(const Coordinator& coordinator, int world_size,
+                                                                 Clock::time_point now) {
   if (blocked_.empty()) return std::nullopt;
-  const auto now = std::chrono::steady_clock::now();
   std::map<std::pair<int32_t, std::string>, Coordinator::Waiting> table;
   for (auto& w : coordinator.Entries()) table[{w.process_set, w.name}] = w;
   std::vector<int> not_joined;
@@ -65,9 +65,17 @@ std::optional<DeadlockDetector::Verdict> DeadlockDetector::Check(const Coordinat
   }
   if (stuck.empty()) return std::nullopt;
   // Each rank reported after half the time blocked; the other half passes here, so the error
-  // comes once every rank involved has been blocked for the whole HERRING_DEADLOCK_TIME_SECONDS.
+  // comes once every rank involved has been blocked for the whole HERRING_DEADLOCK_TIME_SECONDS,
+  // or half that time later while ranks that have not reported miss its collectives (see Check).
+  bool unreported_missing = false;
   for (int r : stuck) {
-    if (std::chrono::duration<double>(now - blocked_[r].since).count() < deadlock_seconds_ / 2) return std::nullopt;
+    for (const auto& missing : missing_by_rank[r]) {
+      for (int m : missing) unreported_missing = unreported_missing || !blocked_.count(m);
+    }
+  }
+  const double wait = unreported_missing ? deadlock_seconds_ : deadlock_seconds_ / 2;
+  for (int r : stuck) {
+    if (std::chrono::duration<double>(now - blocked_[r].since).count() < wait) return std::nullopt;
   }
 
   Verdict v;

@@ -26,10 +26,11 @@ namespace herring {
 
 class DeadlockDetector {
  public:
+  using Clock = std::chrono::steady_clock;
   explicit DeadlockDetector(double deadlock_seconds) : deadlock_seconds_(deadlock_seconds) {}
 
   // A rank's latest report; empty: it is no longer blocked.
-  void Report(int rank, std::vector<AwaitedCollective> awaited);
+  void Report(int rank, std::vector<AwaitedCollective> awaited, Clock::time_point now = Clock::now());
 
   struct Verdict {
     std::vector<std::pair<int32_t, std::string>> collectives;  // to fail on every rank
@@ -43,13 +44,17 @@ class DeadlockDetector {
     std::string message;
   };
   // A deadlock among the reporting ranks, if the coordinator's table proves one (see the header
-  // comment); the reports involved are consumed.
-  std::optional<Verdict> Check(const Coordinator& coordinator, int world_size);
+  // comment); the reports involved are consumed. A proven deadlock is announced once its ranks
+  // have been blocked for HERRING_DEADLOCK_TIME_SECONDS; when ranks that have not reported miss
+  // its collectives, it waits up to half that time more for them: ranks seldom block at the same
+  // moment (a loaded host delays some by seconds), and one error naming every diverged rank is
+  // what a user can act on, where two partial ones, a few seconds apart, mislead.
+  std::optional<Verdict> Check(const Coordinator& coordinator, int world_size, Clock::time_point now = Clock::now());
 
  private:
   struct Blocked {
     std::vector<AwaitedCollective> awaited;
-    std::chrono::steady_clock::time_point since;
+    Clock::time_point since;
   };
   double deadlock_seconds_;
   std::map<int, Blocked> blocked_;

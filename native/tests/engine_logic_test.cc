@@ -553,6 +553,56 @@ TEST(EngineLogic, EngineDeadlockRanksWaitingOnEachOtherAreNamedAndFailed) {
   EXPECT_TRUE(f.coordinator.Entries().empty());
 }
 
+TEST(EngineLogic, EngineDeadlockWaitsForLateRanksThatMissItsCollectivesSoThatOneErrorNamesThemAll) {
+  // 4 ranks, each on a name of its own. Ranks 2 and 3 block first: already a deadlock (each
+  // misses the other), but ranks 0 and 1 have not reported and miss their collectives too.
+  ProcessSetTable table;
+  table.Add(World(4));
+  Coordinator coordinator(4, &table);
+  DeadlockDetector detector(4.0);
+  const auto t0 = DeadlockDetector::Clock::now();
+  const auto at = [&](double s) { return t0 + std::chrono::duration_cast<DeadlockDetector::Clock::duration>(
+                                                  std::chrono::duration<double>(s)); };
+  const std::vector<std::string> names = {"by.rank0", "by.rank1", "by.rank2", "by.rank3"};
+  for (int r = 0; r < 4; ++r) coordinator.Submit(Allreduce(names[r], r, {1}));
+  detector.Report(2, {Awaited(names[2])}, at(0));
+  detector.Report(3, {Awaited(names[3])}, at(0));
+  // Half the deadlock time after the reports (the whole time blocked): still waiting for 0 and 1.
+  EXPECT_TRUE(!detector.Check(coordinator, 4, at(2.5)));
+  // They report a second and a half late: one verdict names all four.
+  detector.Report(0, {Awaited(names[0])}, at(1.5));
+  detector.Report(1, {Awaited(names[1])}, at(1.5));
+  EXPECT_TRUE(!detector.Check(coordinator, 4, at(3.0)));
+  auto v = detector.Check(coordinator, 4, at(3.6));
+  ASSERT_TRUE(v.has_value());
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_TRUE(Contains(v->message, "rank " + std::to_string(r) + " waits on allreduce '" + names[r] + "'"))
+        << v->message;
+  }
+  EXPECT_EQ(v->collectives.size(), size_t(4));
+}
+
+TEST(EngineLogic, EngineDeadlockAmongSomeRanksIsAnnouncedWhenTheOthersNeverReport) {
+  // Ranks 1 and 2 deadlock; rank 0 computes on and never blocks: the verdict comes half the
+  // deadlock time late, naming the two.
+  ProcessSetTable table;
+  table.Add(World(3));
+  Coordinator coordinator(3, &table);
+  DeadlockDetector detector(4.0);
+  const auto t0 = DeadlockDetector::Clock::now();
+  const auto at = [&](double s) { return t0 + std::chrono::duration_cast<DeadlockDetector::Clock::duration>(
+                                                  std::chrono::duration<double>(s)); };
+  coordinator.Submit(Allreduce("x", 1, {1}));
+  coordinator.Submit(Allreduce("y", 2, {1}));
+  detector.Report(1, {Awaited("x")}, at(0));
+  detector.Report(2, {Awaited("y")}, at(0));
+  EXPECT_TRUE(!detector.Check(coordinator, 3, at(3.9)));
+  auto v = detector.Check(coordinator, 3, at(4.0));
+  ASSERT_TRUE(v.has_value());
+  EXPECT_TRUE(Contains(v->message, "Deadlock: ranks 1, 2 are blocked")) << v->message;
+  EXPECT_EQ(v->collectives.size(), size_t(2));
+}
+
 TEST(EngineLogic, EngineDeadlockNotWhileAFreeRankCouldComplete) {
   // Ranks 0 and 1 wait on 'a', which rank 2 (busy, not blocked) has not submitted yet: a stall.
   DeadlockFixture f(3);

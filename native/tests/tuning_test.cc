@@ -180,3 +180,39 @@ TEST(Tuning, AutotunerDoesNotSettleOnALuckySample) {
   ASSERT_FALSE(tuner.active());
   EXPECT_TRUE(tuner.proposed() == o.initial) << tuner.proposed().fusion_threshold_bytes;
 }
+
+TEST(Tuning, WithFusionAndCycleTimeFixedEverySmallMessageValueIsScored) {
+  // The environment fixed both joint knobs: the search starts at the categorical stage, scores
+  // the incumbent (64 KiB) first and then each other value, 16 KiB included.
+  const std::string log = ::testing::TempDir() + "/autotune_fixed_log.csv";
+  AutotuneOptions o;
+  o.initial = TunedSettings{134217728, 1, 65536, 0};
+  o.tune_fusion = false;
+  o.tune_cycle_time = false;
+  o.small_message_choices = {16384, 65536, 262144};
+  o.warmup_samples = 0;
+  o.steps_per_sample = 1;
+  o.log_path = log;
+  Autotuner tuner(o);
+  auto now = Autotuner::Clock::now();
+  uint64_t version = 0;
+  for (int s = 0; s < 100000 && tuner.active(); ++s) {
+    now += std::chrono::microseconds(1000);
+    tuner.Observe({"grad"}, 4096, now);
+    if (tuner.proposed_version() != version) {
+      version = tuner.proposed_version();
+      tuner.Applied(version, now);
+    }
+  }
+  ASSERT_FALSE(tuner.active());
+  std::ifstream in(log);
+  std::string line, sizes;
+  std::getline(in, line);
+  while (std::getline(in, line)) {
+    if (line.find(",best") == std::string::npos) sizes += line.substr(line.find(',', line.find(',') + 1) + 1, 5) + " ";
+  }
+  EXPECT_NE(sizes.find("65536"), std::string::npos) << sizes;
+  EXPECT_NE(sizes.find("16384"), std::string::npos) << sizes;
+  EXPECT_NE(sizes.find("26214"), std::string::npos) << sizes;
+  std::remove(log.c_str());
+}

@@ -35,8 +35,7 @@ Autotuner::Autotuner(AutotuneOptions options)
       joint_trials_.push_back(t);
     }
   } else {
-    stage_ = Stage::kSmallMessage;
-    if (options_.small_message_choices.empty()) NextStage();
+    NextStage();  // fusion and cycle time both fixed: the first categorical stage, incumbent first
   }
   if (!options_.log_path.empty()) {
     log_.open(options_.log_path, std::ios::out | std::ios::trunc);
@@ -174,15 +173,14 @@ void Autotuner::NextStage() {
       return;
     }
     if (stage_ == Stage::kDone) break;
-    const auto& choices = stage_ == Stage::kSmallMessage ? options_.small_message_choices : options_.allreduce_choices;
+    auto& choices = stage_ == Stage::kSmallMessage ? options_.small_message_choices : options_.allreduce_choices;
     if (choices.empty()) continue;
     choice_ = 0;
     const double incumbent = stage_ == Stage::kSmallMessage ? best_.small_message_bytes : best_.allreduce;
     // Score the incumbent as value 0: move it to the front of this stage's order.
-    auto& mutable_choices = stage_ == Stage::kSmallMessage ? options_.small_message_choices : options_.allreduce_choices;
-    auto it = std::find(mutable_choices.begin(), mutable_choices.end(), incumbent);
-    if (it != mutable_choices.end()) std::rotate(mutable_choices.begin(), it, it + 1);
-    else mutable_choices.insert(mutable_choices.begin(), incumbent);
+    auto it = std::find(choices.begin(), choices.end(), incumbent);
+    if (it != choices.end()) std::rotate(choices.begin(), it, it + 1);
+    else choices.insert(choices.begin(), incumbent);
     Propose(best_);
     return;
   }
