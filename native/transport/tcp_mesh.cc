@@ -29,8 +29,10 @@ constexpr auto kHandshakeTimeout = std::chrono::seconds(5);
 // sits in the socket before the dialer's connect() returns, so a second is plenty, and a dialer
 // dropped by mistake (a stalled machine) redials until its own deadline.
 constexpr auto kLazyHandshakeTimeout = std::chrono::seconds(1);
-// Bounds the connections awaiting their hello, so a flood of strangers cannot exhaust fds.
-constexpr size_t kMaxArrivals = 256;
+// Bounds the connections in their handshake, so a flood of strangers cannot exhaust fds; never
+// below what the job's own dialers can have in flight at once (every other rank's streams), or
+// the builder would evict legitimate handshakes at scale (3 (N - 1) > 256 from N = 87 on).
+constexpr size_t kMinMaxArrivals = 256;
 constexpr auto kFirstRetryDelay = milliseconds(2);
 constexpr auto kMaxRetryDelay = milliseconds(100);
 
@@ -297,7 +299,7 @@ class MeshBuilder {
 
   void ExpireArrivals(Clock::time_point now) {
     for (auto& a : arrivals_) {
-      if (a.fd >= 0 && now >= a.expires) Drop(&a, "it sent no hello");
+      if (a.fd >= 0 && now >= a.expires) Drop(&a, a.awaiting_proof ? "it sent no proof" : "it sent no hello");
     }
     arrivals_.erase(std::remove_if(arrivals_.begin(), arrivals_.end(),
                                    [](const Arrival& a) { return a.fd < 0; }),
@@ -428,9 +430,15 @@ class MeshBuilder {
         if (errno == EINTR || errno == ECONNABORTED) continue;
         return;
       }
-      if (arrivals_.size() >= kMaxArrivals) {
-        CloseFd(&arrivals_.front().fd);
-        arrivals_.erase(arrivals_.begin());
+      const size_t max_arrivals =
+          std::max(kMinMaxArrivals, static_cast<size_t>(spec_.size) * static_cast<size_t>(spec_.data_streams + 1));
+      if (arrivals_.size() >= max_arrivals) {
+        // The oldest that has not passed its hello: a peer that passed it may already count
+        // the connection as made, so evicting it would fail that peer.
+        auto victim = std::find_if(arrivals_.begin(), arrivals_.end(), [](const Arrival& x) { return !x.awaiting_proof; });
+        if (victim == arrivals_.end()) victim = arrivals_.begin();
+        CloseFd(&victim->fd);
+        arrivals_.erase(victim);
       }
       Arrival a;
       a.fd = fd;
@@ -474,6 +482,11 @@ class MeshBuilder {
     }
     a->awaiting_proof = true;
     a->got = 0;
+    // The hello carried the job's token and a valid identity: a peer, whose proof may come late
+    // on a loaded machine (hundreds of ranks on a few cores wait seconds for a time slice). The
+    // mesh gives it until the mesh's deadline; lazy connections, whose listener never closes, a
+    // handshake timeout.
+    a->expires = lazy_ ? Clock::now() + kHandshakeTimeout : deadline_.when();
   }
 
   // The dialer's proof: only a process holding the job's secret gets a place in the mesh.
