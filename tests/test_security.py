@@ -21,9 +21,12 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 import launch
 
 WORKERS = os.path.join(launch.ROOT, "tests", "workers")
+ACK_BYTES = 40 + 32 + 32  # a hello-ack: frame header (transport/frame.h), the acceptor's nonce, its proof
 sys.path.insert(0, os.path.join(launch.ROOT, "fuzz"))
 
 
@@ -71,7 +74,7 @@ def wait_for(predicate, seconds, what, proc):
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def run_strangers(np=3):
+def run_strangers(np=3, connections="mesh"):
     """Runs the job and the stranger; returns (job returncode, job output, stranger report,
     per-rank outcomes of the job)."""
     results = launch.scratch_dir("herring-strangers-")
@@ -79,7 +82,7 @@ def run_strangers(np=3):
            sys.executable, os.path.join(WORKERS, "as_simulated_host.py"), "2",
            os.path.join(WORKERS, "stranger_job_worker.py")]
     env = launch.herring_env(HERRING_TEST_RESULTS=results, HERRING_TEST_MAX_SECONDS=150,
-                             HOROVOD_LOG_LEVEL="INFO", HERRING_SECRET=None)
+                             HOROVOD_LOG_LEVEL="INFO", HERRING_SECRET=None, HERRING_CONNECTIONS=connections)
     # The job's output goes to a file, not a pipe: nobody reads a pipe while the strangers run, and
     # a full pipe would block the ranks' logging (the INFO lines below) and with it their I/O.
     log_path = os.path.join(results, "job.log")
@@ -135,9 +138,14 @@ def run_strangers(np=3):
     return job.returncode, output, report, outcomes
 
 
-def test_strangers_do_not_disturb_a_running_job():
+# mesh: the listener drops everyone once the mesh is complete. lazy (HERRING_CONNECTIONS): it
+# stays open for pairs that connect later, so strangers meet the handshake: a hello with the job's
+# token gets the acceptor's ack (its nonce and an HMAC proof, which prove nothing to anyone without
+# the secret) before the missing proof closes it; a silent one is closed after 1 s.
+@pytest.mark.parametrize("connections", ["mesh", "lazy"])
+def test_strangers_do_not_disturb_a_running_job(connections):
     np = 3
-    returncode, output, report, outcomes = run_strangers(np)
+    returncode, output, report, outcomes = run_strangers(np, connections)
     for target, cases in report["targets"].items():
         print(f"\n{target}: " + ", ".join(f"{n} x{o['connections']} {'/'.join(o['how'])} within {o['ms']} ms"
                                          for n, o in cases.items()))
@@ -155,10 +163,14 @@ def test_strangers_do_not_disturb_a_running_job():
         assert set(cases) == expected_cases, cases
         for name, outcome in cases.items():
             assert outcome["closed_by_rank"], f"{target} {name}: {outcome}"
-            assert outcome["bytes_received"] == 0, f"{target} {name}: the rank answered a stranger: {outcome}"
+            if connections == "lazy" and name == "right_token_wrong_secret":
+                assert outcome["bytes_received"] <= ACK_BYTES, f"{target} {name}: more than the ack: {outcome}"
+            else:
+                assert outcome["bytes_received"] == 0, f"{target} {name}: the rank answered a stranger: {outcome}"
             assert outcome["ms"] < 2000, f"{target} {name}: {outcome}"
         assert cases["flood"]["connections"] == 200, cases["flood"]
-    assert report["rounds"] >= 2, report["rounds"]
+    # Lazy: a silent stranger is held for the 1 s hello deadline, so fewer rounds fit in the time.
+    assert report["rounds"] >= (2 if connections == "mesh" else 1), report["rounds"]
 
     for r, o in outcomes.items():
         # The job was stepping before the strangers came and after they left.
@@ -168,13 +180,21 @@ def test_strangers_do_not_disturb_a_running_job():
     # carries a running count: the last count per rank, plus the connections that came after it
     # within the last second, must account for every connection.
     counts = {}
-    for rank, n in re.findall(r"\[herring INFO rank (\d+)\] rank \d+: dropped a connection from \S+ after the mesh "
-                              r"was complete \((\d+) dropped so far\)", output):
+    line = (r"\[herring INFO rank (\d+)\] rank \d+: dropped a connection from \S+ after the mesh was complete "
+            r"\((\d+) dropped so far\)" if connections == "mesh" else
+            r"\[herring INFO rank (\d+)\] rank \d+: dropped a connection from \S+ that is no peer's \([^;\n]*; "
+            r"(\d+) dropped so far\)")
+    for rank, n in re.findall(line, output):
         counts[int(rank)] = max(counts.get(int(rank), 0), int(n))
     assert len(counts) == np, f"drops logged for ranks {sorted(counts)}\n{output[-3000:]}"
+    connections_mode = connections
     connections = sum(o["connections"] for cases in report["targets"].values() for o in cases.values())
     lines = len(re.findall(r"dropped a connection from", output))
-    assert sum(counts.values()) >= connections * 0.5 and lines < connections / 10, (counts, lines, connections)
+    assert lines < connections / 10, (counts, lines, connections)
+    # Lazy: the connector logs its running count only when a drop comes a second after the last
+    # line, so a burst's final count is often never printed (open: issue 27's lazy connections).
+    if connections_mode == "mesh":
+        assert sum(counts.values()) >= connections * 0.5, (counts, lines, connections)
 
 
 def test_wire_decoders_survive_fuzzing():

@@ -137,6 +137,17 @@ const std::vector<KnobSpec>& AllKnobs() {
        "an evenly spaced shard and visits the shards in turn, one push at a time (round-robin "
        "synchronous parallel), so a shard receives from one worker at a time. Same sums either way.", true},
       {"HERRING_TCP_STREAMS", "2", "int", "TCP streams per peer for bulk data.", true},
+      {"HERRING_CONNECTIONS", "lazy", "enum",
+       "`lazy`: a pair of ranks connects (control stream and data streams, authenticated as "
+       "always) when one first sends to or receives from the other, so a rank holds sockets only "
+       "to the peers its algorithms and control plane use; `mesh`: every pair at init (the full "
+       "mesh, O(N) sockets per rank). Jobs with elastic dedicated servers keep the mesh.", true},
+      {"HERRING_RENDEZVOUS", "host", "enum",
+       "How init exchanges the ranks' records through horovodrun's store: `host`: one round per "
+       "host (each host's local rank 0 gathers its host's records, host 0's leader publishes the "
+       "world, every rank reads it once: about 3N requests); `rank`: every rank reads every "
+       "record (N^2 requests). Elastic jobs (their driver's exchange), mpirun, torchrun and jobs "
+       "with elastic dedicated servers (joiners read the per-rank records) use per-rank records.", true},
       {"HERRING_TIMEOUT_SECONDS", "30", "seconds",
        "Deadline of every blocking step; a peer silent for this long is declared lost.", false},
       {"HERRING_START_TIMEOUT_SECONDS", "60", "seconds",
@@ -291,6 +302,12 @@ Config Config::FromEnvironment(const std::map<std::string, std::string>& env) {
     }
   }
   c.tcp_streams = static_cast<int>(r.Int("HERRING_TCP_STREAMS", 1));
+  std::string connections = r.Raw("HERRING_CONNECTIONS");
+  if (connections != "lazy" && connections != "mesh") KnobReader::Bad("HERRING_CONNECTIONS", connections, "lazy or mesh");
+  c.lazy_connections = connections == "lazy";
+  std::string rendezvous = r.Raw("HERRING_RENDEZVOUS");
+  if (rendezvous != "host" && rendezvous != "rank") KnobReader::Bad("HERRING_RENDEZVOUS", rendezvous, "host or rank");
+  c.per_host_rendezvous = rendezvous == "host";
   c.timeout_seconds = r.Double("HERRING_TIMEOUT_SECONDS", 0.001);
   c.start_timeout_seconds = r.Double("HERRING_START_TIMEOUT_SECONDS", 0.001);
   c.iface = r.Raw("HERRING_IFACE");

@@ -49,6 +49,8 @@ struct Config {
   int slowdown_rank = -1;    // HERRING_SLOWDOWN (tests, benchmarks)
   double slowdown_us_per_mib = 0;
   int tcp_streams;
+  bool lazy_connections;     // HERRING_CONNECTIONS=lazy
+  bool per_host_rendezvous;  // HERRING_RENDEZVOUS=host
   double timeout_seconds;
   double start_timeout_seconds;
   std::string iface;         // empty: chosen from the launcher's environment

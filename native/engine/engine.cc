@@ -95,7 +95,9 @@ void Engine::Rendezvous(const EngineOptions& options, Deadline deadline) {
       rank(), world_size(), ip,
       [&](const Endpoint& listening) {
         mine.port = listening.port;
-        const std::vector<RankRecord> records = ExchangeRecords(mine, options.exchange, launch_, epoch_, deadline);
+        const std::vector<RankRecord> records = ExchangeRecords(
+            mine, options.exchange, launch_, epoch_, deadline,
+            /*per_host=*/config_.per_host_rendezvous && config_.elastic_slots == 0);
         MeshPlan plan;
         plan.credentials = rank() == 0 ? issued : JobCredentialsFrom(records[0], config_.secret);
         std::vector<std::string> hostnames;
@@ -123,6 +125,8 @@ void Engine::ConnectTransport(int rank, int size, const std::string& ip,
   topts.on_event = [this] { Wake(); };
   topts.abort_control_type = kAbortMessage;
   topts.vacant_slots = config_.elastic_slots;
+  topts.lazy_connections = config_.lazy_connections;
+  topts.connect_timeout_seconds = config_.start_timeout_seconds;
   // The job's token and secret are known only after the rendezvous, which needs the port: set
   // below, before the mesh is connected (nothing is accepted before that).
   transport_ = std::make_unique<TcpTransport>(topts);
@@ -154,6 +158,16 @@ void Engine::R2spStep(uint32_t session, const float* grad, float* params, int64_
 }
 
 void Engine::R2spEnd(uint32_t session) { r2sp_->End(session); }
+
+std::map<std::string, uint64_t> Engine::CountersSnapshot() const {
+  std::map<std::string, uint64_t> snapshot = counters_.Snapshot();
+  if (transport_) {
+    const TcpTransport::Stats stats = transport_->stats();
+    snapshot["open_sockets"] = stats.open_sockets;
+    snapshot["connected_peers"] = stats.connected_peers;
+  }
+  return snapshot;
+}
 
 // Horovod's local and cross ranks count workers only (the global process set's layout).
 int Engine::local_rank() const { return is_dedicated_server() ? -1 : global_set_->my_local_index; }

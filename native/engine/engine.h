@@ -176,7 +176,9 @@ class Engine {
   // torch's recv without a source. The result names the sender (engine/p2p_matcher.h).
   AnySourceReceivePtr P2pRecvAny(const std::vector<int>& peers, uint32_t tag, void* data, size_t bytes);
 
-  std::map<std::string, uint64_t> CountersSnapshot() const { return counters_.Snapshot(); }
+  // The counters, plus the transport's sockets: open_sockets (connected TCP sockets to peers) and
+  // connected_peers (peers with any), which the scale benchmark reads per rank.
+  std::map<std::string, uint64_t> CountersSnapshot() const;
   // The first failure of the job (OK while healthy).
   Status failure() const;
 

@@ -190,7 +190,7 @@ HerringAllreduce::PullWork HerringAllreduce::PushAndPostPull(ExecContext& ctx, c
   const size_t esz = ElementSize(batch.dtype);
   const int64_t align = AlignElements(batch.dtype);
   const ServerLayout& servers = ctx.set.servers;
-  const auto ranges = servers.map.Ranges(n, align);
+  const auto ranges = servers.Ranges(n, align);
   const ElementRange mine = HostSlices(ctx, n, align)[ctx.set.my_host][ctx.set.my_local_index];
   if (ctx.faults) ctx.faults->At("push", &ctx.net);
   PullWork work;

@@ -47,7 +47,7 @@ ShardServer::Work ShardServer::Post(ExecContext& ctx, const AllreduceBatch& batc
   const size_t esz = ElementSize(batch.dtype);
   const int64_t align = AlignElements(batch.dtype);
   const ServerLayout& servers = ctx.set.servers;
-  const auto ranges = servers.map.Ranges(n, align);
+  const auto ranges = servers.Ranges(n, align);
   const auto host_slices = HostSlices(ctx, n, align);
   const int num_hosts = static_cast<int>(ctx.set.hosts.size());
   size_t need = 0;
@@ -78,7 +78,7 @@ void ShardServer::Finish(ExecContext& ctx, const AllreduceBatch& batch, Work* wo
   if (work->served.empty()) return;
   const size_t esz = ElementSize(batch.dtype);
   const int64_t align = AlignElements(batch.dtype);
-  const auto ranges = ctx.set.servers.map.Ranges(work->n, align);
+  const auto ranges = ctx.set.servers.Ranges(work->n, align);
   const auto host_slices = HostSlices(ctx, work->n, align);
   const int num_hosts = static_cast<int>(ctx.set.hosts.size());
   WaitTransfers(work->incoming, ctx, "server shard receiving pushes of '" + batch.label + "'");

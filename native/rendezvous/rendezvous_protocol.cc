@@ -7,6 +7,7 @@
 
 #include "common/crypto.h"
 #include "common/status.h"
+#include "rendezvous/host_rendezvous.h"
 #include "rendezvous/http_store.h"
 #include "rendezvous/net_interfaces.h"
 
@@ -128,13 +129,17 @@ std::string AdvertisedAddress(const std::string& iface, bool all_on_this_host) {
 }
 
 std::vector<RankRecord> ExchangeRecords(const RankRecord& mine, const RecordExchange& exchange,
-                                        const LaunchInfo& launch, int epoch, Deadline deadline) {
+                                        const LaunchInfo& launch, int epoch, Deadline deadline, bool per_host) {
   std::vector<std::string> texts;
   if (exchange) {
     texts = exchange(mine.Encode());
   } else if (launch.launcher == Launcher::kHorovodrun) {
     HttpStore store(launch.rendezvous_addr, launch.rendezvous_port, kRendezvousScope);
-    texts = store.AllGather(RecordPrefix(epoch), launch.rank, launch.size, mine.Encode(), deadline);
+    if (per_host && CanGroupByHost(launch)) {
+      texts = HostGroupedAllGather(store, RecordPrefix(epoch), launch, mine.Encode(), deadline);
+    } else {
+      texts = store.AllGather(RecordPrefix(epoch), launch.rank, launch.size, mine.Encode(), deadline);
+    }
   } else if (launch.size == 1) {
     texts = {mine.Encode()};
   } else {

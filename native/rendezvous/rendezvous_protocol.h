@@ -74,9 +74,12 @@ std::string AdvertisedAddress(const std::string& iface, bool all_on_this_host);
 // Init: publishes `mine` and returns every launched process's record, by rank, checked (one per
 // process, readable, fingerprints agreeing with rank 0's). `exchange` (the front end's, e.g. over
 // mpi4py or torch's store) wins; otherwise horovodrun's store, or nothing for a job of one.
+// per_host (HERRING_RENDEZVOUS=host): through horovodrun's store, one round per host
+// (rendezvous/host_rendezvous.h) instead of every rank reading every record.
 using RecordExchange = std::function<std::vector<std::string>(const std::string& mine)>;
 std::vector<RankRecord> ExchangeRecords(const RankRecord& mine, const RecordExchange& exchange,
-                                        const LaunchInfo& launch, int epoch, Deadline deadline);
+                                        const LaunchInfo& launch, int epoch, Deadline deadline,
+                                        bool per_host = false);
 
 // The running job as rank 0 keeps it in the store for servers that join (elastic): the workers,
 // the next free rank, and the ranks taking part now.

@@ -23,6 +23,7 @@
 
 #include "common/deadline.h"
 #include "common/status.h"
+#include "rendezvous/host_rendezvous.h"
 #include "rendezvous/http_store.h"
 #include "rendezvous/launch_env.h"
 #include "rendezvous/net_interfaces.h"
@@ -656,6 +657,59 @@ TEST(Rendezvous, RendezvousStoreAllGatherFourRanks) {
   }
   EXPECT_TRUE(took < 2.0);
   std::fprintf(stderr, "    4-rank AllGather over the fake store: %.1f ms\n", took * 1e3);
+}
+
+// One round per host (HERRING_RENDEZVOUS=host): hosts of different sizes, ranks not contiguous
+// per host, records with newlines and spaces; every rank gets every record by rank.
+TEST(Rendezvous, RendezvousHostGroupedAllGatherUnevenHosts) {
+  FakeStore server;
+  server.Listen();
+  const std::vector<std::vector<int>> hosts = {{0, 4}, {2}, {1, 3, 5}};
+  constexpr int kSize = 6;
+  auto record = [](int r) { return "host record of rank " + std::to_string(r) + "\n10.0.0." + std::to_string(r) + "\n"; };
+  std::vector<std::vector<std::string>> results(kSize);
+  std::vector<std::string> errors(kSize);
+  std::vector<std::thread> ranks;
+  for (size_t h = 0; h < hosts.size(); ++h) {
+    for (size_t l = 0; l < hosts[h].size(); ++l) {
+      ranks.emplace_back([&, h, l] {
+        LaunchInfo launch;
+        launch.launcher = Launcher::kHorovodrun;
+        launch.rank = hosts[h][l];
+        launch.size = kSize;
+        launch.local_rank = static_cast<int>(l);
+        launch.local_size = static_cast<int>(hosts[h].size());
+        // Horovod's cross rank counts the ranks of one local rank: the host index for local rank 0.
+        launch.cross_rank = l == 0 ? static_cast<int>(h) : 0;
+        launch.cross_size = l == 0 ? static_cast<int>(hosts.size()) : 1;
+        launch.hostname = "simhost" + std::to_string(h);
+        try {
+          HttpStore store("127.0.0.1", server.port(), "herring");
+          ASSERT_TRUE(CanGroupByHost(launch));
+          results[launch.rank] = HostGroupedAllGather(store, "e0", launch, record(launch.rank), Seconds(5));
+        } catch (const Error& e) {
+          errors[launch.rank] = e.what();
+        }
+      });
+    }
+  }
+  for (auto& t : ranks) t.join();
+  std::vector<std::string> expected;
+  for (int r = 0; r < kSize; ++r) expected.push_back(record(r));
+  for (int r = 0; r < kSize; ++r) {
+    EXPECT_EQ(errors[r], std::string("")) << "rank " << r;
+    EXPECT_TRUE(results[r] == expected) << "rank " << r;
+  }
+  // A rank no host reported is named.
+  FakeStore lonely;
+  lonely.Listen();
+  LaunchInfo leader;
+  leader.launcher = Launcher::kHorovodrun;
+  leader.size = 2;
+  leader.hostname = "a";
+  HttpStore store("127.0.0.1", lonely.port(), "herring");
+  Status s = StatusOf([&] { HostGroupedAllGather(store, "e0", leader, "x", Seconds(2)); });
+  EXPECT_NE(std::string::npos, s.message().find("miss ranks 1")) << s.message();
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -62,6 +62,7 @@ void TcpTransport::Impl::RunIoLoop() {
         if (notify_requested_.exchange(false)) NotifyEvent();
         if (check_write_errors_.exchange(false)) CheckWriteErrors();
         if (opts_.vacant_slots > 0) AdmitJoiners();
+        if (lazy_) AttachLinks();
       } else if (tag == &listener_marker_) {
         AcceptAndDropStrangers();
       } else {
@@ -434,7 +435,7 @@ void TcpTransport::Impl::CheckLiveness() {
   auto timeout_ns = static_cast<int64_t>(timeout * 1e9);
   for (auto& peer : peers_) {
     Peer* p = peer.get();
-    if (p->streams.empty() || p->streams[0]->read_closed) continue;
+    if (p->streams.empty() || (lazy_ && !p->linked) || p->streams[0]->read_closed) continue;
     if (now - p->last_recv_ns.load() >= timeout_ns) {
       LosePeer(p, Status::PeerLost(RankText(p->rank) + ": no traffic for " +
                                    FormatSeconds(timeout) + " s"));
@@ -542,6 +543,7 @@ void TcpTransport::Impl::AdmitJoiners() {
       p->streams.push_back(std::move(s));
     }
     p->arriving.clear();
+    p->linked = true;
     {
       std::lock_guard<std::mutex> lock(mu_);
       p->vacant = false;
@@ -575,6 +577,13 @@ void TcpTransport::Impl::BeginClosing() {
       {
         std::lock_guard<std::mutex> lock(s->write_mu);
         if (s->write_closed) continue;
+        if (lazy_ && !p->linked && s->queue.empty()) {
+          // Never connected and nothing to say (lazy connections): nobody to say goodbye to.
+          s->write_closed = true;
+          continue;
+        }
+        // A peer still connecting with frames queued (an abort message, say) gets them and the
+        // goodbye if it connects before the closing deadline.
         OutFrame f;
         FillHeader(&f, FrameKind::kGoodbye, 0, 0, 0, 0);
         s->queue.push_back(std::move(f));

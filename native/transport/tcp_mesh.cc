@@ -25,8 +25,14 @@ using std::chrono::milliseconds;
 // A legitimate peer sends its hello right after connect(); a connection that stays silent this
 // long is a stranger (or a peer that will redial), so it is dropped rather than held.
 constexpr auto kHandshakeTimeout = std::chrono::seconds(5);
-// Bounds the connections awaiting their hello, so a flood of strangers cannot exhaust fds.
-constexpr size_t kMaxArrivals = 256;
+// Lazy connections keep the listener open for the whole job, so strangers are met there: a hello
+// sits in the socket before the dialer's connect() returns, so a second is plenty, and a dialer
+// dropped by mistake (a stalled machine) redials until its own deadline.
+constexpr auto kLazyHandshakeTimeout = std::chrono::seconds(1);
+// Bounds the connections in their handshake, so a flood of strangers cannot exhaust fds; never
+// below what the job's own dialers can have in flight at once (every other rank's streams), or
+// the builder would evict legitimate handshakes at scale (3 (N - 1) > 256 from N = 87 on).
+constexpr size_t kMinMaxArrivals = 256;
 constexpr auto kFirstRetryDelay = milliseconds(2);
 constexpr auto kMaxRetryDelay = milliseconds(100);
 
@@ -91,14 +97,30 @@ int ReadHandshake(int fd, uint8_t* buf, size_t* got, std::string* why) {
 
 class MeshBuilder {
  public:
+  // Mesh mode (lazy = false): every peer is wanted from the start, by `deadline`; Run() returns
+  // when all are connected. Lazy mode: peers are wanted one by one (Want), each within
+  // spec.connect_timeout_seconds; complete peers are handed out (TakeConnected) as they come.
   MeshBuilder(const MeshSpec& spec, int listen_fd, const std::vector<Endpoint>& endpoints,
-              Deadline deadline)
-      : spec_(spec), listen_fd_(listen_fd), endpoints_(endpoints), deadline_(deadline),
-        fds_(spec.size), last_error_(spec.size) {
+              Deadline deadline, bool lazy)
+      : spec_(spec), listen_fd_(listen_fd), endpoints_(endpoints), deadline_(deadline), lazy_(lazy),
+        fds_(spec.size), last_error_(spec.size), state_(spec.size, PeerState::kIdle),
+        want_until_(spec.size) {
+    if (static_cast<int>(endpoints_.size()) != spec_.size) {
+      throw Error(Status::InvalidArgument("ConnectMesh needs " + std::to_string(spec_.size) +
+                                          " endpoints, got " +
+                                          std::to_string(endpoints_.size())));
+    }
+    addrs_.resize(spec_.size);
+    addr_lens_.resize(spec_.size);
+    if (lazy_) return;
     for (int peer = 0; peer < spec_.size; ++peer) {
       // A peer with no endpoint (port 0) is absent: a joiner does not dial retired ranks.
-      bool absent = peer < static_cast<int>(endpoints.size()) && peer < spec_.rank && endpoints[peer].port == 0;
-      if (peer != spec_.rank && !absent) fds_[peer].assign(spec_.data_streams + 1, -1);
+      bool absent = peer < spec_.rank && endpoints[peer].port == 0;
+      if (peer == spec_.rank || absent) continue;
+      fds_[peer].assign(spec_.data_streams + 1, -1);
+      state_[peer] = PeerState::kWanted;
+      want_until_[peer] = deadline_.when();
+      if (peer < spec_.rank) PrepareDials(peer, spec_.data_streams + 1);
     }
   }
 
@@ -111,26 +133,50 @@ class MeshBuilder {
   }
 
   std::vector<std::vector<int>> Run() {
-    PrepareDials();
     auto started = Clock::now();
     while (!Complete()) {
       if (deadline_.Expired()) ThrowTimeout(started);
-      auto now = Clock::now();
-      StartDueDials(now);
-      ExpireArrivals(now);
-      PollOnce(now);
+      PollOnce(Clock::now(), -1, 1000);
     }
     auto result = std::move(fds_);
     fds_.clear();
     return result;
   }
 
+  void Want(int peer) {
+    if (peer < 0 || peer >= spec_.size || peer == spec_.rank || state_[peer] != PeerState::kIdle) return;
+    state_[peer] = PeerState::kWanted;
+    want_until_[peer] = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                           std::chrono::duration<double>(spec_.connect_timeout_seconds));
+    if (fds_[peer].empty()) fds_[peer].assign(spec_.data_streams + 1, -1);
+    if (peer < spec_.rank) {
+      PrepareDials(peer, spec_.data_streams + 1);
+    } else {
+      PrepareDials(peer, 1, kCallMeStream);
+    }
+  }
+
+  // One round: handles expiries, starts due dials, waits for events (or wake_fd) and handles them.
+  void PollOnce(Clock::time_point now, int wake_fd, int max_wait_ms) {
+    if (lazy_) ExpireWanted(now);
+    DropFinishedDials();
+    StartDueDials(now);
+    ExpireArrivals(now);
+    Poll(now, wake_fd, max_wait_ms);
+  }
+
+  std::vector<LazyConnector::Connected> TakeConnected() { return std::move(connected_); }
+  std::vector<LazyConnector::Failed> TakeFailed() { return std::move(failed_); }
+
  private:
   enum class DialState { kIdle, kConnecting, kAwaitAck, kDone };
+  // kIdle: nobody asked (a higher rank may still dial in); kWanted: connecting by want_until_;
+  // kHanded: every stream connected (and, lazily, handed out); kFailed: gave up, stays so.
+  enum class PeerState { kIdle, kWanted, kHanded, kFailed };
 
   struct Dial {
     int peer = 0;
-    int stream = 0;
+    int stream = 0;  // kCallMeStream: ask a higher rank to dial us
     int fd = -1;
     DialState state = DialState::kIdle;
     Clock::time_point retry_at;
@@ -152,39 +198,78 @@ class MeshBuilder {
     std::string dialer_nonce, my_nonce;
   };
 
-  void PrepareDials() {
-    if (static_cast<int>(endpoints_.size()) != spec_.size) {
-      throw Error(Status::InvalidArgument("ConnectMesh needs " + std::to_string(spec_.size) +
-                                          " endpoints, got " +
-                                          std::to_string(endpoints_.size())));
+  void PrepareDials(int peer, int count, int only_stream = -1) {
+    const Endpoint& e = endpoints_[peer];
+    if (!MakeSockaddr(e.ip, e.port, &addrs_[peer], &addr_lens_[peer]) || e.port == 0) {
+      Status bad = Status::InvalidArgument("rank " + std::to_string(peer) + " has an invalid endpoint '" + e.ip +
+                                           ":" + std::to_string(e.port) + "'");
+      if (!lazy_) throw Error(bad);
+      Fail(peer, bad.message());
+      return;
     }
-    addrs_.resize(spec_.size);
-    addr_lens_.resize(spec_.size);
-    for (int peer = 0; peer < spec_.rank; ++peer) {
-      if (fds_[peer].empty()) continue;  // absent
-      const Endpoint& e = endpoints_[peer];
-      if (!MakeSockaddr(e.ip, e.port, &addrs_[peer], &addr_lens_[peer]) || e.port == 0) {
-        throw Error(Status::InvalidArgument("rank " + std::to_string(peer) +
-                                            " has an invalid endpoint '" + e.ip + ":" +
-                                            std::to_string(e.port) + "'"));
-      }
-      for (int stream = 0; stream <= spec_.data_streams; ++stream) {
-        Dial d;
-        d.peer = peer;
-        d.stream = stream;
-        d.retry_at = Clock::now();
-        dials_.push_back(d);
-      }
+    for (int k = 0; k < count; ++k) {
+      Dial d;
+      d.peer = peer;
+      d.stream = only_stream >= 0 ? only_stream : k;
+      d.retry_at = Clock::now();
+      dials_.push_back(d);
     }
   }
 
   bool Complete() const {
-    for (const auto& streams : fds_) {
-      for (int fd : streams) {
-        if (fd < 0) return false;
-      }
+    for (PeerState s : state_) {
+      if (s == PeerState::kWanted) return false;
     }
     return true;
+  }
+
+  // A peer whose every stream is connected: mesh mode keeps its fds for Run(), lazy mode hands
+  // them out.
+  void MaybeComplete(int peer) {
+    if (fds_[peer].empty()) return;
+    for (int fd : fds_[peer]) {
+      if (fd < 0) return;
+    }
+    state_[peer] = PeerState::kHanded;
+    if (lazy_) {
+      connected_.push_back({peer, std::move(fds_[peer])});
+      fds_[peer].clear();
+    }
+  }
+
+  void Fail(int peer, const std::string& why) {
+    state_[peer] = PeerState::kFailed;
+    for (int& fd : fds_[peer]) CloseFd(&fd);
+    fds_[peer].clear();
+    failed_.push_back({peer, why});
+  }
+
+  std::string PeerReason(int peer) const {
+    if (!last_error_[peer].empty()) return last_error_[peer];
+    if (peer > spec_.rank) return "it has not connected to this rank";
+    return "no answer to the hello from " + EndpointText(peer);
+  }
+
+  void ExpireWanted(Clock::time_point now) {
+    for (int peer = 0; peer < spec_.size; ++peer) {
+      if (state_[peer] != PeerState::kWanted || now < want_until_[peer]) continue;
+      Fail(peer, "rank " + std::to_string(peer) + ": could not connect within " +
+                     FormatSeconds(spec_.connect_timeout_seconds) + " s (HERRING_START_TIMEOUT_SECONDS): " +
+                     PeerReason(peer));
+    }
+  }
+
+  // Dials that finished, or whose peer no longer needs them (connected from the other side,
+  // failed), go; their pointers are not held across rounds.
+  void DropFinishedDials() {
+    for (auto& d : dials_) {
+      if (d.state != DialState::kDone && state_[d.peer] != PeerState::kWanted) CloseFd(&d.fd);
+    }
+    dials_.erase(std::remove_if(dials_.begin(), dials_.end(),
+                                [this](const Dial& d) {
+                                  return d.state == DialState::kDone || state_[d.peer] != PeerState::kWanted;
+                                }),
+                 dials_.end());
   }
 
   std::string EndpointText(int peer) const {
@@ -214,11 +299,7 @@ class MeshBuilder {
 
   void ExpireArrivals(Clock::time_point now) {
     for (auto& a : arrivals_) {
-      if (a.fd >= 0 && now >= a.expires) {
-        HLOG(Info) << "rank " << spec_.rank << ": dropped a connection from " << a.from
-                   << " that sent no hello";
-        CloseFd(&a.fd);
-      }
+      if (a.fd >= 0 && now >= a.expires) Drop(&a, a.awaiting_proof ? "it sent no proof" : "it sent no hello");
     }
     arrivals_.erase(std::remove_if(arrivals_.begin(), arrivals_.end(),
                                    [](const Arrival& a) { return a.fd < 0; }),
@@ -226,14 +307,22 @@ class MeshBuilder {
   }
 
   // Waits for the next socket event (or retry/expiry/deadline) and handles whatever is ready.
-  void PollOnce(Clock::time_point now) {
+  void Poll(Clock::time_point now, int wake_fd, int max_wait_ms) {
     std::vector<pollfd> fds;
     std::vector<Dial*> dial_of;        // parallel to fds (null for non-dials)
     std::vector<Arrival*> arrival_of;  // parallel to fds (null for non-arrivals)
     fds.push_back({listen_fd_, POLLIN, 0});
     dial_of.push_back(nullptr);
     arrival_of.push_back(nullptr);
-    Clock::time_point wake = deadline_.when();
+    if (wake_fd >= 0) {
+      fds.push_back({wake_fd, POLLIN, 0});
+      dial_of.push_back(nullptr);
+      arrival_of.push_back(nullptr);
+    }
+    Clock::time_point wake = lazy_ ? now + milliseconds(max_wait_ms) : deadline_.when();
+    for (int peer = 0; lazy_ && peer < spec_.size; ++peer) {
+      if (state_[peer] == PeerState::kWanted) wake = std::min(wake, want_until_[peer]);
+    }
     for (auto& d : dials_) {
       if (d.state == DialState::kIdle) wake = std::min(wake, d.retry_at);
       if (d.state != DialState::kConnecting && d.state != DialState::kAwaitAck) continue;
@@ -249,7 +338,7 @@ class MeshBuilder {
       arrival_of.push_back(&a);
     }
     auto wait = std::chrono::duration_cast<milliseconds>(wake - now) + milliseconds(1);
-    int timeout_ms = static_cast<int>(std::clamp<int64_t>(wait.count(), 0, 1000));
+    int timeout_ms = static_cast<int>(std::clamp<int64_t>(wait.count(), 0, max_wait_ms));
     int n = poll(fds.data(), fds.size(), timeout_ms);
     if (n <= 0) return;  // timeout or EINTR: the loop re-checks everything
     for (size_t i = 1; i < fds.size(); ++i) {
@@ -258,10 +347,11 @@ class MeshBuilder {
       if (arrival_of[i] != nullptr) HandleArrival(arrival_of[i]);
     }
     // Accept last: it appends to arrivals_, which invalidates the pointers above.
-    if (fds[0].revents != 0) AcceptAll(now);
+    if (fds[0].revents != 0) AcceptAll(Clock::now());
   }
 
   void HandleDial(Dial* d) {
+    if (state_[d->peer] != PeerState::kWanted) return;  // dropped next round
     if (d->state == DialState::kConnecting) {
       int err = 0;
       socklen_t len = sizeof(err);
@@ -317,9 +407,16 @@ class MeshBuilder {
       RetryLater(d, "sending the proof to " + EndpointText(d->peer) + ": " + ErrnoText(errno));
       return;
     }
+    d->state = DialState::kDone;
+    if (d->stream == kCallMeStream) {
+      // Asked: the peer dials the pair's streams now; we wait for them until our deadline.
+      CloseFd(&d->fd);
+      last_error_[d->peer] = "asked it to connect, and it has not connected to this rank";
+      return;
+    }
     fds_[d->peer][d->stream] = d->fd;
     d->fd = -1;
-    d->state = DialState::kDone;
+    MaybeComplete(d->peer);
   }
 
   void AcceptAll(Clock::time_point now) {
@@ -333,13 +430,19 @@ class MeshBuilder {
         if (errno == EINTR || errno == ECONNABORTED) continue;
         return;
       }
-      if (arrivals_.size() >= kMaxArrivals) {
-        CloseFd(&arrivals_.front().fd);
-        arrivals_.erase(arrivals_.begin());
+      const size_t max_arrivals =
+          std::max(kMinMaxArrivals, static_cast<size_t>(spec_.size) * static_cast<size_t>(spec_.data_streams + 1));
+      if (arrivals_.size() >= max_arrivals) {
+        // The oldest that has not passed its hello: a peer that passed it may already count
+        // the connection as made, so evicting it would fail that peer.
+        auto victim = std::find_if(arrivals_.begin(), arrivals_.end(), [](const Arrival& x) { return !x.awaiting_proof; });
+        if (victim == arrivals_.end()) victim = arrivals_.begin();
+        CloseFd(&victim->fd);
+        arrivals_.erase(victim);
       }
       Arrival a;
       a.fd = fd;
-      a.expires = std::min(now + kHandshakeTimeout, deadline_.when());
+      a.expires = lazy_ ? now + kLazyHandshakeTimeout : std::min(now + kHandshakeTimeout, deadline_.when());
       std::string ip;
       uint16_t port = 0;
       a.from = SocketEndpoint(fd, true, &ip, &port) ? ip + ":" + std::to_string(port) : "?";
@@ -352,9 +455,7 @@ class MeshBuilder {
     int rc = ReadHandshake(a->fd, a->buf, &a->got, &why);
     if (rc == 0) return;
     if (rc < 0) {
-      HLOG(Info) << "rank " << spec_.rank << ": dropped a connection from " << a->from << ": "
-                 << why;
-      CloseFd(&a->fd);
+      Drop(a, why);
       return;
     }
     if (a->awaiting_proof) {
@@ -381,6 +482,11 @@ class MeshBuilder {
     }
     a->awaiting_proof = true;
     a->got = 0;
+    // The hello carried the job's token and a valid identity: a peer, whose proof may come late
+    // on a loaded machine (hundreds of ranks on a few cores wait seconds for a time slice). The
+    // mesh gives it until the mesh's deadline; lazy connections, whose listener never closes, a
+    // handshake timeout.
+    a->expires = lazy_ ? Clock::now() + kHandshakeTimeout : deadline_.when();
   }
 
   // The dialer's proof: only a process holding the job's secret gets a place in the mesh.
@@ -400,15 +506,49 @@ class MeshBuilder {
                                     "(a stranger, a replayed handshake, or HERRING_SECRET differs)");
       }
     }
+    if (s.ok() && a->stream == kCallMeStream) {
+      // A lower rank needs this one: dial it (unless connected, failed or dialing already).
+      CloseFd(&a->fd);
+      Want(a->peer);
+      return;
+    }
+    if (s.ok() && (state_[a->peer] == PeerState::kHanded || state_[a->peer] == PeerState::kFailed)) {
+      s = Status::InvalidArgument("a connection from rank " + std::to_string(a->peer) +
+                                  ", which is connected already or was given up");
+    }
+    if (s.ok() && fds_[a->peer].empty()) fds_[a->peer].assign(spec_.data_streams + 1, -1);
     if (!s.ok() || fds_[a->peer][a->stream] >= 0) {
       Reject(a, s.ok() ? Status::InvalidArgument("duplicate connection") : s);
       return;
     }
     fds_[a->peer][a->stream] = a->fd;
     a->fd = -1;
+    MaybeComplete(a->peer);
+  }
+
+  // Closes a connection that is no peer's (yet). While the mesh is built each is logged; a lazy
+  // job's listener meets strangers for the whole job, so there the log is rate-limited (one line
+  // a second at most, with a running count), as the I/O thread's after a complete mesh.
+  void Drop(Arrival* a, const std::string& why) {
+    CloseFd(&a->fd);
+    if (!lazy_) {
+      HLOG(Info) << "rank " << spec_.rank << ": dropped a connection from " << a->from << ": " << why;
+      return;
+    }
+    ++dropped_;
+    auto now = Clock::now();
+    if (now - last_drop_log_ >= std::chrono::seconds(1)) {
+      HLOG(Info) << "rank " << spec_.rank << ": dropped a connection from " << a->from << " that is no peer's ("
+                 << why << "; " << dropped_ << " dropped so far)";
+      last_drop_log_ = now;
+    }
   }
 
   void Reject(Arrival* a, const Status& s) {
+    if (lazy_) {
+      Drop(a, s.message());
+      return;
+    }
     // A misconfigured peer redials until its deadline: say why once, not at every attempt.
     if (logged_rejections_.insert(s.message()).second) {
       HLOG(Warning) << "rank " << spec_.rank << ": rejected a connection from " << a->from << ": "
@@ -427,13 +567,15 @@ class MeshBuilder {
     }
     uint64_t claimed_rank = h.offset >> 16;
     uint64_t claimed_stream = h.offset & 0xffff;
-    if (claimed_rank <= static_cast<uint64_t>(spec_.rank) ||
-        claimed_rank >= static_cast<uint64_t>(spec_.size)) {
+    const bool call_me = lazy_ && claimed_stream == static_cast<uint64_t>(kCallMeStream) &&
+                         claimed_rank < static_cast<uint64_t>(spec_.rank);
+    if (!call_me && (claimed_rank <= static_cast<uint64_t>(spec_.rank) ||
+                     claimed_rank >= static_cast<uint64_t>(spec_.size))) {
       return Status::InvalidArgument("hello from rank " + std::to_string(claimed_rank) +
                                      ", which should not dial rank " +
                                      std::to_string(spec_.rank));
     }
-    if (claimed_stream > static_cast<uint64_t>(spec_.data_streams)) {
+    if (!call_me && claimed_stream > static_cast<uint64_t>(spec_.data_streams)) {
       return Status::InvalidArgument("hello for stream " + std::to_string(claimed_stream) +
                                      " but this rank uses " +
                                      std::to_string(spec_.data_streams) +
@@ -441,7 +583,7 @@ class MeshBuilder {
     }
     *peer = static_cast<int>(claimed_rank);
     *stream = static_cast<int>(claimed_stream);
-    if (fds_[*peer][*stream] >= 0) {
+    if (!call_me && !fds_[*peer].empty() && fds_[*peer][*stream] >= 0) {
       return Status::InvalidArgument("duplicate connection for rank " + std::to_string(*peer) +
                                      " stream " + std::to_string(*stream));
     }
@@ -451,21 +593,11 @@ class MeshBuilder {
   [[noreturn]] void ThrowTimeout(Clock::time_point started) const {
     std::string missing, reasons;
     for (int peer = 0; peer < spec_.size; ++peer) {
-      if (peer == spec_.rank) continue;
-      bool complete = std::all_of(fds_[peer].begin(), fds_[peer].end(),
-                                  [](int fd) { return fd >= 0; });
-      if (complete) continue;
+      if (state_[peer] != PeerState::kWanted) continue;
       if (!missing.empty()) missing += ", ";
       missing += std::to_string(peer);
       if (!reasons.empty()) reasons += "; ";
-      reasons += "rank " + std::to_string(peer) + ": ";
-      if (peer > spec_.rank) {
-        reasons += "it has not connected to this rank";
-      } else if (!last_error_[peer].empty()) {
-        reasons += last_error_[peer];
-      } else {
-        reasons += "no answer to the hello from " + EndpointText(peer);
-      }
+      reasons += "rank " + std::to_string(peer) + ": " + PeerReason(peer);
     }
     double waited = std::chrono::duration<double>(Clock::now() - started).count();
     throw Error(Status::Timeout("rank " + std::to_string(spec_.rank) +
@@ -476,15 +608,22 @@ class MeshBuilder {
 
   const MeshSpec spec_;
   const int listen_fd_;
-  const std::vector<Endpoint>& endpoints_;
+  const std::vector<Endpoint> endpoints_;
   const Deadline deadline_;
+  const bool lazy_;
   std::vector<std::vector<int>> fds_;
   std::vector<std::string> last_error_;
+  std::vector<PeerState> state_;
+  std::vector<Clock::time_point> want_until_;
   std::vector<sockaddr_storage> addrs_;
   std::vector<socklen_t> addr_lens_;
   std::vector<Dial> dials_;
   std::vector<Arrival> arrivals_;
   std::set<std::string> logged_rejections_;
+  uint64_t dropped_ = 0;  // lazy: connections dropped, for the rate-limited log
+  Clock::time_point last_drop_log_{};
+  std::vector<LazyConnector::Connected> connected_;
+  std::vector<LazyConnector::Failed> failed_;
 };
 
 }  // namespace
@@ -548,8 +687,21 @@ Status AcceptJoiner(int fd, const MeshSpec& spec, int first_joiner_rank, Deadlin
 std::vector<std::vector<int>> BuildMesh(const MeshSpec& spec, int listen_fd,
                                         const std::vector<Endpoint>& endpoints,
                                         Deadline deadline) {
-  MeshBuilder builder(spec, listen_fd, endpoints, deadline);
+  MeshBuilder builder(spec, listen_fd, endpoints, deadline, /*lazy=*/false);
   return builder.Run();
 }
+
+class LazyConnector::Impl : public MeshBuilder {
+ public:
+  using MeshBuilder::MeshBuilder;
+};
+
+LazyConnector::LazyConnector(const MeshSpec& spec, int listen_fd, const std::vector<Endpoint>& endpoints)
+    : impl_(std::make_unique<Impl>(spec, listen_fd, endpoints, Deadline::Never(), /*lazy=*/true)) {}
+LazyConnector::~LazyConnector() = default;
+void LazyConnector::Want(int peer) { impl_->Want(peer); }
+void LazyConnector::PollOnce(int wake_fd, int max_wait_ms) { impl_->PollOnce(Clock::now(), wake_fd, max_wait_ms); }
+std::vector<LazyConnector::Connected> LazyConnector::TakeConnected() { return impl_->TakeConnected(); }
+std::vector<LazyConnector::Failed> LazyConnector::TakeFailed() { return impl_->TakeFailed(); }
 
 }  // namespace herring

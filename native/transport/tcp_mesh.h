@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -22,7 +23,15 @@ struct MeshSpec {
   int data_streams = 1;
   uint64_t job_token = 0;
   int socket_buffer_bytes = 0;
+  // Lazy connections: how long a wanted peer may take to connect (HERRING_START_TIMEOUT_SECONDS).
+  double connect_timeout_seconds = 60;
 };
+
+// The stream index of a "call me" hello (lazy connections): a lower rank that needs a higher one
+// cannot dial it (higher ranks dial lower ones, so every pair has one dialer and no tie to break),
+// so it dials with this stream index; the higher rank authenticates it like any hello, closes it
+// and dials the streams of the pair itself.
+constexpr int kCallMeStream = 0xffff;
 
 // The proofs of the handshake: HMAC-SHA256 under the job secret of both nonces and both
 // identities, with a label and an order that differ per direction ("herring-ack|" from the
@@ -49,5 +58,39 @@ inline uint64_t HelloIdentity(int rank, int stream) {
 std::vector<std::vector<int>> BuildMesh(const MeshSpec& spec, int listen_fd,
                                         const std::vector<Endpoint>& endpoints,
                                         Deadline deadline);
+
+}  // namespace herring
+
+namespace herring {
+
+// Lazy connections (HERRING_CONNECTIONS=lazy): connects a pair of ranks when one of them first
+// needs the other, with the mesh's handshake, direction (the higher rank dials) and deadline.
+// Used by one thread only (TcpTransport's connector thread); it owns the listener.
+class LazyConnector {
+ public:
+  struct Connected {
+    int peer;
+    std::vector<int> fds;  // by stream, authenticated, non-blocking
+  };
+  struct Failed {
+    int peer;
+    std::string why;  // starts with "rank <peer>: "
+  };
+  LazyConnector(const MeshSpec& spec, int listen_fd, const std::vector<Endpoint>& endpoints);
+  ~LazyConnector();
+  // Connect to `peer` within spec.connect_timeout_seconds: dial it (lower ranks) or ask it to dial
+  // (higher ranks). Nothing happens for a peer connected, failed or being connected already.
+  void Want(int peer);
+  // Waits up to max_wait_ms for socket events, retries, expiries or `wake_fd` readable (which it
+  // does not read), then handles whatever is ready.
+  void PollOnce(int wake_fd, int max_wait_ms);
+  // What completed or failed since the last call.
+  std::vector<Connected> TakeConnected();
+  std::vector<Failed> TakeFailed();
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 }  // namespace herring

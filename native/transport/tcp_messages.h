@@ -119,6 +119,11 @@ struct Peer {
   int goodbyes = 0;                      // I/O thread only
   bool vacant = false;                   // a slot for a late joiner, not connected (state mutex)
   std::vector<int> arriving;             // a joiner's fds by stream until all arrived (I/O thread)
+  // Lazy connections: the streams exist from ConnectMesh on, without fds until the pair connects
+  // (frames queue meanwhile). linked: the fds are in place (I/O thread only); want_asked: the
+  // connector was asked to connect it (set once, by whichever thread first needs the peer).
+  bool linked = false;
+  std::atomic<bool> want_asked{false};
 };
 
 }  // namespace tcp

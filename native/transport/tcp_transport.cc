@@ -82,7 +82,22 @@ void TcpTransport::Impl::ConnectMesh(const std::vector<Endpoint>& endpoints, Dea
   spec.job_token = job_token_.load();
   spec.secret = secret_;
   spec.socket_buffer_bytes = opts_.socket_buffer_bytes;
-  std::vector<std::vector<int>> fds = BuildMesh(spec, listen_fd_, endpoints, deadline);
+  spec.connect_timeout_seconds = opts_.connect_timeout_seconds;
+  // Lazy connections need every peer's endpoint and no late joiners (whose endpoints the members
+  // never learn): elastic dedicated-server jobs keep the full mesh.
+  lazy_ = opts_.lazy_connections && opts_.vacant_slots == 0 &&
+          std::none_of(endpoints.begin(), endpoints.end(), [](const Endpoint& e) { return e.port == 0; });
+  std::vector<std::vector<int>> fds(opts_.size);
+  if (lazy_) {
+    connector_ = std::make_unique<LazyConnector>(spec, listen_fd_, endpoints);
+    connector_wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (connector_wake_fd_ < 0) throw Error(Status::Internal("TcpTransport: eventfd: " + ErrnoText(errno)));
+    for (int r = 0; r < opts_.size; ++r) {
+      if (r != opts_.rank) fds[r].assign(opts_.data_streams + 1, -1);  // streams without sockets yet
+    }
+  } else {
+    fds = BuildMesh(spec, listen_fd_, endpoints, deadline);
+  }
 
   int64_t now = NowNs();
   for (int r = 0; r < opts_.size; ++r) {
@@ -90,21 +105,24 @@ void TcpTransport::Impl::ConnectMesh(const std::vector<Endpoint>& endpoints, Dea
     p->last_send_ns = now;
     p->last_recv_ns = now;
     if (r != opts_.rank && fds[r].empty()) p->vacant = true;  // absent (a retired rank)
+    p->linked = !lazy_ && !fds[r].empty();
     for (size_t i = 0; i < fds[r].size(); ++i) {
       auto s = std::make_unique<Stream>();
       s->peer = p;
       s->index = static_cast<int>(i);
       s->fd = fds[r][i];
-      epoll_event ev{};
-      ev.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
-      ev.data.ptr = s.get();
-      epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, s->fd, &ev);
+      if (s->fd >= 0) {
+        epoll_event ev{};
+        ev.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
+        ev.data.ptr = s.get();
+        epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, s->fd, &ev);
+      }
       p->streams.push_back(std::move(s));
     }
   }
   epoll_event ev{};
   ev.events = EPOLLIN;
-  if (opts_.vacant_slots == 0) {
+  if (opts_.vacant_slots == 0 && !lazy_) {
     // Nobody legitimate connects after the mesh: the I/O thread drops whoever does at once.
     ev.data.ptr = &listener_marker_;
     epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, listen_fd_, &ev);
@@ -115,6 +133,100 @@ void TcpTransport::Impl::ConnectMesh(const std::vector<Endpoint>& endpoints, Dea
   connected_.store(true);
   io_thread_ = std::thread([this] { IoLoop(); });
   if (opts_.vacant_slots > 0) admission_thread_ = std::thread([this] { RunAdmission(); });
+  if (lazy_) connector_thread_ = std::thread([this] { RunConnector(); });
+}
+
+// ------------------------------------------------------------------------------------------
+// Lazy connections
+
+void TcpTransport::Impl::WantPeer(int peer) {
+  if (!lazy_ || peer == opts_.rank) return;
+  Peer* p = peers_[peer].get();
+  if (p->want_asked.load(std::memory_order_relaxed) || p->want_asked.exchange(true)) return;
+  {
+    std::lock_guard<std::mutex> lock(want_mu_);
+    want_queue_.push_back(peer);
+  }
+  uint64_t one = 1;
+  ssize_t n = write(connector_wake_fd_, &one, sizeof(one));
+  (void)n;
+}
+
+// The connector thread: runs the handshakes (lazy_connections), off the I/O thread, and hands
+// each connected (or given up) peer to the I/O thread, which owns the streams.
+void TcpTransport::Impl::RunConnector() {
+  while (!connector_stop_.load()) {
+    std::vector<int> wanted;
+    {
+      std::lock_guard<std::mutex> lock(want_mu_);
+      wanted.swap(want_queue_);
+    }
+    try {
+      for (int peer : wanted) connector_->Want(peer);
+      connector_->PollOnce(connector_wake_fd_, 200);
+    } catch (const std::exception& e) {
+      HLOG(Error) << RankText(opts_.rank) << ": the connector failed: " << e.what();
+      break;
+    }
+    uint64_t count;
+    ssize_t r = read(connector_wake_fd_, &count, sizeof(count));
+    (void)r;
+    std::vector<LinkResult> results;
+    for (auto& c : connector_->TakeConnected()) results.push_back({c.peer, std::move(c.fds), ""});
+    for (auto& f : connector_->TakeFailed()) results.push_back({f.peer, {}, std::move(f.why)});
+    if (results.empty()) continue;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (auto& res : results) link_results_.push_back(std::move(res));
+    }
+    Wake();
+  }
+}
+
+// I/O thread: a connected peer's sockets go into its streams (whose queued frames now leave); a
+// peer the connector gave up on is lost, naming it.
+void TcpTransport::Impl::AttachLinks() {
+  std::vector<LinkResult> results;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    results.swap(link_results_);
+  }
+  for (auto& res : results) {
+    Peer* p = peers_[res.peer].get();
+    if (res.fds.empty()) {
+      LosePeer(p, Status::PeerLost(res.why));
+      continue;
+    }
+    bool usable;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      usable = p->status.ok() && !p->linked && !closed_;
+    }
+    if (!usable) {
+      for (int& fd : res.fds) CloseFd(&fd);
+      continue;
+    }
+    LinkStreams(p, res.fds);
+  }
+}
+
+void TcpTransport::Impl::LinkStreams(Peer* p, const std::vector<int>& fds) {
+  int64_t now = NowNs();
+  p->last_send_ns = now;
+  p->last_recv_ns = now;
+  p->linked = true;
+  for (size_t i = 0; i < fds.size() && i < p->streams.size(); ++i) {
+    Stream* s = p->streams[i].get();
+    {
+      std::lock_guard<std::mutex> lock(s->write_mu);
+      s->fd = fds[i];
+    }
+    epoll_event ev{};
+    ev.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
+    ev.data.ptr = s;
+    epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, s->fd, &ev);
+  }
+  for (auto& s : p->streams) FlushFromIoThread(s.get());  // what was sent before the pair connected
 }
 
 void TcpTransport::Impl::Close() {
@@ -130,10 +242,24 @@ void TcpTransport::Impl::Close() {
     io_thread_.join();
   }
   if (admission_thread_.joinable()) admission_thread_.join();  // it polls stop_requested_
+  if (connector_thread_.joinable()) {
+    // After the I/O thread: connections that complete while it says goodbye still get theirs.
+    connector_stop_.store(true);
+    uint64_t one = 1;
+    ssize_t n = write(connector_wake_fd_, &one, sizeof(one));
+    (void)n;
+    connector_thread_.join();
+  }
+  connector_.reset();
+  CloseFd(&connector_wake_fd_);
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (auto& a : admitted_) CloseFd(&a.fd);
     admitted_.clear();
+    for (auto& res : link_results_) {
+      for (int& fd : res.fds) CloseFd(&fd);
+    }
+    link_results_.clear();
   }
   for (auto& p : peers_) {
     for (int& fd : p->arriving) CloseFd(&fd);
@@ -209,6 +335,7 @@ CompletionPtr TcpTransport::Impl::Send(int peer, uint64_t tag, const void* data,
     if (!refuse.ok()) return FinishedCompletion(refuse);
     out_[msg->key] = msg;
   }
+  WantPeer(peer);
   EnqueueChunks(msg, static_cast<const uint8_t*>(data), bytes);
   return msg->done;
 }
@@ -252,7 +379,8 @@ TcpTransport::Impl::WriteResult TcpTransport::Impl::FlushLocked(Stream* s, size_
                                                                 FinishedSends* finished) {
   size_t sent_total = 0;
   while (!s->queue.empty()) {
-    if (s->write_closed || s->fd < 0) return WriteResult::kError;
+    if (s->write_closed) return WriteResult::kError;
+    if (s->fd < 0) return WriteResult::kBlocked;  // not connected yet (lazy): sent once it is
     if (sent_total >= budget) return WriteResult::kBudget;
     iovec iov[kMaxIov];
     int n_iov = 0;
@@ -392,6 +520,7 @@ CompletionPtr TcpTransport::Impl::Recv(int peer, uint64_t tag, void* data, size_
   MessageKey key{peer, tag};
   auto done = std::make_shared<Completion>();
   std::shared_ptr<InMessage> ready;  // complete unexpected message to copy out
+  bool want = false;                 // a receive from a peer: connect to it (lazy connections)
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!abort_.ok()) return FinishedCompletion(abort_);
@@ -437,6 +566,7 @@ CompletionPtr TcpTransport::Impl::Recv(int peer, uint64_t tag, void* data, size_
         }
         if (!peers_[peer]->status.ok()) return FinishedCompletion(peers_[peer]->status);
       }
+      want = peer != opts_.rank;
       auto m = std::make_shared<InMessage>();
       m->key = key;
       m->mode = InMessage::Mode::kUser;
@@ -446,6 +576,7 @@ CompletionPtr TcpTransport::Impl::Recv(int peer, uint64_t tag, void* data, size_
       in_[key] = std::move(m);
     }
   }
+  if (want) WantPeer(peer);
   if (ready) {
     if (bytes > 0) std::memcpy(data, ready->temp.get(), bytes);
     done->Finish(Status::OK());
@@ -498,6 +629,7 @@ void TcpTransport::Impl::SendControl(int peer, uint32_t type, const std::string&
     std::lock_guard<std::mutex> lock(mu_);
     if (closed_ || peers_[peer]->vacant || !peers_[peer]->status.ok()) return;  // reported elsewhere
   }
+  WantPeer(peer);
   OutFrame f;
   FillHeader(&f, FrameKind::kControl, type, 0, 0, payload.size());
   f.owned.assign(payload.begin(), payload.end());
@@ -552,6 +684,21 @@ TcpTransport::Stats TcpTransport::Impl::stats() const {
   s.bytes_sent = bytes_sent_.load();
   s.bytes_received = bytes_received_.load();
   s.unexpected_messages = unexpected_messages_.load();
+  for (const auto& p : peers_) {
+    {
+      // A vacant slot's streams are being built by the I/O thread (AdmitJoiners appends to the
+      // vector, then clears vacant under mu_): read them only once the joiner is in.
+      std::lock_guard<std::mutex> lock(mu_);
+      if (p->vacant) continue;
+    }
+    uint64_t open = 0;
+    for (const auto& st : p->streams) {
+      std::lock_guard<std::mutex> lock(st->write_mu);
+      if (st->fd >= 0) ++open;
+    }
+    s.open_sockets += open;
+    s.connected_peers += open > 0 ? 1 : 0;
+  }
   return s;
 }
 

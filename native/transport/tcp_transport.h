@@ -7,6 +7,9 @@
 // buffer the receiver posted (or into a temporary one if the data arrives first). Control
 // messages are small, ordered per peer, and land in one inbox the engine drains.
 //
+// Connections: a full mesh at ConnectMesh, or (lazy_connections) each pair when it is first used.
+// A peer this rank never connected to is never declared lost by it.
+//
 // Failure model: a peer whose connection closes, or who sends nothing (not even a ping) for
 // peer_timeout, is lost: every pending transfer with it fails with PeerLost naming the rank, and
 // on_event fires so the engine can abort the job with that message. A peer that says goodbye
@@ -42,6 +45,12 @@ struct TransportOptions {
   uint64_t job_token = 0;             // both ends of a connection must present the same token
   std::string secret;                 // ... and prove they hold this secret (HMAC challenge-response)
   double peer_timeout_seconds = 30;
+  // HERRING_CONNECTIONS=lazy: ConnectMesh connects nobody; a pair of ranks connects when one of
+  // them first sends to (or posts a receive from) the other, or when the other dials in, with the
+  // same handshake, within connect_timeout_seconds (else the peer is lost, the error naming it).
+  // Only without vacant slots and absent ranks (elastic dedicated servers keep the full mesh).
+  bool lazy_connections = false;
+  double connect_timeout_seconds = 60;
   // Ranks size .. size + vacant_slots - 1 may join after the mesh is built (elastic dedicated
   // servers): they dial in with the same handshake and are admitted into their slot.
   int vacant_slots = 0;
@@ -126,6 +135,8 @@ class TcpTransport final : public Transport {
     uint64_t bytes_sent = 0;
     uint64_t bytes_received = 0;
     uint64_t unexpected_messages = 0;  // data that arrived before its receive was posted
+    uint64_t open_sockets = 0;         // connected TCP sockets to peers (streams of every peer)
+    uint64_t connected_peers = 0;      // peers with at least one connected socket
   };
   Stats stats() const;
 

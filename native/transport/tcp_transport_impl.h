@@ -25,6 +25,7 @@
 #include "common/deadline.h"
 #include "common/status.h"
 #include "transport/frame.h"
+#include "transport/tcp_mesh.h"
 #include "transport/tcp_messages.h"
 #include "transport/tcp_transport.h"
 
@@ -192,6 +193,12 @@ class TcpTransport::Impl {
   void SendPing(Peer* p);
   void AcceptAndDropStrangers();
   void AdmitJoiners();     // I/O thread: streams the admission thread handed over
+  // Lazy connections: ask the connector thread for a peer (any thread); the connector thread's
+  // loop; the I/O thread puts what it connected (or gave up on) in place.
+  void WantPeer(int peer);
+  void RunConnector();
+  void AttachLinks();
+  void LinkStreams(Peer* p, const std::vector<int>& fds);
   void RunAdmission();     // admission thread: accepts and authenticates late joiners
   void BeginClosing();
   bool ClosingDone() const;
@@ -212,6 +219,18 @@ class TcpTransport::Impl {
   std::atomic<bool> connected_{false};        // the mesh is built and the I/O thread runs
   std::thread io_thread_;
   std::thread admission_thread_;  // only with vacant slots
+  bool lazy_ = false;             // decided by ConnectMesh, constant afterwards
+  std::thread connector_thread_;  // only when lazy_
+  std::unique_ptr<LazyConnector> connector_;  // connector thread only
+  int connector_wake_fd_ = -1;
+  std::mutex want_mu_;
+  std::vector<int> want_queue_;   // guarded by want_mu_
+  struct LinkResult {
+    int peer;
+    std::vector<int> fds;  // empty: failed, with why
+    std::string why;
+  };
+  std::vector<LinkResult> link_results_;  // guarded by mu_
   struct Admitted {
     int peer;
     int stream;
@@ -221,6 +240,7 @@ class TcpTransport::Impl {
   uint64_t strangers_dropped_ = 0;          // I/O thread only
   Clock::time_point last_stranger_log_{};   // I/O thread only
   std::atomic<bool> stop_requested_{false};
+  std::atomic<bool> connector_stop_{false};
   std::atomic<bool> reset_requested_{false};
   std::atomic<bool> notify_requested_{false};    // fire on_event from the I/O thread
   std::atomic<bool> check_write_errors_{false};  // a caller thread's direct write failed

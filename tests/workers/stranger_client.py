@@ -33,6 +33,7 @@ import socket
 import struct
 import sys
 import time
+import urllib.error
 import urllib.request
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -214,8 +215,15 @@ def learn_from_rendezvous(rendezvous, size):
     job = {"size": size, "token": None, "secret": None}
     if not rendezvous:
         return job
-    with urllib.request.urlopen(f"http://{rendezvous}/herring/e0.0", timeout=5) as r:
-        lines = r.read().decode().split("\n")
+    try:
+        with urllib.request.urlopen(f"http://{rendezvous}/herring/e0.0", timeout=5) as r:
+            lines = r.read().decode().split("\n")
+    except urllib.error.HTTPError:
+        # HERRING_RENDEZVOUS=host: the world record, "<rank> <bytes>\n<record>"... by rank
+        with urllib.request.urlopen(f"http://{rendezvous}/herring/e0.all", timeout=5) as r:
+            text = r.read().decode()
+        head, rest = text.split("\n", 1)
+        lines = rest[:int(head.split(" ")[1])].split("\n")
     if len(lines) >= 5 and lines[4]:
         job["token"] = int(lines[4], 16)
     if len(lines) >= 6 and lines[5]:

@@ -1,0 +1,32 @@
+// One rendezvous round per host through horovodrun's store (HERRING_RENDEZVOUS=host): instead of
+// every rank reading every rank's record (N^2 requests to one HTTP server in the launcher), each
+// rank stores its record under its host's name and local rank; each host's local rank 0 reads its
+// host's records and stores them as one host record; the leader of host 0 reads the H host records
+// and stores the world (every record by rank), which every rank reads once. About 3N + 2H requests,
+// N of them on the hosts' leaders in parallel, instead of N^2.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "common/deadline.h"
+#include "rendezvous/http_store.h"
+#include "rendezvous/launch_env.h"
+
+namespace herring {
+
+// Whether the launcher told this rank enough to group by host: horovodrun's local and cross ranks
+// (a host's local rank 0 has the host's index as its cross rank, and the number of hosts as its
+// cross size) and host name.
+bool CanGroupByHost(const LaunchInfo& launch);
+
+// Every rank's `mine` by rank, as HttpStore::AllGather returns them. Throws Error(Timeout) naming
+// the key still missing at the deadline, Error(Internal) naming the ranks that no host reported.
+std::vector<std::string> HostGroupedAllGather(HttpStore& store, const std::string& prefix, const LaunchInfo& launch,
+                                              const std::string& mine, Deadline deadline);
+
+// The packing of (rank, record) lists in host and world records: "<rank> <bytes>\n<record>"...
+std::string PackRecords(const std::vector<std::pair<int, std::string>>& records);
+std::vector<std::pair<int, std::string>> UnpackRecords(const std::string& text);
+
+}  // namespace herring
