@@ -166,21 +166,22 @@ def failures_section(results):
 
 
 # What we found when today's full mesh first failed to start at 128 ranks (03:06 UTC, 2026-11-26,
-# load average 52): the stacks of the ranks left running, read with gdb, and the code they were in.
-MESH_FINDING = """**Why today's full mesh fails to start at large N here.** (On 2026-11-26 it failed at 256 ranks in
-both full runs and at 128 ranks in the first of them, load average 52.) Every rank dials every
-other rank (1 + `HERRING_TCP_STREAMS` = 3 connections per pair), so rank 0 accepts 3 (N - 1) = 381
-connections at 128 ranks, nearly all at once. Its mesh builder (`native/transport/tcp_mesh.cc`)
-keeps at most `kMaxArrivals` = 256 connections in their handshake and gives each
-`kHandshakeTimeout` = 5 s; beyond either, it closes the oldest. On 2 cores at load 50 the
-handshakes (HMAC proofs) of hundreds of connections take longer than that, and a dialer that has
-already sent its proof counts its connection as made: when rank 0 then closes it, that rank fails
-with `rank 0: connection closed`, the others with `rank X has shut down`, while rank 0 (gdb:
-`MeshBuilder::PollOnce` under `BuildMesh`) waits for the connection it dropped until
-`HERRING_START_TIMEOUT_SECONDS`. A failure of the full mesh itself at scale (the ordering of
-accept, handshake deadline and eviction), which per-host rendezvous and lazy connections remove;
-until then, rank 0's arrivals stay under the cap only while 3 (N - 1) <= 256 (N <= 86), and the 5 s handshake
-deadline still bites on a loaded machine."""
+# load average 52): the stacks of the ranks left running, read with gdb, and the code they were in;
+# fixed in 47b7d61. Shown only if a launch fails that way again.
+MESH_FINDING = """**Why today's full mesh failed to start at large N here, until 47b7d61.** (On 2026-11-26 it failed
+at 256 ranks in both full runs and at 128 ranks in the first of them, load average 52.) Every rank
+dials every lower rank (1 + `HERRING_TCP_STREAMS` = 3 connections per pair), so rank 0 accepts
+3 (N - 1) = 381 connections at 128 ranks, nearly all at once. Its mesh builder
+(`native/transport/tcp_mesh.cc`) kept at most 256 connections in their handshake and gave each 5 s;
+beyond either, it closed the oldest. On 2 cores at load 50 the handshakes of hundreds of
+connections take longer than that, and a dialer that has already sent its proof counts its
+connection as made: when rank 0 then closed it, that rank failed with `rank 0: connection closed`,
+the others with `rank X has shut down`, while rank 0 (gdb: `MeshBuilder::PollOnce` under
+`BuildMesh`) waited for the connection it dropped until `HERRING_START_TIMEOUT_SECONDS`. Since
+47b7d61 the cap is never below N x (1 + `HERRING_TCP_STREAMS`), eviction spares connections whose
+hello passed, and those have until the mesh's deadline for their proof: the full mesh starts at
+256 ranks (40 s, 766 sockets per rank, in a first run at 06:49 UTC). If this paragraph shows
+under a failed launch above, the failure is a new one with the same symptom."""
 
 
 def _peer_run_note(results):

@@ -5,6 +5,8 @@ through the launch paths Ray users have:
 
   exec           horovod.ray.RayExecutor(num_workers=2).run(fn): every rank's result
   exec_kill      the same, rank 1's actor process SIGKILLs itself at step 2: the error is recorded
+  elastic        horovod.ray.ElasticRayExecutor (min 2 = max 2 workers) running hvd.elastic.run with
+                 TorchState: every rank's result
   train_herring  Ray Train TorchTrainer with TorchConfig(backend="herring"): every rank's weights
   train_gloo     the same with "gloo" (the peer)
 
@@ -22,7 +24,7 @@ sys.path.insert(0, HERE)
 # Ray's workers (children of the raylet, which inherits this environment) import engine_training too.
 os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (HERE, os.environ.get("PYTHONPATH")) if p)
 import engine_training  # noqa: E402
-from spark_driver import horovod_train  # noqa: E402  the same Horovod training function
+from spark_driver import horovod_elastic_train, horovod_train  # noqa: E402  the same training functions
 
 NUM_PROC = int(os.environ.get("ENGINE_TEST_NUM_PROC", "2"))
 
@@ -54,6 +56,15 @@ def run_scenario(name):
             return executor.run(horovod_train, kwargs=kwargs)
         finally:
             executor.shutdown()
+    if name == "elastic":
+        from horovod.ray import ElasticRayExecutor
+        # Every actor is on this machine: loopback is the one interface they share (Horovod's NIC
+        # detection would otherwise probe every interface from a task of its own).
+        settings = ElasticRayExecutor.create_settings(min_num_proc=NUM_PROC, max_num_proc=NUM_PROC,
+                                                      elastic_timeout=300, timeout_s=120, nics={"lo"})
+        executor = ElasticRayExecutor(settings, cpus_per_slot=1)
+        executor.start()
+        return executor.run(horovod_elastic_train)
     if name.startswith("train_"):
         from ray.train import RunConfig, ScalingConfig
         from ray.train.torch import TorchConfig, TorchTrainer
