@@ -54,13 +54,18 @@ def test_autotune_across_hosts_also_tries_each_allreduce_algorithm_and_stream_co
     # halving-doubling) and to the TCP streams a message is striped over (1, 2, 4: four are
     # connected under autotune) once fusion, cycle time and the small-message size are scored;
     # every result stays exact under each (the worker checks every step).
+    run_across_hosts()
+
+
+def run_across_hosts(timeout=300, **env):
+    """The search on 2 simulated hosts x 2 ranks, checked; test_sanitizers runs it on the sanitized core."""
     results = launch.scratch_dir("herring-autotune-hosts-")
     log = os.path.join(results, "autotune.csv")
     run = launch.horovodrun(
-        4, [os.path.join("tests", "workers", "as_simulated_host.py"), "2", WORKER], timeout=300,
+        4, [os.path.join("tests", "workers", "as_simulated_host.py"), "2", WORKER], timeout=timeout,
         options=["--autotune", "--autotune-log-file", log, "--autotune-warmup-samples", "0",
                  "--autotune-steps-per-sample", "2", "--autotune-bayes-opt-max-samples", "3"],
-        HERRING_TEST_RESULTS=results, HERRING_AUTOTUNE_WORKLOAD="tiny", HERRING_AUTOTUNE_AFTER_STEPS="2")
+        HERRING_TEST_RESULTS=results, HERRING_AUTOTUNE_WORKLOAD="tiny", HERRING_AUTOTUNE_AFTER_STEPS="2", **env)
     assert run.returncode == 0, run.output[-6000:]
     settings = []
     for r in range(4):
@@ -74,3 +79,4 @@ def test_autotune_across_hosts_also_tries_each_allreduce_algorithm_and_stream_co
     assert ["herring", "ring", "hd", "hd-topo"][settings[0]["tuned_allreduce"]] == rows[-1]["allreduce"], (rows, settings)
     assert {r["tcp_streams"] for r in rows[:-1]} == {"1", "2", "4"}, rows
     assert int(rows[-1]["tcp_streams"]) == settings[0]["tuned_tcp_streams"], (rows, settings)
+    return run

@@ -22,6 +22,7 @@ from types import SimpleNamespace
 import pytest
 
 import launch
+from test_autotune import run_across_hosts as autotune_across_hosts
 from test_collectives import CHECK_NAMES, WORKER as COLLECTIVES_WORKER
 from test_torch_distributed_launchers import DROPPING_CHECKS, spawn as spawn_torch_ranks
 
@@ -179,3 +180,11 @@ def test_dropped_works_futures_and_tensors_under_sanitizers(sanitized):
         assert sorted(data["results"]) == sorted(DROPPING_CHECKS), data["results"]
         failed = {c: v for c, v in data["results"].items() if v != "ok"}
         assert not failed, f"rank {r}: {failed}"
+
+
+def test_autotune_across_hosts_under_sanitizers(sanitized):
+    # The settings broadcast, and every switch it brings (fusion plan, cycle time, algorithm, the
+    # TCP streams a message is striped over, changed while earlier messages are on the wire), on
+    # the sanitized core; the results stay exact (the worker checks every step).
+    run = autotune_across_hosts(timeout=900, **sanitized.env)
+    assert_no_sanitizer_report(sanitized, run.output)
