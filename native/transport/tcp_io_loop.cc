@@ -394,6 +394,16 @@ void TcpTransport::Impl::OnStreamClosed(Stream* s, int err) {
     s->queue.clear();
     return;
   }
+  // The streams are separate sockets: a peer that aborts the job sends its reason on the control
+  // stream and then exits, and the close of one of its data streams can be read here first. What
+  // the control stream still holds is read before the peer is declared lost, so that the error
+  // names the cause ("rank 1 aborted the job: rank 5: connection closed") and not the messenger
+  // ("rank 1: connection closed", which names a rank that did not fail).
+  Stream* control = p->streams.empty() ? nullptr : p->streams[0].get();
+  if (control != nullptr && control != s && control->fd >= 0) {
+    while (ReadStream(control) == ReadResult::kBudget) {
+    }
+  }
   std::string why = err == 0 || err == ECONNRESET || err == EPIPE
                         ? "connection closed (process exited or killed?)"
                         : "connection error: " + ErrnoText(err);
