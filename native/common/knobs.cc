@@ -149,7 +149,9 @@ const std::vector<KnobSpec>& AllKnobs() {
        "record (N^2 requests). Elastic jobs (their driver's exchange), mpirun, torchrun and jobs "
        "with elastic dedicated servers (joiners read the per-rank records) use per-rank records.", true},
       {"HERRING_TIMEOUT_SECONDS", "30", "seconds",
-       "Deadline of every blocking step; a peer silent for this long is declared lost.", false},
+       "Deadline of every blocking step; a peer silent for this long is declared lost. Waits for "
+       "transfers from other hosts get 1.5 times as long, so that when a rank is stuck, its own "
+       "host's ranks (which wait on it in shared memory) time out first and name it.", false},
       {"HERRING_START_TIMEOUT_SECONDS", "60", "seconds",
        "Deadline for rendezvous and connecting to every peer at init.", false},
       {"HERRING_ELASTIC_RESET_TIMEOUT_SECONDS", "660", "seconds",

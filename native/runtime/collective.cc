@@ -31,12 +31,11 @@ uint64_t MakeR2spTag(uint64_t step, uint32_t session, int32_t shard, uint32_t ch
 
 void WaitTransfers(const std::vector<CompletionPtr>& transfers, const ExecContext& ctx,
                    const std::string& step) {
-  Status s = WaitAll(transfers, ctx.StepDeadline());
+  Status s = WaitAll(transfers, Deadline::AfterSeconds(ctx.TransferTimeoutSeconds()));
   if (!s.ok()) {
     if (s.code() == StatusCode::kTimeout) {
-      throw Error(Status::Timeout(step + " made no progress for " +
-                                  std::to_string(ctx.config.timeout_seconds) + " s (HERRING_TIMEOUT_SECONDS): " +
-                                  s.message()));
+      throw Error(Status::Timeout(step + " made no progress for " + std::to_string(ctx.TransferTimeoutSeconds()) +
+                                  " s (1.5 x HERRING_TIMEOUT_SECONDS): " + s.message()));
     }
     const std::string where = " (during " + step + ")";
     if (s.message().find(where) != std::string::npos) throw Error(s);

@@ -45,8 +45,16 @@ struct ExecContext {
 
   static constexpr int kSubTagBits = 20;
   uint64_t Tag(uint64_t sub) const;
-  // Deadline of one blocking step (a wait for a chunk, a barrier in shared memory).
+  // Deadline of one blocking step in shared memory (a barrier, a flag of a local peer).
   Deadline StepDeadline() const { return Deadline::AfterSeconds(config.timeout_seconds); }
+  // Deadline of a wait for transfers over TCP, longer than a step's: what a peer host sends may
+  // wait on that host's own steps in shared memory, and when one of its ranks is stuck, its
+  // host-mates time out there first and abort the job naming it; a peer that itself goes silent
+  // is declared lost by the transport's liveness check at HERRING_TIMEOUT_SECONDS. With equal
+  // deadlines the waiter here raced them and won about half the time, naming nobody useful
+  // ("1 of 2 transfers still pending"); lazy connections, which leave a rank unconnected to the
+  // stuck rank, made that the usual outcome.
+  double TransferTimeoutSeconds() const { return config.timeout_seconds * 1.5; }
   int member_rank(int member) const { return set.ranks[member]; }
   int me() const { return set.my_index; }
   int n() const { return set.size(); }
