@@ -103,9 +103,9 @@ def free_port():
         return s.getsockname()[1]
 
 
-def torchrun(np, script_args, timeout=240, **env):
-    """torchrun --nproc-per-node N --master-port <free> <script_args...> (one host; rank, size and
-    the Store come from torch's env:// variables)."""
-    cmd = [os.path.join(BIN, "torchrun"), "--nproc-per-node", str(np), "--master-port", str(free_port())]
+def torchrun(np, script_args, timeout=240, options=(), **env):
+    """torchrun --nproc-per-node N --master-port <free> <options...> <script_args...> (one host;
+    rank, size and the Store come from torch's env:// variables)."""
+    cmd = [os.path.join(BIN, "torchrun"), "--nproc-per-node", str(np), "--master-port", str(free_port()), *options]
     cmd += list(script_args)
     return _run(cmd, herring_env(**env), timeout)

@@ -3,8 +3,9 @@ of the engine has them.
 
 - today: the star control plane through rank 0 over TCP and the full TCP mesh
   (HERRING_CONTROL_PLANE=tcp, HERRING_CONNECTIONS=mesh);
-- hierarchical: the defaults (HERRING_CONTROL_PLANE=auto: shared memory per host + a tree among
-  host leaders; HERRING_CONNECTIONS=lazy: connections on first use, rendezvous per host).
+- hierarchical: HERRING_CONTROL_PLANE=auto (the default: shared memory per host + a tree among
+  host leaders), HERRING_CONNECTIONS=lazy (connections on first use; the default is still the
+  mesh, see its knob) and HERRING_RENDEZVOUS=host (the default: rendezvous per host).
 
 A knob this build does not know is left out of the launch. A design that needs a knob the build
 does not have (the hierarchical design needs HERRING_CONNECTIONS) is recorded as "not available
@@ -16,8 +17,8 @@ from hvd_herring import _native
 DESIGNS = {
     "today": {"knobs": {"HERRING_CONTROL_PLANE": "tcp", "HERRING_CONNECTIONS": "mesh"}, "requires": [],
               "label": "today's design (star through rank 0, full mesh)"},
-    "hierarchical": {"knobs": {}, "requires": ["HERRING_CONNECTIONS"],
-                     "label": "hierarchical (defaults: shm per host + leader tree, lazy connections)"},
+    "hierarchical": {"knobs": {"HERRING_CONNECTIONS": "lazy"}, "requires": ["HERRING_CONNECTIONS"],
+                     "label": "hierarchical (shm per host + leader tree, lazy connections, per-host rendezvous)"},
 }
 
 # The knobs whose presence says which parts of the hierarchical design a build has.

@@ -137,11 +137,14 @@ const std::vector<KnobSpec>& AllKnobs() {
        "an evenly spaced shard and visits the shards in turn, one push at a time (round-robin "
        "synchronous parallel), so a shard receives from one worker at a time. Same sums either way.", true},
       {"HERRING_TCP_STREAMS", "2", "int", "TCP streams per peer for bulk data.", true},
-      {"HERRING_CONNECTIONS", "lazy", "enum",
-       "`lazy`: a pair of ranks connects (control stream and data streams, authenticated as "
-       "always) when one first sends to or receives from the other, so a rank holds sockets only "
-       "to the peers its algorithms and control plane use; `mesh`: every pair at init (the full "
-       "mesh, O(N) sockets per rank). Jobs with elastic dedicated servers keep the mesh.", true},
+      {"HERRING_CONNECTIONS", "mesh", "enum",
+       "`mesh`: every pair of ranks connects at init (the full mesh, O(N) sockets per rank); "
+       "`lazy`: a pair connects (control stream and data streams, authenticated as always) when "
+       "one first sends to or receives from the other, so a rank holds sockets only to the peers "
+       "its algorithms and control plane use (about 1/16 of the mesh's at 256 ranks on 16 hosts). "
+       "Not the default yet: a rank stopped (not dead) is then named only by the ranks connected "
+       "to it and its host's ranks; the others may name the rank that told them "
+       "(docs/reliability.md). Jobs with elastic dedicated servers keep the mesh.", true},
       {"HERRING_RENDEZVOUS", "host", "enum",
        "How init exchanges the ranks' records through horovodrun's store: `host`: one round per "
        "host (each host's local rank 0 gathers its host's records, host 0's leader publishes the "
