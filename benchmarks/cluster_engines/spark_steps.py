@@ -188,7 +188,7 @@ def report(r):
               "pyspark added (benchmarks/peers/setup_horovod_spark.sh); its Spark application starts after "
               "the others end.",
               "One run, no repeats, on a machine whose load (other jobs) is given above: the figures compare "
-              "the three paths within this run, and are indicative beyond it.", ""]
+              "the four runs within this run, and are indicative beyond it.", ""]
     return "\n".join(lines)
 
 
