@@ -247,6 +247,12 @@ class KnobReader {
     Bad(name, v, "0 or 1");
     return false;
   }
+  // An enum knob: its value when it is `first` or `second`, an error naming both otherwise.
+  bool Is(const std::string& name, const std::string& first, const std::string& second) const {
+    std::string v = Raw(name);
+    if (v != first && v != second) Bad(name, v, first + " or " + second);
+    return v == first;
+  }
   [[noreturn]] static void Bad(const std::string& name, const std::string& v, const std::string& want) {
     throw Error(Status::InvalidArgument(name + "='" + v + "' is not valid: expected " + want));
   }
@@ -283,15 +289,9 @@ Config Config::FromEnvironment(const std::map<std::string, std::string>& env) {
   c.num_servers = static_cast<int>(r.Int("HERRING_NUM_SERVERS", 0));
   c.dedicated_servers = static_cast<int>(r.Int("HERRING_DEDICATED_SERVERS", 0));
   c.elastic_slots = static_cast<int>(r.Int("HERRING_ELASTIC_SLOTS", 0));
-  std::string schedule = r.Raw("HERRING_SCHEDULE");
-  if (schedule != "all" && schedule != "r2sp") KnobReader::Bad("HERRING_SCHEDULE", schedule, "all or r2sp");
-  c.schedule = schedule == "r2sp" ? PushSchedule::kRoundRobin : PushSchedule::kAllAtOnce;
-  std::string balancer = r.Raw("HERRING_BALANCER");
-  if (balancer != "none" && balancer != "psld") KnobReader::Bad("HERRING_BALANCER", balancer, "none or psld");
-  c.psld_balancer = balancer == "psld";
-  std::string control = r.Raw("HERRING_CONTROL_PLANE");
-  if (control != "auto" && control != "tcp") KnobReader::Bad("HERRING_CONTROL_PLANE", control, "auto or tcp");
-  c.shm_control_plane = control == "auto";
+  c.schedule = r.Is("HERRING_SCHEDULE", "r2sp", "all") ? PushSchedule::kRoundRobin : PushSchedule::kAllAtOnce;
+  c.psld_balancer = r.Is("HERRING_BALANCER", "psld", "none");
+  c.shm_control_plane = r.Is("HERRING_CONTROL_PLANE", "auto", "tcp");
   c.small_message_bytes = r.Int("HERRING_SMALL_MESSAGE_BYTES", 0);
   c.caller_runs_cycles = r.Bool("HERRING_CALLER_RUNS_CYCLES");
   c.inputs_with_bits = r.Bool("HERRING_INPUTS_WITH_BITS");
@@ -307,12 +307,8 @@ Config Config::FromEnvironment(const std::map<std::string, std::string>& env) {
     }
   }
   c.tcp_streams = static_cast<int>(r.Int("HERRING_TCP_STREAMS", 1));
-  std::string connections = r.Raw("HERRING_CONNECTIONS");
-  if (connections != "lazy" && connections != "mesh") KnobReader::Bad("HERRING_CONNECTIONS", connections, "lazy or mesh");
-  c.lazy_connections = connections == "lazy";
-  std::string rendezvous = r.Raw("HERRING_RENDEZVOUS");
-  if (rendezvous != "host" && rendezvous != "rank") KnobReader::Bad("HERRING_RENDEZVOUS", rendezvous, "host or rank");
-  c.per_host_rendezvous = rendezvous == "host";
+  c.lazy_connections = r.Is("HERRING_CONNECTIONS", "lazy", "mesh");
+  c.per_host_rendezvous = r.Is("HERRING_RENDEZVOUS", "host", "rank");
   c.timeout_seconds = r.Double("HERRING_TIMEOUT_SECONDS", 0.001);
   c.start_timeout_seconds = r.Double("HERRING_START_TIMEOUT_SECONDS", 0.001);
   c.iface = r.Raw("HERRING_IFACE");
