@@ -97,7 +97,9 @@ void Engine::StartAutotune() {
 }
 
 void Engine::ObserveForAutotune(const Response& r) {
-  if (!autotuner_ || r.name == kAutotuneName) return;
+  // Once the search settled nothing consumes what is collected here (AutotuneAfterCycle returns
+  // early): collecting on would grow by every collective's name for the rest of the job.
+  if (!autotuner_ || !autotune_.enabled || r.name == kAutotuneName) return;
   autotune_.names.push_back(r.name);
   autotune_.bytes += static_cast<int64_t>(TensorBytes(r));
 }
