@@ -1,5 +1,7 @@
 #include "runtime/collective.h"
 
+#include <sstream>
+
 #include "kernels/reduce.h"
 
 namespace herring {
@@ -34,8 +36,10 @@ void WaitTransfers(const std::vector<CompletionPtr>& transfers, const ExecContex
   Status s = WaitAll(transfers, Deadline::AfterSeconds(ctx.TransferTimeoutSeconds()));
   if (!s.ok()) {
     if (s.code() == StatusCode::kTimeout) {
-      throw Error(Status::Timeout(step + " made no progress for " + std::to_string(ctx.TransferTimeoutSeconds()) +
-                                  " s (1.5 x HERRING_TIMEOUT_SECONDS): " + s.message()));
+      std::ostringstream why;
+      why << step << " made no progress for " << ctx.TransferTimeoutSeconds() << " s ("
+          << ExecContext::kTransferTimeoutFactor << " x HERRING_TIMEOUT_SECONDS): " << s.message();
+      throw Error(Status::Timeout(why.str()));
     }
     const std::string where = " (during " + step + ")";
     if (s.message().find(where) != std::string::npos) throw Error(s);

@@ -54,7 +54,8 @@ struct ExecContext {
   // deadlines the waiter here raced them and won about half the time, naming nobody useful
   // ("1 of 2 transfers still pending"); lazy connections, which leave a rank unconnected to the
   // stuck rank, made that the usual outcome.
-  double TransferTimeoutSeconds() const { return config.timeout_seconds * 1.5; }
+  static constexpr double kTransferTimeoutFactor = 1.5;
+  double TransferTimeoutSeconds() const { return config.timeout_seconds * kTransferTimeoutFactor; }
   int member_rank(int member) const { return set.ranks[member]; }
   int me() const { return set.my_index; }
   int n() const { return set.size(); }
