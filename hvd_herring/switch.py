@@ -34,6 +34,11 @@ _AFTER_IMPORT = {
     "horovod.ray.runner": "hvd_herring.ray.failed_ranks:name_failed_ranks",
     # horovodrun / horovod.spark.run without --gloo or --mpi: gloo mode, as before mpi_built() was true.
     "horovod.runner.launch": "hvd_herring.launch_defaults:prefer_gloo",
+    # Horovod's Spark estimators on pyarrow >= 15 and without Petastorm (hvd_herring/spark).
+    "horovod.spark.common.store": "hvd_herring.spark.parquet_dataset:give_stores_the_legacy_view",
+    "horovod.spark.torch.datamodule": "hvd_herring.spark.defaults:torch_default",
+    "horovod.spark.keras.datamodule": "hvd_herring.spark.defaults:keras_default",
+    "horovod.spark.keras.util": "hvd_herring.spark.defaults:keras_dataset",
 }
 
 # Horovod package -> our package answering for its submodules (see alias_submodules).

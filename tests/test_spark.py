@@ -3,7 +3,8 @@ master (two executor JVMs with their own Python workers), under HOROVOD_BACKEND=
 
 One Spark application runs horovod.spark.run and TorchDistributor with "herring" and "gloo"
 and run_elastic (about 4-5 min on 2 busy cores); three more kill a rank mid-training, in a static
-and an elastic Horovod job and under TorchDistributor (about 1 min each)."""
+and an elastic Horovod job and under TorchDistributor (about 1 min each); one more fits Horovod's
+TorchEstimator and KerasEstimator on a DataFrame (about 70 s)."""
 
 import os
 import sys
@@ -102,3 +103,45 @@ def test_a_rank_killed_under_torch_distributor_fails_the_job_naming_it(tmp_path)
     assert "failed (exitcode: 1) local_rank: 0" in run.output, run.output[-6000:]
     assert "SIGSEGV" not in run.output and "exitcode: -11" not in run.output, run.output[-6000:]
     assert not leftovers, f"processes left running after the application: {leftovers}"
+
+
+@pytest.fixture(scope="module")
+def estimator_jobs(tmp_path_factory):
+    """One Spark application fits both estimators (about 70 s). Keras 2 (tf_keras): Horovod 0.28.1's
+    KerasEstimator predates Keras 3 (docs/spark.md)."""
+    return run_driver("spark_driver.py", ["torch_estimator", "keras_estimator"], tmp_path_factory.mktemp("estimators"),
+                      timeout=900, TF_USE_LEGACY_KERAS="1", **ENV)
+
+
+def _assert_fitted(job, what):
+    """The fit found the float64 least-squares solution of the noise-free data, and the fitted
+    model's transform() predicts every row's label."""
+    import spark_estimators
+    assert "error" not in job, job
+    result = job["result"]
+    reference = spark_estimators.least_squares()
+    worst = max(abs(a - b) for a, b in zip(result["weights"], reference))
+    assert len(result["weights"]) == len(reference) and worst < 2e-3, \
+        f"{what}: weights {result['weights']} differ from the least-squares solution {reference} by {worst}"
+    predictions = result["predictions"]
+    assert len(predictions) == spark_estimators.ROWS, f"{what}: transform() returned {len(predictions)} rows"
+    worst = max(abs(y - p) for y, p in predictions)
+    assert worst < 1e-2, f"{what}: a prediction differs from its label by {worst}"
+
+
+def test_torch_estimator_fits_a_dataframe_and_transforms_it(estimator_jobs):
+    """horovod.spark.torch.TorchEstimator (Horovod's own code) on 2 ranks, its data read without
+    Petastorm (hvd_herring/spark)."""
+    results, _, leftovers = estimator_jobs
+    job = results["torch_estimator"]
+    _assert_fitted(job, "TorchEstimator")
+    assert job["result"]["module"] == "horovod.spark.torch.estimator"
+    assert not leftovers, f"processes left running after the application: {leftovers}"
+
+
+def test_keras_estimator_fits_a_dataframe_and_transforms_it(estimator_jobs):
+    """horovod.spark.keras.KerasEstimator on Keras 2 (tf_keras), its data read without Petastorm."""
+    results, _, _ = estimator_jobs
+    job = results["keras_estimator"]
+    _assert_fitted(job, "KerasEstimator")
+    assert job["result"]["module"] == "horovod.spark.keras.estimator"

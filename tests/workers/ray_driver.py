@@ -7,11 +7,14 @@ through the launch paths Ray users have:
   exec_kill      the same, rank 1's actor process SIGKILLs itself at step 2: the error is recorded
   elastic        horovod.ray.ElasticRayExecutor (min 2 = max 2 workers) running hvd.elastic.run with
                  TorchState: every rank's result
+  elastic_kill   the same with min 1 worker, rank 1's actor process SIGKILLs itself at step 2 (once):
+                 the job goes on from the last commit; every rank's result at the end
   train_herring  Ray Train TorchTrainer with TorchConfig(backend="herring"): every rank's weights
   train_gloo     the same with "gloo" (the peer)
 
 OUT.json maps each scenario to its result, or to {"error": message}."""
 
+import functools
 import glob
 import json
 import os
@@ -56,15 +59,18 @@ def run_scenario(name):
             return executor.run(horovod_train, kwargs=kwargs)
         finally:
             executor.shutdown()
-    if name == "elastic":
+    if name in ("elastic", "elastic_kill"):
         from horovod.ray import ElasticRayExecutor
+        kill = name == "elastic_kill"
         # Every actor is on this machine: loopback is the one interface they share (Horovod's NIC
         # detection would otherwise probe every interface from a task of its own).
-        settings = ElasticRayExecutor.create_settings(min_num_proc=NUM_PROC, max_num_proc=NUM_PROC,
+        settings = ElasticRayExecutor.create_settings(min_num_proc=1 if kill else NUM_PROC, max_num_proc=NUM_PROC,
                                                       elastic_timeout=300, timeout_s=120, nics={"lo"})
         executor = ElasticRayExecutor(settings, cpus_per_slot=1)
         executor.start()
-        return executor.run(horovod_elastic_train)
+        kwargs = {"kill_rank": 1, "kill_step": 2,
+                  "kill_marker": os.path.join(tempfile.mkdtemp(prefix="ray_kill_"), "killed")} if kill else {}
+        return executor.run(functools.partial(horovod_elastic_train, **kwargs))   # run() takes no kwargs
     if name.startswith("train_"):
         from ray.train import RunConfig, ScalingConfig
         from ray.train.torch import TorchConfig, TorchTrainer

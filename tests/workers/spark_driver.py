@@ -10,6 +10,8 @@ trains tests/workers/engine_training.py's job through the launch paths Spark use
   td_herring    TorchDistributor(num_processes=2, local_mode=False) with backend "herring"
   td_gloo       the same with "gloo" (the peer)
   td_herring_kill  td_herring, rank 1's process SIGKILLs itself at step 2: the error is recorded
+  torch_estimator  horovod.spark.torch.TorchEstimator.fit(df) and transform (spark_estimators.py)
+  keras_estimator  horovod.spark.keras.KerasEstimator.fit(df) and transform (spark_estimators.py)
 
 OUT.json maps each scenario to its result, or to {"error": message}."""
 
@@ -49,8 +51,10 @@ def horovod_train(kill_rank=-1, kill_step=-1):
             "pid": os.getpid()}
 
 
-def horovod_elastic_train(kill_rank=-1, kill_step=-1):
-    """horovod_train as an elastic job: the state is committed every step and survives resets."""
+def horovod_elastic_train(kill_rank=-1, kill_step=-1, kill_marker=None):
+    """horovod_train as an elastic job: the state is committed every step and survives resets.
+    With kill_marker (a path), only the first process to reach the kill point dies (it leaves the
+    file behind): an engine that restarts workers would otherwise restart into the same kill."""
     import signal
     import torch
     import horovod.torch as hvd
@@ -63,7 +67,9 @@ def horovod_elastic_train(kill_rank=-1, kill_step=-1):
     @hvd.elastic.run
     def train(state):
         while state.step < STEPS:
-            if hvd.rank() == kill_rank and state.step == kill_step:
+            if hvd.rank() == kill_rank and state.step == kill_step and not (kill_marker and os.path.exists(kill_marker)):
+                if kill_marker:
+                    open(kill_marker, "w").close()
                 os.kill(os.getpid(), signal.SIGKILL)
             xs, ys = x[hvd.rank()::hvd.size()], y[hvd.rank()::hvd.size()]
             opt.zero_grad()
@@ -100,8 +106,11 @@ def ddp_train(backend, kill_rank=-1, kill_step=-1):
     return out
 
 
-def run_scenario(name):
+def run_scenario(name, spark, work_dir):
     import horovod.spark
+    if name.endswith("_estimator"):
+        import spark_estimators
+        return getattr(spark_estimators, name)(spark, os.path.join(work_dir, name), NUM_PROC)
     if name == "hvd_run":
         return horovod.spark.run(horovod_train, num_proc=NUM_PROC, verbose=0, stdout=sys.stdout, stderr=sys.stderr)
     if name == "hvd_run_kill":
@@ -134,7 +143,7 @@ def main():
         for name in scenarios:
             t0 = time.time()
             try:
-                results[name] = {"result": run_scenario(name)}
+                results[name] = {"result": run_scenario(name, spark, os.path.dirname(os.path.abspath(out_path)))}
             except Exception as e:  # the test judges the message
                 results[name] = {"error": f"{type(e).__name__}: {e}"}
             results[name]["seconds"] = time.time() - t0

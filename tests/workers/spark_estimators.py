@@ -1,0 +1,72 @@
+"""Horovod's Spark estimators on a Spark DataFrame (tests/workers/spark_driver.py's `torch_estimator`
+and `keras_estimator` scenarios): a linear regression, y = X w + b without noise, fitted by
+horovod.spark.torch.TorchEstimator / horovod.spark.keras.KerasEstimator on 2 ranks, and the fitted
+model's transform() of the same DataFrame. The test compares the weights with the float64
+least-squares solution and the predictions with y."""
+
+import numpy as np
+
+FEATURES, ROWS = 3, 512
+TRUE_W, TRUE_B = [2.0, -3.0, 0.5], 1.0
+
+
+def dataframe(spark):
+    """Features as an array column: Horovod's TorchModel.transform() turns a DenseVector into a
+    float64 tensor that a float32 model refuses (its code, under any backend)."""
+    rng = np.random.default_rng(7)
+    x = rng.uniform(-1, 1, size=(ROWS, FEATURES))
+    y = x @ np.array(TRUE_W) + TRUE_B
+    return spark.createDataFrame([(row.tolist(), float(t)) for row, t in zip(x, y)], ["features", "y"])
+
+
+def least_squares():
+    """The float64 reference: what every converged fit must find (the data has no noise)."""
+    rng = np.random.default_rng(7)
+    x = rng.uniform(-1, 1, size=(ROWS, FEATURES))
+    y = x @ np.array(TRUE_W) + TRUE_B
+    solution, *_ = np.linalg.lstsq(np.hstack([x, np.ones((ROWS, 1))]), y, rcond=None)
+    return solution.tolist()
+
+
+def _predictions(model, df, output_col):
+    rows = model.transform(df).select("y", output_col).collect()
+    return [(float(r["y"]), float(np.ravel(r[output_col])[0])) for r in rows]
+
+
+def torch_estimator(spark, store_dir, num_proc):
+    import torch
+    from horovod.spark.common.store import LocalStore
+    from horovod.spark.torch import TorchEstimator
+    torch.manual_seed(0)
+    net = torch.nn.Linear(FEATURES, 1)
+    estimator = TorchEstimator(num_proc=num_proc, store=LocalStore(store_dir), model=net,
+                               optimizer=torch.optim.SGD(net.parameters(), lr=0.2),
+                               loss=lambda output, label: torch.nn.functional.mse_loss(output, label),
+                               input_shapes=[[-1, FEATURES]], feature_cols=["features"], label_cols=["y"],
+                               batch_size=32, epochs=40, verbose=0, shuffle=True)
+    df = dataframe(spark)
+    fitted = estimator.fit(df).setOutputCols(["y_pred"])
+    trained = fitted.getModel()
+    weights = trained.weight.detach().flatten().tolist() + trained.bias.detach().flatten().tolist()
+    return {"weights": weights, "predictions": _predictions(fitted, df, "y_pred"),
+            "module": type(estimator).__module__, "history": fitted.getHistory()}
+
+
+def keras_estimator(spark, store_dir, num_proc):
+    import tensorflow as tf
+    from horovod.spark.common.store import LocalStore
+    from horovod.spark.keras import KerasEstimator
+    keras = tf.keras
+    tf.random.set_seed(0)
+    inputs = keras.Input(shape=(FEATURES,), name="features")
+    net = keras.Model(inputs, keras.layers.Dense(1)(inputs))
+    estimator = KerasEstimator(num_proc=num_proc, store=LocalStore(store_dir), model=net,
+                               optimizer=keras.optimizers.SGD(learning_rate=0.2), loss="mse",
+                               feature_cols=["features"], label_cols=["y"], batch_size=32, epochs=40,
+                               verbose=0, shuffle=True)
+    df = dataframe(spark)
+    fitted = estimator.fit(df).setOutputCols(["y_pred"])
+    kernel, bias = fitted.getModel().get_weights()
+    return {"weights": np.ravel(kernel).tolist() + np.ravel(bias).tolist(),
+            "predictions": _predictions(fitted, df, "y_pred"), "module": type(estimator).__module__,
+            "history": fitted.getHistory()}
