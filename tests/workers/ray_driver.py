@@ -93,7 +93,9 @@ def main():
     import ray
     # Ray Train calls init_process_group before the training function runs: every worker process
     # registers the "herring" backend at start-up (the hook imports nothing else).
-    ray.init(num_cpus=NUM_PROC + 1, include_dashboard=False, log_to_driver=True,
+    # address="local": a cluster of its own, even where another Ray cluster on the machine left
+    # /tmp/ray/ray_current_cluster behind (ray.init() would connect to that one).
+    ray.init(address="local", num_cpus=NUM_PROC + 1, include_dashboard=False, log_to_driver=True,
              runtime_env={"worker_process_setup_hook": "hvd_herring.torch.distributed.register"})
     results = {}
     try:
