@@ -48,6 +48,13 @@ class HerringBasics:
         self._job_comm = None     # the MPI communicator given to init(comm=...), if any
         os.register_at_fork(after_in_child=self._after_fork_in_child)
 
+    @property
+    def MPI_LIB_CTYPES(self):  # noqa: N802 - Horovod's name
+        """Horovod's handle of its loaded core library (its Spark trainers print it): ours, the
+        library the engine runs in (already loaded, so this only looks it up)."""
+        import ctypes
+        return ctypes.CDLL(os.path.join(os.path.dirname(os.path.abspath(__file__)), "libherring_core.so"))
+
     # --- lifecycle -------------------------------------------------------------------------
     def init(self, comm=None, process_sets=None, exchange=None, env=None):
         """Horovod's hvd.init(comm=None, process_sets=None). `exchange` (mine -> every rank's

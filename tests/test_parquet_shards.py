@@ -9,7 +9,7 @@ import pytest
 pa = pytest.importorskip("pyarrow", reason="scripts/setup.sh installs requirements/cluster_engines.txt")
 pq = pytest.importorskip("pyarrow.parquet")
 
-from hvd_herring.spark.parquet_shards import ParquetShard  # noqa: E402
+from hvd_herring.spark.parquet_shards import ParquetShard, refuse_petastorm_transform  # noqa: E402
 
 
 @pytest.fixture
@@ -66,3 +66,9 @@ def test_endless_when_no_epoch_count_is_given(dataset):
 def test_fewer_row_groups_than_ranks_names_the_rank(dataset):
     with pytest.raises(ValueError, match=r"rank 12: the dataset .* has 12 row groups, fewer than the 13 ranks"):
         ParquetShard(dataset, 12, 13)
+
+
+def test_a_petastorm_transform_is_refused_not_ignored():
+    refuse_petastorm_transform(None)
+    with pytest.raises(ValueError, match="transformation_fn needs Petastorm's TransformSpec"):
+        refuse_petastorm_transform(lambda rows: rows)

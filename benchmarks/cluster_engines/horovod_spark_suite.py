@@ -50,9 +50,11 @@ def run(engine, tree, tests):
     python, env = engine_env(engine)
     junit = os.path.join(tree, f"{engine}.xml")
     t0 = time.time()
-    proc = subprocess.run([python, "-m", "pytest", "-p", "no:cacheprovider", "-q", f"--junitxml={junit}"]
-                          + [os.path.join("test", "integration", t) for t in tests],
-                          cwd=tree, env=env, capture_output=True, text=True, timeout=3600)
+    # From test/integration, as Horovod's CI runs them: Spark's Python workers inherit the working
+    # directory, and unpickle the tests' model classes from the test modules found there.
+    proc = subprocess.run([python, "-m", "pytest", "-p", "no:cacheprovider", "-q", f"--junitxml={junit}"] + tests,
+                          cwd=os.path.join(tree, "test", "integration"), env=env, capture_output=True, text=True,
+                          timeout=3600)
     counts = {"passed": 0, "failed": 0, "skipped": 0}
     failures = {}
     for case in ET.parse(junit).getroot().iter("testcase"):

@@ -12,7 +12,7 @@ import tensorflow as tf
 
 from horovod.spark.common.datamodule import DataModule
 
-from hvd_herring.spark.parquet_shards import ParquetShard
+from hvd_herring.spark.parquet_shards import ParquetShard, refuse_petastorm_transform
 
 
 def _tf_dataset(shard):
@@ -48,6 +48,7 @@ class ParquetDataModule(DataModule):
 
     def __init__(self, make_dataset=None, random_seed=0, **kwargs):
         super().__init__(**kwargs)
+        refuse_petastorm_transform(self.transform_fn)
         self.make_dataset, self.random_seed = make_dataset, random_seed
 
     def _data(self, path, batch_size, shuffle):

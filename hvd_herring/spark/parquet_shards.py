@@ -87,3 +87,12 @@ class ParquetShard:
             pending = [order]
         if len(pending[0]):
             yield {name: values[pending[0]] for name, values in columns.items()}
+
+
+def refuse_petastorm_transform(transform_fn):
+    """An estimator's transformation_fn is a Petastorm TransformSpec function: without Petastorm,
+    training on the untransformed data would be silently wrong."""
+    if transform_fn is not None:
+        raise ValueError("the estimator's transformation_fn needs Petastorm's TransformSpec, and Petastorm "
+                         "does not import here (its last release needs pyarrow < 16): transform the "
+                         "DataFrame before fit() instead (docs/spark.md)")

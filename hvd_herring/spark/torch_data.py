@@ -6,7 +6,7 @@ import torch
 
 from horovod.spark.common.datamodule import DataModule
 
-from hvd_herring.spark.parquet_shards import ParquetShard
+from hvd_herring.spark.parquet_shards import ParquetShard, refuse_petastorm_transform
 
 
 def _as_tensors(batches):
@@ -19,6 +19,7 @@ class ParquetDataModule(DataModule):
 
     def __init__(self, random_seed=0, **kwargs):
         super().__init__(**kwargs)
+        refuse_petastorm_transform(self.transform_fn)
         self.random_seed = random_seed
 
     def _shard(self, path, batch_size, shuffle):

@@ -43,7 +43,7 @@ def torch_estimator(spark, store_dir, num_proc):
                                optimizer=torch.optim.SGD(net.parameters(), lr=0.2),
                                loss=lambda output, label: torch.nn.functional.mse_loss(output, label),
                                input_shapes=[[-1, FEATURES]], feature_cols=["features"], label_cols=["y"],
-                               batch_size=32, epochs=40, verbose=0, shuffle=True)
+                               batch_size=32, epochs=40, verbose=1, shuffle=True)
     df = dataframe(spark)
     fitted = estimator.fit(df).setOutputCols(["y_pred"])
     trained = fitted.getModel()
