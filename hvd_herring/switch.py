@@ -39,6 +39,7 @@ _AFTER_IMPORT = {
     "horovod.spark.torch.datamodule": "hvd_herring.spark.defaults:torch_default",
     "horovod.spark.keras.datamodule": "hvd_herring.spark.defaults:keras_default",
     "horovod.spark.keras.util": "hvd_herring.spark.defaults:keras_dataset",
+    "horovod.spark.keras.tensorflow": "hvd_herring.spark.keras_backend:use_tf_keras",
 }
 
 # Horovod package -> our package answering for its submodules (see alias_submodules).

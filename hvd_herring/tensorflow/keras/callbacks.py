@@ -1,5 +1,6 @@
 """Horovod's Keras callbacks, for Keras 2 and Keras 3: BroadcastGlobalVariablesCallback,
-MetricAverageCallback, LearningRateScheduleCallback and LearningRateWarmupCallback.
+MetricAverageCallback, LearningRateScheduleCallback, LearningRateWarmupCallback and
+BestModelCheckpoint.
 
 Written once on the public Keras API both flavours share; the base class and the few calls that
 differ come from the flavour module (keras2 or keras3, chosen by what tf.keras is). Horovod's own
@@ -187,3 +188,16 @@ class LearningRateWarmupCallback(LearningRateScheduleCallback):
         super().on_epoch_end(epoch, logs)
         if epoch == self.end_epoch - 1 and self.verbose > 0 and mpi_ops.rank() == 0:
             print(f'\nEpoch {epoch + 1}: finished gradual learning rate warmup to {_get_lr(self.model.optimizer):g}.')
+
+
+class BestModelCheckpoint(_flavour.keras.callbacks.ModelCheckpoint):
+    """Horovod's ModelCheckpoint that keeps the best model only, whose file the caller names later
+    (Horovod's Spark KerasEstimator sets `filepath` to its run's checkpoint). Keras 3 checks the
+    file name's extension when the callback is made, so until then it holds a placeholder name of
+    the right kind; Keras 2 takes None, as in Horovod."""
+
+    def __init__(self, monitor='val_loss', verbose=0, save_weights_only=False, mode='auto', save_freq='epoch'):
+        keras3 = _flavour.__name__.endswith("keras3")
+        placeholder = ("best.weights.h5" if save_weights_only else "best.keras") if keras3 else None
+        super().__init__(filepath=placeholder, monitor=monitor, verbose=verbose, save_best_only=True,
+                         save_weights_only=save_weights_only, mode=mode, save_freq=save_freq)
