@@ -24,9 +24,10 @@ def section(results):
              "Step time after the search settled (slowest rank per step, median of each launch; launches of "
              "the three configurations interleaved), and what the search settled on. Ratio: the defaults' "
              "step time over this configuration's (above 1: faster than the defaults). On a loaded machine the "
-             "launches' own drift dominates: a search that settled on the defaults' settings measures it.", "",
-             "| np | workload | configuration | step (ms) per launch | ratio to defaults | search steps | step during search (ms) | settled on |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "launches' own drift dominates: a search that settled on the defaults' settings measures it. Stalled: "
+             "timed steps slower than twice the launch's fastest step.", "",
+             "| np | workload | configuration | step (ms) per launch | ratio to defaults | stalled steps | search steps | step during search (ms) | settled on |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for run in results["runs"]:
         ok = {name: [x for x in ls if "error" not in x] for name, ls in run["launches"].items()}
         base = statistics.median(x["median_step_ms"] for x in ok["defaults"]) if ok["defaults"] else None
@@ -34,7 +35,7 @@ def section(results):
         for name, ls in run["launches"].items():
             good = ok[name]
             if not good:
-                lines.append(f"| {run['np']} | {run['workload']} | {name} | failed: {ls[0].get('error', '')[:80]} | | | | |")
+                lines.append(f"| {run['np']} | {run['workload']} | {name} | failed: {ls[0].get('error', '')[:80]} | | | | | |")
                 continue
             med = statistics.median(x["median_step_ms"] for x in good)
             per = ", ".join(f"{x['median_step_ms']:.3g}" for x in good)
@@ -45,5 +46,6 @@ def section(results):
             settled = "; ".join(_settled(x) + (" (the defaults: this ratio is the machine's drift)"
                                                if _tuned(x["settings"]) == _tuned(defaults_settings) else "")
                                 for x in good) if searched else "defaults"
-            lines.append(f"| {run['np']} | {run['workload']} | {name} | {per} | {ratio} | {steps} | {during} | {settled} |")
+            stalled = ", ".join(f"{x['stalled_steps']}/{x['after_steps']}" if "stalled_steps" in x else "-" for x in good)
+            lines.append(f"| {run['np']} | {run['workload']} | {name} | {per} | {ratio} | {stalled} | {steps} | {during} | {settled} |")
     return "\n".join(lines) + "\n"

@@ -27,13 +27,17 @@ SEARCH = {"HOROVOD_AUTOTUNE": "1", "HOROVOD_AUTOTUNE_WARMUP_SAMPLES": "1",
           "HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE": "3", "HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES": "10"}
 # name -> extra environment of the launch
 CONFIGS = {"defaults": {}, "autotune": SEARCH, "autotune from no fusion": dict(SEARCH, HERRING_AUTOTUNE_START="0,1")}
-AFTER_STEPS = {"tiny": 200, "gradset": 30}
+AFTER_STEPS = {"tiny": 200, "gradset": 80}
 
 
 def launch(np_, workload, extra):
     out = tempfile.mkdtemp(prefix="herring-autotune-bench-")
     bin_dir = os.path.dirname(sys.executable)
-    env = dict(os.environ, HOROVOD_BACKEND="herring", HERRING_TEST_RESULTS=out, PYTHONUNBUFFERED="1",
+    # OMP_NUM_THREADS=1 like every stack of the other benchmarks (and torchrun's default): with two
+    # OpenMP threads per rank on 2 cores, torch's fill of the 100 MB gradient set spin-waits in
+    # libgomp against the other rank's threads, ~350 ms stalls in runs of steps (perf, 2026-11-26),
+    # which made the earlier gradset figures the machine's, not the settings'.
+    env = dict(os.environ, HOROVOD_BACKEND="herring", HERRING_TEST_RESULTS=out, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1",
                HERRING_AUTOTUNE_WORKLOAD=workload, HERRING_AUTOTUNE_AFTER_STEPS=str(AFTER_STEPS[workload]),
                PATH=bin_dir + os.pathsep + os.environ.get("PATH", ""), **extra)
     cmd = [os.path.join(bin_dir, "horovodrun"), "--gloo", "-np", str(np_), "-H", f"localhost:{np_}",
@@ -49,7 +53,9 @@ def launch(np_, workload, extra):
     # A step's time is its slowest rank's.
     after = [max(ts) for ts in zip(*(r["after_step_times"] for r in ranks))]
     search = [max(ts) for ts in zip(*(r["search_step_times"] for r in ranks))]
+    fastest = min(after)
     return {"median_step_ms": statistics.median(after) * 1e3, "search_steps": ranks[0]["steps"],
+            "stalled_steps": sum(t > 2 * fastest for t in after), "after_steps": len(after),
             "search_median_step_ms": statistics.median(search) * 1e3, "settings": ranks[0]["settings"]}
 
 

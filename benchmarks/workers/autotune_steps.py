@@ -1,6 +1,7 @@
 """Runs inside every rank, with or without HOROVOD_AUTOTUNE=1 (tests/test_autotune.py and
 benchmarks/autotune): training-like steps (HERRING_AUTOTUNE_WORKLOAD: `tiny`, 1000 one-element
-allreduces submitted then awaited, or `gradset`, ResNet-50's 161 gradients), every result checked
+allreduces submitted then awaited, or `gradset`, ResNet-50's 161 gradients; each step refills the
+same tensors and reduces them in place, as DistributedOptimizer does its .grads), every result checked
 against its reference, until the ranks agree that no autotuner is searching (at once without
 HOROVOD_AUTOTUNE; at most HERRING_AUTOTUNE_MAX_STEPS), then HERRING_AUTOTUNE_AFTER_STEPS timed
 steps under the settings in force. Writes <HERRING_TEST_RESULTS>/<rank>.json: the steps searched,
@@ -20,15 +21,19 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gradient_sets import resnet50_shapes  # noqa: E402
 
 
-def tensors_for(workload, rank):
+def tensors_for(workload):
+    """The step's gradients: allocated once and reduced in place every step, as DistributedOptimizer
+    reduces each parameter's .grad (a fresh 100 MB set per step measured the allocator as much as
+    the engine)."""
     if workload == "tiny":
-        return [torch.full((1,), float(rank + i)) for i in range(1000)]
-    return [torch.full(shape, float(rank + i)) for i, (_, shape) in enumerate(resnet50_shapes())]
+        return [torch.empty(1) for _ in range(1000)]
+    return [torch.empty(shape) for _, shape in resnet50_shapes()]
 
 
-def step(workload, rank, size):
-    tensors = tensors_for(workload, rank)
-    handles = [hvd.allreduce_async(t, name=f"{workload}.{i}", op=hvd.Sum) for i, t in enumerate(tensors)]
+def step(workload, tensors, rank, size):
+    for i, t in enumerate(tensors):
+        t.fill_(float(rank + i))
+    handles = [hvd.allreduce_async_(t, name=f"{workload}.{i}", op=hvd.Sum) for i, t in enumerate(tensors)]
     ranks_sum = size * (size - 1) / 2
     for i, h in enumerate(handles):
         out = hvd.synchronize(h)
@@ -41,12 +46,13 @@ def main():
     hvd.init()
     rank, size = hvd.rank(), hvd.size()
     workload = os.environ.get("HERRING_AUTOTUNE_WORKLOAD", "tiny")
+    tensors = tensors_for(workload)
     max_steps = int(os.environ.get("HERRING_AUTOTUNE_MAX_STEPS", "3000"))
     times, versions = [], []
     steps = 0
     while steps < max_steps:
         t0 = time.perf_counter()
-        step(workload, rank, size)
+        step(workload, tensors, rank, size)
         times.append(time.perf_counter() - t0)
         steps += 1
         c = hvd_herring.counters()
@@ -60,7 +66,7 @@ def main():
     after = []
     for _ in range(int(os.environ.get("HERRING_AUTOTUNE_AFTER_STEPS", "20"))):
         t0 = time.perf_counter()
-        step(workload, rank, size)
+        step(workload, tensors, rank, size)
         after.append(time.perf_counter() - t0)
     c = hvd_herring.counters()
     out = {
