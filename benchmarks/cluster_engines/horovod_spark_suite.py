@@ -25,35 +25,38 @@ FILES = ["test/utils/common.py", "test/utils/spark_common.py"]
 PEER_SETUP = os.path.join(ROOT, "benchmarks", "peers", "setup_horovod_spark.sh")
 
 
-def export(git_dir, tests, into):
-    for path in FILES + [f"test/integration/{t}" for t in tests]:
+def export(git_dir, tests, into, test_dir="test/integration", adapt=None):
+    """Horovod's files at TAG into `into`; adapt(path, text) -> text changes a file (said where used)."""
+    for path in FILES + [f"{test_dir}/{t}" for t in tests]:
         text = subprocess.run(["git", "--git-dir", git_dir, "show", f"{TAG}:{path}"], check=True,
                               capture_output=True).stdout
+        if adapt:
+            text = adapt(path, text)
         target = os.path.join(into, path)
         os.makedirs(os.path.dirname(target), exist_ok=True)
         with open(target, "wb") as f:
             f.write(text)
 
 
-def engine_env(engine):
+def engine_env(engine, peer_setup=PEER_SETUP):
     env = {k: v for k, v in os.environ.items() if k not in ("HOROVOD_BACKEND", "PYSPARK_PYTHON")}
     if engine == "herring":
         python = os.path.join(ROOT, ".venv", "bin", "python")
         env["HOROVOD_BACKEND"] = "herring"
     else:
-        python = subprocess.run(["bash", PEER_SETUP], check=True, capture_output=True, text=True).stdout.split()[-1]
+        python = subprocess.run(["bash", peer_setup], check=True, capture_output=True, text=True).stdout.split()[-1]
     env["PYSPARK_PYTHON"] = python  # the executors' workers run the same environment as the tests
     return python, env
 
 
-def run(engine, tree, tests):
-    python, env = engine_env(engine)
+def run(engine, tree, tests, test_dir="test/integration", peer_setup=PEER_SETUP):
+    python, env = engine_env(engine, peer_setup)
     junit = os.path.join(tree, f"{engine}.xml")
     t0 = time.time()
     # From test/integration, as Horovod's CI runs them: Spark's Python workers inherit the working
     # directory, and unpickle the tests' model classes from the test modules found there.
     proc = subprocess.run([python, "-m", "pytest", "-p", "no:cacheprovider", "-q", f"--junitxml={junit}"] + tests,
-                          cwd=os.path.join(tree, "test", "integration"), env=env, capture_output=True, text=True,
+                          cwd=os.path.join(tree, test_dir), env=env, capture_output=True, text=True,
                           timeout=3600)
     counts = {"passed": 0, "failed": 0, "skipped": 0}
     failures = {}
@@ -78,18 +81,25 @@ def main():
     p.add_argument("--tests", nargs="+", default=["test_spark.py"])
     p.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results", "horovod_spark_suite.json"))
     args = p.parse_args()
-    results = {"tag": TAG, "tests": args.tests, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-               "load_average_start": os.getloadavg(), "engines": {}}
-    with tempfile.TemporaryDirectory(prefix="horovod-spark-suite-") as tree:
-        export(args.git_dir, args.tests, tree)
-        for engine in args.engines:
-            r = run(engine, tree, args.tests)
+    run_suite(args.git_dir, args.tests, args.engines, args.out)
+
+
+def run_suite(git_dir, tests, engines, out, test_dir="test/integration", adapt=None, peer_setup=PEER_SETUP,
+              **facts):
+    """Exports Horovod's tests, runs them whole under each engine in turn, prints each engine's
+    counts and failures, and writes the results (with `facts`) to `out`."""
+    results = {"tag": TAG, "tests": tests, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+               "load_average_start": os.getloadavg(), "engines": {}, **facts}
+    with tempfile.TemporaryDirectory(prefix="horovod-suite-") as tree:
+        export(git_dir, tests, tree, test_dir, adapt)
+        for engine in engines:
+            r = run(engine, tree, tests, test_dir, peer_setup)
             results["engines"][engine] = r
             print(f"{engine}: {r['counts']} in {r['seconds']} s", flush=True)
             for name, why in sorted(r["failures"].items()):
                 print(f"  FAILED {name}: {why}", flush=True)
-    os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    with open(args.out, "w") as f:
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    with open(out, "w") as f:
         json.dump(results, f, indent=1)
 
 
