@@ -11,11 +11,11 @@ pin() { grep -hE "^$1==" "$ROOT"/requirements/*.txt | head -n 1; }
 RAY="$(grep -hE '^ray\[train\]==' "$ROOT"/requirements/cluster_engines.txt | head -n 1)"
 RAY_VERSION="${RAY##*==}"
 ready() {
-  "$PY" -c "import ray, horovod.ray, pytest, sys; sys.exit(ray.__version__ != '$RAY_VERSION')" >/dev/null 2>&1
+  "$PY" -c "import ray, grpc, horovod.ray, pytest, sys; sys.exit(ray.__version__ != '$RAY_VERSION')" >/dev/null 2>&1
 }
 if ! ready; then
   echo "[horovod-ray] installing $RAY into the peer environment" >&2
-  "$PY" -m pip install -q "$RAY" $(pin pytest) 2>&1 | grep -v "^WARNING: Location" >&2 || true
+  "$PY" -m pip install -q "$RAY" $(pin grpcio) $(pin pytest) 2>&1 | grep -v "^WARNING: Location" >&2 || true
   ready || { echo "[horovod-ray] horovod.ray does not import in the peer environment" >&2; exit 1; }
 fi
 echo "$PY"
