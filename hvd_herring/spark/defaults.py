@@ -3,9 +3,11 @@ import (its last release needs pyarrow < 16), the name answers with our pyarrow 
 estimators built without data_module= train, and one that passes PetastormDataModule explicitly does
 too. With a working Petastorm installed, Horovod's own module stays."""
 
+import functools
 import importlib
 
 
+@functools.lru_cache(maxsize=None)   # a failed import is attempted anew each time: ask once
 def _petastorm_imports():
     try:
         importlib.import_module("petastorm")

@@ -10,9 +10,7 @@ import collections
 
 import tensorflow as tf
 
-from horovod.spark.common.datamodule import DataModule
-
-from hvd_herring.spark.parquet_shards import ParquetShard, refuse_petastorm_transform
+from hvd_herring.spark.data_module import ParquetDataModuleBase
 
 
 def _tf_dataset(shard):
@@ -43,19 +41,14 @@ def make_dataset_fn(feature_columns, label_columns, sample_weight_col, metadata,
     return tf.autograph.experimental.do_not_convert(fn)
 
 
-class ParquetDataModule(DataModule):
-    short_name = "parquet"
-
-    def __init__(self, make_dataset=None, random_seed=0, **kwargs):
+class ParquetDataModule(ParquetDataModuleBase):
+    def __init__(self, make_dataset=None, **kwargs):
         super().__init__(**kwargs)
-        refuse_petastorm_transform(self.transform_fn)
-        self.make_dataset, self.random_seed = make_dataset, random_seed
+        self.make_dataset = make_dataset
 
     def _data(self, path, batch_size, shuffle):
-        shard = ParquetShard(path, self.cur_shard, self.shard_count, columns=self.schema_fields,
-                             batch_size=batch_size, shuffle=shuffle, seed=self.random_seed,
-                             storage_options=self.storage_options)
-        return self.make_dataset(shard, batch_size, True, shuffle=shuffle, cache=self.inmemory_cache_all)
+        return self.make_dataset(self.shard(path, batch_size, shuffle), batch_size, True, shuffle=shuffle,
+                                 cache=self.inmemory_cache_all)
 
     def train_data(self):
         return self._data(self.train_dir, self.train_batch_size, self.shuffle)

@@ -4,9 +4,7 @@ epoch, so ranks with unequal shares still take equal steps), as PetastormDataMod
 
 import torch
 
-from horovod.spark.common.datamodule import DataModule
-
-from hvd_herring.spark.parquet_shards import ParquetShard, refuse_petastorm_transform
+from hvd_herring.spark.data_module import ParquetDataModuleBase
 
 
 def _as_tensors(batches):
@@ -14,21 +12,9 @@ def _as_tensors(batches):
         yield {name: torch.as_tensor(values) for name, values in batch.items()}
 
 
-class ParquetDataModule(DataModule):
-    short_name = "parquet"
-
-    def __init__(self, random_seed=0, **kwargs):
-        super().__init__(**kwargs)
-        refuse_petastorm_transform(self.transform_fn)
-        self.random_seed = random_seed
-
-    def _shard(self, path, batch_size, shuffle):
-        return ParquetShard(path, self.cur_shard, self.shard_count, columns=self.schema_fields,
-                            batch_size=batch_size, shuffle=shuffle, seed=self.random_seed,
-                            storage_options=self.storage_options)
-
+class ParquetDataModule(ParquetDataModuleBase):
     def train_data(self):
-        return _as_tensors(self._shard(self.train_dir, self.train_batch_size, self.shuffle))
+        return _as_tensors(self.shard(self.train_dir, self.train_batch_size, self.shuffle))
 
     def val_data(self):
-        return _as_tensors(self._shard(self.val_dir, self.val_batch_size, False)) if self.has_val else None
+        return _as_tensors(self.shard(self.val_dir, self.val_batch_size, False)) if self.has_val else None
