@@ -3,8 +3,8 @@ BatchedDataLoader give Horovod's estimators, read with pyarrow alone.
 
 As in Petastorm, the unit of sharding is the row group: the dataset's row groups (its files in
 name order, each file's groups in order) go round-robin to the shards, so every rank reads a
-disjoint share and together they read all rows. Shuffling permutes the shard's row groups and
-the rows within the shard for each epoch, from a seed and the epoch, so a run is repeatable."""
+disjoint share and together they read all rows. Shuffling permutes the shard's rows anew for each
+epoch, from a seed and the epoch, so a run is repeatable."""
 
 import fsspec
 import numpy as np
@@ -76,17 +76,15 @@ class ParquetShard:
         Petastorm's loader fills batches from a continuous row stream."""
         table = self._read_shard()
         columns = {name: _column_to_numpy(table.column(name)) for name in table.column_names}
-        epoch, pending = 0, []
+        epoch, order = 0, np.empty(0, dtype=np.int64)   # rows of earlier epochs not yet batched
         while self.num_epochs is None or epoch < self.num_epochs:
-            pending.append(self._epoch_order(epoch))
+            order = np.concatenate([order, self._epoch_order(epoch)])
             epoch += 1
-            order = np.concatenate(pending)
             while len(order) >= self.batch_size:
                 take, order = order[:self.batch_size], order[self.batch_size:]
                 yield {name: values[take] for name, values in columns.items()}
-            pending = [order]
-        if len(pending[0]):
-            yield {name: values[pending[0]] for name, values in columns.items()}
+        if len(order):
+            yield {name: values[order] for name, values in columns.items()}
 
 
 def refuse_petastorm_transform(transform_fn):

@@ -8,7 +8,7 @@ through the launch paths Ray users have:
   elastic        horovod.ray.ElasticRayExecutor (min 2 = max 2 workers) running hvd.elastic.run with
                  TorchState: every rank's result
   elastic_kill   the same with min 1 worker, rank 1's actor process SIGKILLs itself at step 2 (once):
-                 the job goes on from the last commit; every rank's result at the end
+                 on this one-host cluster Horovod blacklists the host and ends the job: the error
   train_herring  Ray Train TorchTrainer with TorchConfig(backend="herring"): every rank's weights
   train_gloo     the same with "gloo" (the peer)
 

@@ -10,20 +10,21 @@ FEATURES, ROWS = 3, 512
 TRUE_W, TRUE_B = [2.0, -3.0, 0.5], 1.0
 
 
+def _data():
+    x = np.random.default_rng(7).uniform(-1, 1, size=(ROWS, FEATURES))
+    return x, x @ np.array(TRUE_W) + TRUE_B
+
+
 def dataframe(spark):
     """Features as an array column: Horovod's TorchModel.transform() turns a DenseVector into a
     float64 tensor that a float32 model refuses (its code, under any backend)."""
-    rng = np.random.default_rng(7)
-    x = rng.uniform(-1, 1, size=(ROWS, FEATURES))
-    y = x @ np.array(TRUE_W) + TRUE_B
+    x, y = _data()
     return spark.createDataFrame([(row.tolist(), float(t)) for row, t in zip(x, y)], ["features", "y"])
 
 
 def least_squares():
     """The float64 reference: what every converged fit must find (the data has no noise)."""
-    rng = np.random.default_rng(7)
-    x = rng.uniform(-1, 1, size=(ROWS, FEATURES))
-    y = x @ np.array(TRUE_W) + TRUE_B
+    x, y = _data()
     solution, *_ = np.linalg.lstsq(np.hstack([x, np.ones((ROWS, 1))]), y, rcond=None)
     return solution.tolist()
 
