@@ -27,8 +27,9 @@ _REPLACEMENTS = {
     "horovod.keras.callbacks": "hvd_herring.tensorflow.keras.callbacks",
 }
 
-# Horovod module -> "our_module:function" applied to it right after Horovod's code ran: where
-# Horovod's own module works under the switch but needs one change (named in the function).
+# Horovod module -> "our_module:function" (or a tuple of them) applied to it right after Horovod's
+# code ran: where Horovod's own module works under the switch but needs changes (named in the
+# functions).
 _AFTER_IMPORT = {
     # RayExecutor's errors name the Horovod rank whose actor died.
     "horovod.ray.runner": "hvd_herring.ray.failed_ranks:name_failed_ranks",
@@ -38,7 +39,10 @@ _AFTER_IMPORT = {
     "horovod.spark.common.store": "hvd_herring.spark.parquet_dataset:give_stores_the_legacy_view",
     "horovod.spark.torch.datamodule": "hvd_herring.spark.defaults:torch_default",
     "horovod.spark.keras.datamodule": "hvd_herring.spark.defaults:keras_default",
-    "horovod.spark.keras.util": "hvd_herring.spark.defaults:keras_dataset",
+    "horovod.spark.keras.util": ("hvd_herring.spark.defaults:keras_dataset",
+                                 "hvd_herring.spark.keras3_serialization:adapt_util"),
+    # ... and Horovod's Keras estimator, written for Keras 2, under Keras 3.
+    "horovod.spark.keras.estimator": "hvd_herring.spark.keras3_estimator:adapt",
     "horovod.spark.keras.tensorflow": "hvd_herring.spark.keras_backend:use_tf_keras",
 }
 
@@ -66,18 +70,19 @@ def _alias_spec(fullname, target_name):
 
 
 class _AfterImportLoader(importlib.abc.Loader):
-    """Horovod's own loader, then the change named in _AFTER_IMPORT."""
+    """Horovod's own loader, then the changes named in _AFTER_IMPORT."""
 
-    def __init__(self, loader, change):
-        self._loader, self._change = loader, change
+    def __init__(self, loader, changes):
+        self._loader, self._changes = loader, (changes,) if isinstance(changes, str) else changes
 
     def create_module(self, spec):
         return self._loader.create_module(spec)
 
     def exec_module(self, module):
         self._loader.exec_module(module)
-        module_name, function = self._change.split(":")
-        getattr(importlib.import_module(module_name), function)(module)
+        for change in self._changes:
+            module_name, function = change.split(":")
+            getattr(importlib.import_module(module_name), function)(module)
 
 
 class HerringFinder(importlib.abc.MetaPathFinder):

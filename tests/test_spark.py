@@ -4,7 +4,8 @@ master (two executor JVMs with their own Python workers), under HOROVOD_BACKEND=
 One Spark application runs horovod.spark.run and TorchDistributor with "herring" and "gloo"
 and run_elastic (about 4-5 min on 2 busy cores); three more kill a rank mid-training, in a static
 and an elastic Horovod job and under TorchDistributor (about 1 min each); one more fits Horovod's
-TorchEstimator and KerasEstimator on a DataFrame (about 70 s)."""
+TorchEstimator and KerasEstimator on a DataFrame, and one more KerasEstimator under Keras 3
+(about 2.5 min for the two)."""
 
 import os
 import sys
@@ -107,10 +108,14 @@ def test_a_rank_killed_under_torch_distributor_fails_the_job_naming_it(tmp_path)
 
 @pytest.fixture(scope="module")
 def estimator_jobs(tmp_path_factory):
-    """One Spark application fits both estimators (about 70 s). Keras 2 (tf_keras): Horovod 0.28.1's
-    KerasEstimator predates Keras 3 (docs/spark.md)."""
-    return run_driver("spark_driver.py", ["torch_estimator", "keras_estimator"], tmp_path_factory.mktemp("estimators"),
-                      timeout=900, TF_USE_LEGACY_KERAS="1", **ENV)
+    """One Spark application with Keras 2 (tf_keras) fits TorchEstimator and, saved and loaded,
+    KerasEstimator (about 80 s); one with Keras 3 fits KerasEstimator, plain and saved and loaded
+    (about 70 s)."""
+    keras2 = run_driver("spark_driver.py", ["torch_estimator", "keras_estimator_saved"],
+                        tmp_path_factory.mktemp("estimators_keras2"), timeout=900, TF_USE_LEGACY_KERAS="1", **ENV)
+    keras3 = run_driver("spark_driver.py", ["keras_estimator", "keras_estimator_saved"],
+                        tmp_path_factory.mktemp("estimators_keras3"), timeout=900, TF_USE_LEGACY_KERAS="0", **ENV)
+    return {"keras2": keras2, "keras3": keras3}
 
 
 def _assert_fitted(job, what):
@@ -132,16 +137,28 @@ def _assert_fitted(job, what):
 def test_torch_estimator_fits_a_dataframe_and_transforms_it(estimator_jobs):
     """horovod.spark.torch.TorchEstimator (Horovod's own code) on 2 ranks, its data read without
     Petastorm (hvd_herring/spark)."""
-    results, _, leftovers = estimator_jobs
+    results, _, leftovers = estimator_jobs["keras2"]
     job = results["torch_estimator"]
     _assert_fitted(job, "TorchEstimator")
     assert job["result"]["module"] == "horovod.spark.torch.estimator"
     assert not leftovers, f"processes left running after the application: {leftovers}"
 
 
-def test_keras_estimator_fits_a_dataframe_and_transforms_it(estimator_jobs):
-    """horovod.spark.keras.KerasEstimator on Keras 2 (tf_keras), its data read without Petastorm."""
-    results, _, _ = estimator_jobs
-    job = results["keras_estimator"]
-    _assert_fitted(job, "KerasEstimator")
+@pytest.mark.parametrize("flavour,scenario,package", [
+    ("keras3", "keras_estimator", "keras"),
+    ("keras3", "keras_estimator_saved", "keras"),
+    ("keras2", "keras_estimator_saved", "tf_keras")])
+def test_keras_estimator_fits_a_dataframe_and_transforms_it(estimator_jobs, flavour, scenario, package):
+    """horovod.spark.keras.KerasEstimator on 2 ranks, its data read without Petastorm: Horovod's
+    code under Keras 2, its Keras 3 methods ours (hvd_herring/spark/keras3_*). `_saved`: the
+    estimator saved and loaded before fit() and the fitted model before transform() (the Params
+    writer and reader with the model and optimizer serializers). The fitted model's optimizer has
+    the user's learning rate again (the ranks trained with it scaled by their number)."""
+    results, _, leftovers = estimator_jobs[flavour]
+    job = results[scenario]
+    _assert_fitted(job, f"KerasEstimator ({flavour}, {scenario})")
     assert job["result"]["module"] == "horovod.spark.keras.estimator"
+    assert job["result"]["keras"] == package, job["result"]["keras"]
+    assert abs(job["result"]["learning_rate"] - 0.2) < 1e-6, job["result"]["learning_rate"]
+    assert len(job["result"]["history"]["loss"]) == 40, job["result"]["history"]
+    assert not leftovers, f"processes left running after the application: {leftovers}"

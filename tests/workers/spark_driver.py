@@ -12,6 +12,7 @@ trains tests/workers/engine_training.py's job through the launch paths Spark use
   td_herring_kill  td_herring, rank 1's process SIGKILLs itself at step 2: the error is recorded
   torch_estimator  horovod.spark.torch.TorchEstimator.fit(df) and transform (spark_estimators.py)
   keras_estimator  horovod.spark.keras.KerasEstimator.fit(df) and transform (spark_estimators.py)
+  keras_estimator_saved  the same with the estimator and the fitted model saved and loaded first
 
 OUT.json maps each scenario to its result, or to {"error": message}."""
 
@@ -108,7 +109,7 @@ def ddp_train(backend, kill_rank=-1, kill_step=-1):
 
 def run_scenario(name, spark, work_dir):
     import horovod.spark
-    if name.endswith("_estimator"):
+    if "_estimator" in name:
         import spark_estimators
         return getattr(spark_estimators, name)(spark, os.path.join(work_dir, name), NUM_PROC)
     if name == "hvd_run":

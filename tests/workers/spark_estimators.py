@@ -53,7 +53,7 @@ def torch_estimator(spark, store_dir, num_proc):
             "module": type(estimator).__module__, "history": fitted.getHistory()}
 
 
-def keras_estimator(spark, store_dir, num_proc):
+def _keras_estimator(store_dir, num_proc):
     import tensorflow as tf
     from horovod.spark.common.store import LocalStore
     from horovod.spark.keras import KerasEstimator
@@ -61,13 +61,39 @@ def keras_estimator(spark, store_dir, num_proc):
     tf.random.set_seed(0)
     inputs = keras.Input(shape=(FEATURES,), name="features")
     net = keras.Model(inputs, keras.layers.Dense(1)(inputs))
-    estimator = KerasEstimator(num_proc=num_proc, store=LocalStore(store_dir), model=net,
-                               optimizer=keras.optimizers.SGD(learning_rate=0.2), loss="mse",
-                               feature_cols=["features"], label_cols=["y"], batch_size=32, epochs=40,
-                               verbose=0, shuffle=True)
-    df = dataframe(spark)
-    fitted = estimator.fit(df).setOutputCols(["y_pred"])
+    return KerasEstimator(num_proc=num_proc, store=LocalStore(store_dir), model=net,
+                          optimizer=keras.optimizers.SGD(learning_rate=0.2), loss="mse",
+                          feature_cols=["features"], label_cols=["y"], batch_size=32, epochs=40,
+                          verbose=0, shuffle=True)
+
+
+def _keras_result(fitted, estimator, df):
     kernel, bias = fitted.getModel().get_weights()
     return {"weights": np.ravel(kernel).tolist() + np.ravel(bias).tolist(),
             "predictions": _predictions(fitted, df, "y_pred"), "module": type(estimator).__module__,
-            "history": fitted.getHistory()}
+            "history": fitted.getHistory(), "keras": type(fitted.getModel()).__module__.split(".")[0],
+            "learning_rate": float(np.asarray(fitted.getModel().optimizer.learning_rate))}
+
+
+def keras_estimator(spark, store_dir, num_proc):
+    estimator = _keras_estimator(store_dir, num_proc)
+    df = dataframe(spark)
+    return _keras_result(estimator.fit(df).setOutputCols(["y_pred"]), estimator, df)
+
+
+def keras_estimator_saved(spark, store_dir, num_proc):
+    """What a pipeline that persists its stages does: the estimator saved and loaded before fit()
+    (the model and optimizer parameters through TFKerasUtil's serializers), the fitted KerasModel
+    saved and loaded before transform()."""
+    import os
+    from horovod.spark.common.store import LocalStore
+    from horovod.spark.keras import KerasEstimator, KerasModel
+    estimator_path, model_path = os.path.join(store_dir, "estimator"), os.path.join(store_dir, "model")
+    for path in (estimator_path, model_path):   # the store writes the metadata file into them
+        os.makedirs(path)
+    _keras_estimator(store_dir, num_proc).save(estimator_path)
+    estimator = KerasEstimator.load(estimator_path)
+    estimator.setStore(LocalStore(store_dir))   # stores are not saved (Horovod's writer)
+    df = dataframe(spark)
+    estimator.fit(df).save(model_path)
+    return _keras_result(KerasModel.load(model_path).setOutputCols(["y_pred"]), estimator, df)
