@@ -10,7 +10,7 @@ if not keras.__version__.startswith("3."):
     pytest.skip("Keras 3 is not installed", allow_module_level=True)
 
 from hvd_herring.spark import keras3_serialization as serialization  # noqa: E402
-from hvd_herring.spark.keras3_estimator import model_shapes  # noqa: E402
+from hvd_herring.spark.keras3_estimator import model_shapes, output_names  # noqa: E402
 
 
 def _trained_model():
@@ -77,6 +77,14 @@ def test_model_shapes_mark_unknown_dimensions():
     a, b = keras.Input(shape=(3,)), keras.Input(shape=(None, 5))
     out = keras.layers.Dense(2)(keras.layers.Concatenate()([a, keras.layers.GlobalAveragePooling1D()(b)]))
     assert model_shapes(keras.Model([a, b], out)) == ([[-1, 3], [-1, -1, 5]], [[-1, 2]])
+
+
+def test_output_names_of_functional_and_sequential_models():
+    """Keras 3's Sequential has no output_names (Keras 2's had): its output is its last layer's."""
+    inputs = keras.Input(shape=(3,))
+    assert output_names(keras.Model(inputs, keras.layers.Dense(1, name="y")(inputs))) == ["y"]
+    sequential = keras.Sequential([keras.Input(shape=(3,)), keras.layers.Dense(4), keras.layers.Dense(2, name="probs")])
+    assert output_names(sequential) == ["probs"]
 
 
 def test_checkpoint_files_are_named_for_keras_3():

@@ -5,6 +5,11 @@ the other, in the same run. Prints each engine's counts and every failing test.
 
     .venv/bin/python -m benchmarks.cluster_engines.horovod_spark_suite HOROVOD_GIT_DIR \\
         [--engines herring peer] [--tests test_spark.py] [--out benchmarks/results/horovod_spark_suite.json]
+        [--keras 2|3]
+
+--keras picks the Keras tf.keras is in the tests and the executors (TF_USE_LEGACY_KERAS=1 or 0;
+default: the environment's). Horovod wrote its Keras tests for Keras 2; with --keras 3 the one
+Keras 2 spelling in their own code, `SGD(lr=...)`, reads `SGD(learning_rate=...)`.
 
 HOROVOD_GIT_DIR: a git directory of horovod/horovod holding the tag v0.28.1 (the `fetch` tool's
 snapshot, or a clone). Not part of the test suite: each engine's run takes 5-10 minutes here."""
@@ -80,8 +85,20 @@ def main():
     p.add_argument("--engines", nargs="+", default=["herring", "peer"], choices=["herring", "peer"])
     p.add_argument("--tests", nargs="+", default=["test_spark.py"])
     p.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results", "horovod_spark_suite.json"))
+    p.add_argument("--keras", choices=["2", "3"])
     args = p.parse_args()
-    run_suite(args.git_dir, args.tests, args.engines, args.out)
+    facts = {}
+    if args.keras:
+        os.environ["TF_USE_LEGACY_KERAS"] = "1" if args.keras == "2" else "0"
+        facts["keras"] = args.keras
+    adapt = _keras3_spelling if args.keras == "3" else None
+    if adapt:
+        facts["adapted"] = "tests' own SGD(lr=...) read SGD(learning_rate=...) (Keras 3 spelling)"
+    run_suite(args.git_dir, args.tests, args.engines, args.out, adapt=adapt, **facts)
+
+
+def _keras3_spelling(path, text):
+    return text.replace(b"optimizers.SGD(lr=", b"optimizers.SGD(learning_rate=") if path.endswith("_keras.py") else text
 
 
 def run_suite(git_dir, tests, engines, out, test_dir="test/integration", adapt=None, peer_setup=PEER_SETUP,

@@ -20,6 +20,13 @@ def model_shapes(model):
     return shapes(model.inputs), shapes(model.outputs)
 
 
+def output_names(model):
+    """The model's output names as a plain list (Keras 3's Sequential has no output_names: its one
+    output is its last layer's)."""
+    names = getattr(model, "output_names", None)
+    return [str(name) for name in (names if names is not None else [model.layers[-1].name])]
+
+
 def get_model_shapes(self):
     return model_shapes(self.getModel())
 

@@ -10,7 +10,7 @@ scaling, with Keras 3's spellings and the `.keras` format (keras3_serialization)
 import math
 import os
 
-from hvd_herring.spark import keras3_serialization as serialization
+from hvd_herring.spark import keras3_estimator, keras3_serialization as serialization
 
 
 def _scale_learning_rate(optimizer, factor):
@@ -61,7 +61,7 @@ def RemoteTrainer(estimator, metadata, keras_utils, run_id, dataset_idx):
 
     input_shapes, output_shapes = estimator.get_model_shapes()
     # A plain list: Keras 3's tracked lists do not survive the pickling that ships this function.
-    output_names = [str(name) for name in estimator.getModel().output_names]
+    output_names = keras3_estimator.output_names(estimator.getModel())
     floatx = keras_utils.keras().backend.floatx()
     make_dataset = keras_utils.make_dataset_fn(
         feature_columns=feature_columns, label_columns=label_columns, sample_weight_col=sample_weight_col,

@@ -201,3 +201,18 @@ class BestModelCheckpoint(_flavour.keras.callbacks.ModelCheckpoint):
         placeholder = ("best.weights.h5" if save_weights_only else "best.keras") if keras3 else None
         super().__init__(filepath=placeholder, monitor=monitor, verbose=verbose, save_best_only=True,
                          save_weights_only=save_weights_only, mode=mode, save_freq=save_freq)
+
+    def _set_monitor_op(self):
+        """Keras 3 resolves mode='auto' from the model's compiled metrics and raises for any other
+        name; Horovod's callback, written for Keras 2, means Keras 2's rule there: maximise what
+        looks like accuracy, minimise the rest. (Keras 2 resolves the mode itself, in __init__.)"""
+        try:
+            super()._set_monitor_op()
+        except ValueError:
+            if self.mode != "auto":
+                raise
+            import keras
+            maximise = "acc" in self.monitor or self.monitor.startswith("fmeasure")
+            self.monitor_op = keras.ops.greater if maximise else keras.ops.less
+            if not maximise:
+                self.min_delta *= -1   # as Keras 3 does for a minimised metric
