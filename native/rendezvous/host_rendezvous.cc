@@ -91,7 +91,8 @@ std::vector<std::string> HostGroupedAllGather(HttpStore& store, const std::strin
     }
   }
   std::vector<std::string> out(launch.size);
-  auto all = UnpackRecords(store.Get(prefix + ".all", deadline));
+  // Every rank of the job waits for this one record at once.
+  auto all = UnpackRecords(store.Get(prefix + ".all", deadline, launch.size));
   if (static_cast<int>(all.size()) != launch.size) {
     throw Error(Status::Internal("the world record holds " + std::to_string(all.size()) + " records for " +
                                  std::to_string(launch.size) + " ranks"));

@@ -19,10 +19,11 @@ namespace {
 using std::chrono::milliseconds;
 
 // Horovod's server never blocks a GET, so a missing key is polled: quickly at first because peers
-// usually publish within milliseconds of each other, then at most every 50 ms so that many ranks
-// polling one Python server do not saturate it.
+// usually publish within milliseconds of each other, then at most every PollIntervalCap so that
+// many ranks polling one Python server do not saturate it.
 constexpr milliseconds kFirstBackoff(1);
 constexpr milliseconds kMaxBackoff(50);
+constexpr int kStorePollsPerSecond = 400;
 // A single request that takes longer than this is abandoned and retried: the server handles each
 // request in a thread with its own 3 s read timeout, so a longer silence means a lost exchange.
 constexpr milliseconds kAttemptCap(5000);
@@ -120,7 +121,8 @@ enum class Verdict { kDone, kRetry };
 // appeared), PeerLost when the store did not answer (horovodrun gone, or not reachable from here).
 template <typename Judge>
 void RequestUntil(const std::string& addr, int port, const char* method, const std::string& path,
-                  const std::string* body, const std::string& what, Deadline deadline, Judge judge) {
+                  const std::string* body, const std::string& what, Deadline deadline, milliseconds max_backoff,
+                  Judge judge) {
   const std::string store = "horovodrun's rendezvous store at " + addr + ":" + std::to_string(port);
   const auto start = Clock::now();
   auto backoff = kFirstBackoff;
@@ -141,7 +143,7 @@ void RequestUntil(const std::string& addr, int port, const char* method, const s
     }
     if (!deadline.Expired()) {
       std::this_thread::sleep_for(std::min<Clock::duration>(backoff, deadline.Remaining()));
-      backoff = std::min(backoff * 2, kMaxBackoff);
+      backoff = std::min(backoff * 2, max_backoff);
     }
     if (deadline.Expired()) {
       std::string message = "gave up after " + FormatSeconds(Clock::now() - start) +
@@ -171,6 +173,10 @@ void ValidateKey(const std::string& key, const std::string& addr, int port) {
 
 }  // namespace
 
+milliseconds PollIntervalCap(int pollers) {
+  return std::max(kMaxBackoff, milliseconds(1000LL * std::max(pollers, 1) / kStorePollsPerSecond));
+}
+
 HttpStore::HttpStore(std::string addr, int port, std::string scope)
     : addr_(std::move(addr)), port_(port), scope_(std::move(scope)) {
   if (port_ < 1 || port_ > 65535) {
@@ -187,7 +193,7 @@ void HttpStore::Set(const std::string& key, const std::string& value, Deadline d
   ValidateKey(key, addr_, port_);
   const std::string path = "/" + scope_ + "/" + key;
   const std::string what = "store key '" + key + "' (PUT " + path + ")";
-  RequestUntil(addr_, port_, "PUT", path, &value, what, deadline,
+  RequestUntil(addr_, port_, "PUT", path, &value, what, deadline, kMaxBackoff,
                [&](const HttpResponse& response, const std::string& store, std::string* last) {
                  if (response.status == 200) return Verdict::kDone;
                  if (!IsRetryableStatus(response.status)) UnexpectedStatus(store, what, response);
@@ -196,12 +202,12 @@ void HttpStore::Set(const std::string& key, const std::string& value, Deadline d
                });
 }
 
-std::string HttpStore::Get(const std::string& key, Deadline deadline) {
+std::string HttpStore::Get(const std::string& key, Deadline deadline, int pollers) {
   ValidateKey(key, addr_, port_);
   const std::string path = "/" + scope_ + "/" + key;
   const std::string what = "read key '" + key + "' (GET " + path + ")";
   std::string value;
-  RequestUntil(addr_, port_, "GET", path, nullptr, what, deadline,
+  RequestUntil(addr_, port_, "GET", path, nullptr, what, deadline, PollIntervalCap(pollers),
                [&](const HttpResponse& response, const std::string& store, std::string* last) {
                  if (response.status == 200) {
                    value = response.body;

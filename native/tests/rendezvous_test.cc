@@ -449,6 +449,31 @@ Deadline Seconds(double s) { return Deadline::AfterSeconds(s); }
 
 }  // namespace
 
+TEST(Rendezvous, RendezvousPollIntervalGrowsWithThePollers) {
+  EXPECT_EQ(PollIntervalCap(1).count(), 50);
+  EXPECT_EQ(PollIntervalCap(20).count(), 50);
+  EXPECT_EQ(PollIntervalCap(256).count(), 640);
+  EXPECT_EQ(PollIntervalCap(2048).count(), 5120);
+}
+
+TEST(Rendezvous, RendezvousManyPollersPollTheStoreLess) {
+  // A key that appears after 1.5 s, awaited as by one of 256 ranks: its polls back off to every
+  // 640 ms (about 11 requests) rather than every 50 ms (about 33).
+  FakeStore server;
+  server.Listen();
+  HttpStore store("127.0.0.1", server.port(), "herring");
+  std::thread late([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    HttpStore("127.0.0.1", server.port(), "herring").Set("world", "everyone", Seconds(5));
+  });
+  EXPECT_EQ(store.Get("world", Seconds(10), 256), std::string("everyone"));
+  late.join();
+  int polls = 0;
+  for (const auto& head : server.heads()) polls += Contains(head, "GET /herring/world ") ? 1 : 0;
+  EXPECT_LE(polls, 16);
+  EXPECT_GE(polls, 2);
+}
+
 TEST(Rendezvous, RendezvousStoreSetGetRoundTrip) {
   FakeStore server;
   server.Listen();
