@@ -5,8 +5,10 @@
 2. per-rank TCP sockets at the largest N at most 1/4 of the full mesh's (the full mesh: today's
    design measured in the same run at that N, else its formula (N - 1) x (1 + HERRING_TCP_STREAMS)
    connections per rank plus a listener);
-3. time to init at the largest N under 10 s (launch -> every rank's init returned; the engine's
-   own part, from the last rank's init() call, is shown beside it)."""
+3. time to init at the largest N under 10 s, judged twice: from the launch to every rank's init
+   returned, which here includes starting N Pythons one after the other on 2 cores; and the
+   engine's own part, from the last rank's init() call to every init returned (on a cluster the
+   ranks start in parallel on their hosts, and this is what grows with the design)."""
 
 CYCLE_RATIO_GOAL = 3.0
 SOCKET_FRACTION_GOAL = 0.25
@@ -35,7 +37,7 @@ def evaluate(results):
         jobs = ok_jobs(results, design=design)
         base = {"design": design, "n": hi}
         if info["status"] != "available":
-            for goal in ("cycle", "sockets", "init"):
+            for goal in ("cycle", "sockets", "init", "init_engine"):
                 out.append(dict(base, goal=goal, value=None, target=None, met=None, detail=info["status"]))
             continue
         a, b = jobs.get(lo), jobs.get(hi)
@@ -69,5 +71,13 @@ def evaluate(results):
                                    f"rank's init() call"))
         else:
             out.append(dict(base, goal="init", value=None, target=INIT_SECONDS_GOAL, met=False,
+                            detail=f"no successful launch at {hi} ranks"))
+        engine_part = b["figures"].get("init_after_last_call_seconds") if b else None
+        if engine_part is not None:
+            out.append(dict(base, goal="init_engine", value=engine_part, target=INIT_SECONDS_GOAL,
+                            met=engine_part < INIT_SECONDS_GOAL,
+                            detail=f"from the last rank's init() call to every init returned: {engine_part:.1f} s"))
+        else:
+            out.append(dict(base, goal="init_engine", value=None, target=INIT_SECONDS_GOAL, met=False,
                             detail=f"no successful launch at {hi} ranks"))
     return out
