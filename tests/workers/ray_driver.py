@@ -9,6 +9,9 @@ through the launch paths Ray users have:
                  TorchState: every rank's result
   elastic_kill   the same with min 1 worker, rank 1's actor process SIGKILLs itself at step 2 (once):
                  on this one-host cluster Horovod blacklists the host and ends the job: the error
+  elastic_kill_host  on a Ray cluster of two hosts (ENGINE_TEST_RAY_ADDRESS, tests/test_ray.py's
+                 simulated hosts), min 1 worker, the actor on host ENGINE_TEST_KILL_HOST SIGKILLs
+                 itself at step 2: the survivors' results
   train_herring  Ray Train TorchTrainer with TorchConfig(backend="herring"): every rank's weights
   train_gloo     the same with "gloo" (the peer)
 
@@ -59,17 +62,22 @@ def run_scenario(name):
             return executor.run(horovod_train, kwargs=kwargs)
         finally:
             executor.shutdown()
-    if name in ("elastic", "elastic_kill"):
+    if name in ("elastic", "elastic_kill", "elastic_kill_host"):
         from horovod.ray import ElasticRayExecutor
-        kill = name == "elastic_kill"
-        # Every actor is on this machine: loopback is the one interface they share (Horovod's NIC
-        # detection would otherwise probe every interface from a task of its own).
+        kill = name != "elastic"
+        # On one machine loopback is the one interface the actors share; across the simulated
+        # hosts, eth0 (Horovod's NIC detection would otherwise probe every interface).
+        nics = {"eth0"} if name == "elastic_kill_host" else {"lo"}
         settings = ElasticRayExecutor.create_settings(min_num_proc=1 if kill else NUM_PROC, max_num_proc=NUM_PROC,
-                                                      elastic_timeout=300, timeout_s=120, nics={"lo"})
+                                                      elastic_timeout=300, timeout_s=120, nics=nics)
         executor = ElasticRayExecutor(settings, cpus_per_slot=1)
         executor.start()
-        kwargs = {"kill_rank": 1, "kill_step": 2,
-                  "kill_marker": os.path.join(tempfile.mkdtemp(prefix="ray_kill_"), "killed")} if kill else {}
+        kwargs = {"kill_step": 2, "kill_marker": os.path.join(tempfile.mkdtemp(prefix="ray_kill_"), "killed")}
+        if name == "elastic_kill":
+            kwargs["kill_rank"] = 1
+        elif name == "elastic_kill_host":
+            kwargs["kill_host"] = os.environ["ENGINE_TEST_KILL_HOST"]
+        kwargs = kwargs if kill else {}
         return executor.run(functools.partial(horovod_elastic_train, **kwargs))   # run() takes no kwargs
     if name.startswith("train_"):
         from ray.train import RunConfig, ScalingConfig
@@ -95,8 +103,11 @@ def main():
     # registers the "herring" backend at start-up (the hook imports nothing else).
     # address="local": a cluster of its own, even where another Ray cluster on the machine left
     # /tmp/ray/ray_current_cluster behind (ray.init() would connect to that one).
-    ray.init(address="local", num_cpus=NUM_PROC + 1, include_dashboard=False, log_to_driver=True,
-             runtime_env={"worker_process_setup_hook": "hvd_herring.torch.distributed.register"})
+    # ENGINE_TEST_RAY_ADDRESS: a running cluster to join instead (its nodes bring their CPUs).
+    address = os.environ.get("ENGINE_TEST_RAY_ADDRESS")
+    own = {} if address else {"num_cpus": NUM_PROC + 1, "include_dashboard": False}
+    ray.init(address=address or "local", log_to_driver=True,
+             runtime_env={"worker_process_setup_hook": "hvd_herring.torch.distributed.register"}, **own)
     results = {}
     try:
         for name in scenarios:

@@ -52,11 +52,13 @@ def horovod_train(kill_rank=-1, kill_step=-1):
             "pid": os.getpid()}
 
 
-def horovod_elastic_train(kill_rank=-1, kill_step=-1, kill_marker=None):
+def horovod_elastic_train(kill_rank=-1, kill_step=-1, kill_marker=None, kill_host=None):
     """horovod_train as an elastic job: the state is committed every step and survives resets.
-    With kill_marker (a path), only the first process to reach the kill point dies (it leaves the
+    The process of rank `kill_rank`, or the one on host `kill_host`, dies at `kill_step`. With
+    kill_marker (a path), only the first process to reach the kill point dies (it leaves the
     file behind): an engine that restarts workers would otherwise restart into the same kill."""
     import signal
+    import socket
     import torch
     import horovod.torch as hvd
     from engine_training import LR, STEPS, data, model, weights
@@ -68,7 +70,8 @@ def horovod_elastic_train(kill_rank=-1, kill_step=-1, kill_marker=None):
     @hvd.elastic.run
     def train(state):
         while state.step < STEPS:
-            if hvd.rank() == kill_rank and state.step == kill_step and not (kill_marker and os.path.exists(kill_marker)):
+            doomed = hvd.rank() == kill_rank or socket.gethostname() == kill_host
+            if doomed and state.step == kill_step and not (kill_marker and os.path.exists(kill_marker)):
                 if kill_marker:
                     open(kill_marker, "w").close()
                 os.kill(os.getpid(), signal.SIGKILL)
@@ -80,7 +83,8 @@ def horovod_elastic_train(kill_rank=-1, kill_step=-1, kill_marker=None):
             state.commit()
 
     train(state)
-    return {"rank": hvd.rank(), "size": hvd.size(), "module": hvd.__name__, "weights": weights(m)}
+    return {"rank": hvd.rank(), "size": hvd.size(), "module": hvd.__name__, "weights": weights(m),
+            "host": socket.gethostname()}
 
 
 def ddp_train(backend, kill_rank=-1, kill_step=-1):
