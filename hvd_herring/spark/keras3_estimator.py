@@ -86,14 +86,8 @@ def _create_model(self, run_results, run_id, metadata):
     (the trainer scaled it up), so that fitting it again starts from the user's rate."""
     from hvd_herring.spark.keras3_trainer import _scale_learning_rate
     keras = self._get_keras_utils().keras()
-    custom_objects = self.getCustomObjects()
     history, serialized_model, size = run_results[0]
-
-    def load(path):
-        with keras.utils.custom_object_scope(custom_objects):
-            return keras.models.load_model(path)
-
-    model = serialization.deserialize_model(serialized_model, load)
+    model = serialization.deserialize_model(serialized_model, serialization.keras_loader(keras, self.getCustomObjects()))
     _scale_learning_rate(model.optimizer, 1.0 / size)
     return self.get_model_class()(**self._get_model_kwargs(model, history, run_id, metadata, keras.backend.floatx()))
 
@@ -135,12 +129,7 @@ def _transform(self, df):
         keras = keras_utils.keras()
         keras.backend.set_floatx(floatx)
         pin_cpu(tf, keras)   # no GPU, one thread per task
-
-        def load(path):
-            with keras.utils.custom_object_scope(custom_objects):
-                return keras.models.load_model(path)
-
-        model = serialization.deserialize_model(serialized_model, load)
+        model = serialization.deserialize_model(serialized_model, serialization.keras_loader(keras, custom_objects))
         input_shapes, _ = model_shapes(model)
         rows = list(rows)
         if not rows:

@@ -55,6 +55,14 @@ def deserialize_model(model_bytes, load_model_fn):
         return load_model_fn(path)
 
 
+def keras_loader(keras, custom_objects):
+    """A load_model_fn for deserialize_model: Keras's own load_model, with the user's custom objects."""
+    def load(path):
+        with keras.utils.custom_object_scope(custom_objects):
+            return keras.models.load_model(path)
+    return load
+
+
 def serialize_optimizer(optimizer):
     if isinstance(optimizer, str):
         return optimizer    # a Keras optimizer's name, as Horovod keeps it
