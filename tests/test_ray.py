@@ -101,12 +101,14 @@ except cluster.ClusterError as e:
     NO_CLUSTER = str(e)
 
 
+RAY_CLI = os.path.join(os.path.dirname(sys.executable), "ray")
+
+
 def _ray_node(c, host, head, env):
     """`ray start` on a simulated host: the head (host == 0) or a node joining it; one CPU, so one
     slot of Horovod's elastic discovery per host."""
-    ray = os.path.join(os.path.dirname(sys.executable), "ray")
     role = ["--head", "--port=6379", "--include-dashboard=false"] if host == 0 else [f"--address={head}:6379"]
-    run = c.run(host, [ray, "start", *role, f"--node-ip-address={c.address(host)}", "--num-cpus=1",
+    run = c.run(host, [RAY_CLI, "start", *role, f"--node-ip-address={c.address(host)}", "--num-cpus=1",
                        "--disable-usage-stats"], env=env, timeout=180)
     assert run.returncode == 0, run.output[-4000:]
 
@@ -136,8 +138,7 @@ def test_a_killed_actor_under_elastic_ray_across_two_hosts_lets_the_job_continue
                         timeout=600)
         finally:   # `ray stop` also removes the address file the head left in /tmp/ray
             for host in (1, 0):
-                c.run(host, [os.path.join(os.path.dirname(sys.executable), "ray"), "stop", "--force"], env=env,
-                      timeout=120)
+                c.run(host, [RAY_CLI, "stop", "--force"], env=env, timeout=120)
     assert run.returncode == 0 and out.exists(), run.output[-6000:]
     with open(out) as f:
         job = json.load(f)["elastic_kill_host"]

@@ -5,7 +5,7 @@ One Spark application runs horovod.spark.run and TorchDistributor with "herring"
 and run_elastic (about 4-5 min on 2 busy cores); three more kill a rank mid-training, in a static
 and an elastic Horovod job and under TorchDistributor (about 1 min each); one more fits Horovod's
 TorchEstimator and KerasEstimator on a DataFrame, and one more KerasEstimator under Keras 3
-(about 2.5 min for the two)."""
+(about 2 min for the two)."""
 
 import os
 import sys
@@ -109,8 +109,8 @@ def test_a_rank_killed_under_torch_distributor_fails_the_job_naming_it(tmp_path)
 @pytest.fixture(scope="module")
 def estimator_jobs(tmp_path_factory):
     """One Spark application with Keras 2 (tf_keras) fits TorchEstimator and, saved and loaded,
-    KerasEstimator (about 80 s); one with Keras 3 fits KerasEstimator, plain and saved and loaded
-    (about 70 s)."""
+    KerasEstimator; one with Keras 3 fits KerasEstimator, plain and saved and loaded (about 2 min
+    for the two)."""
     keras2 = run_driver("spark_driver.py", ["torch_estimator", "keras_estimator_saved"],
                         tmp_path_factory.mktemp("estimators_keras2"), timeout=900, TF_USE_LEGACY_KERAS="1", **ENV)
     keras3 = run_driver("spark_driver.py", ["keras_estimator", "keras_estimator_saved"],

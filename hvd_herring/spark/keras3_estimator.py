@@ -27,6 +27,17 @@ def output_names(model):
     return [str(name) for name in (names if names is not None else [model.layers[-1].name])]
 
 
+def scale_learning_rate(optimizer, factor):
+    """Horovod scales the learning rate by the number of ranks for training (and back on the
+    driver); a LearningRateSchedule is left as the user wrote it. Returns the new rate, or None."""
+    import keras
+    from hvd_herring.tensorflow.keras.keras3 import learning_rate
+    if isinstance(optimizer.learning_rate, keras.optimizers.schedules.LearningRateSchedule):
+        return None
+    optimizer.learning_rate = lr = learning_rate(optimizer) * factor
+    return lr
+
+
 def get_model_shapes(self):
     return model_shapes(self.getModel())
 
@@ -60,9 +71,7 @@ def _load_model_from_checkpoint(self, run_id):
         return None
     if self.getVerbose():
         print(f'Resuming training from last checkpoint: {path}')
-    with store.fs.open(path, 'rb') as f:
-        from horovod.runner.common.util import codec
-        return codec.dumps_base64(f.read())
+    return serialization.read_model_file(path, opener=store.fs.open)
 
 
 def _fit_on_prepared_data(self, backend, train_rows, val_rows, metadata, avg_row_size, dataset_idx=None):
@@ -84,11 +93,10 @@ def _fit_on_prepared_data(self, backend, train_rows, val_rows, metadata, avg_row
 def _create_model(self, run_results, run_id, metadata):
     """The fitted KerasModel, its optimizer's learning rate scaled back from the number of ranks
     (the trainer scaled it up), so that fitting it again starts from the user's rate."""
-    from hvd_herring.spark.keras3_trainer import _scale_learning_rate
     keras = self._get_keras_utils().keras()
     history, serialized_model, size = run_results[0]
     model = serialization.deserialize_model(serialized_model, serialization.keras_loader(keras, self.getCustomObjects()))
-    _scale_learning_rate(model.optimizer, 1.0 / size)
+    scale_learning_rate(model.optimizer, 1.0 / size)
     return self.get_model_class()(**self._get_model_kwargs(model, history, run_id, metadata, keras.backend.floatx()))
 
 

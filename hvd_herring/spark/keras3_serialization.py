@@ -34,9 +34,10 @@ def _scratch_file():
         shutil.rmtree(directory, ignore_errors=True)
 
 
-def read_model_file(path):
-    """A saved `.keras` file as a serialized model."""
-    with open(path, "rb") as f:
+def read_model_file(path, opener=open):
+    """A saved `.keras` file as a serialized model (`opener`: the store's filesystem's open, for a
+    checkpoint in the store)."""
+    with opener(path, "rb") as f:
         return codec.dumps_base64(f.read())
 
 

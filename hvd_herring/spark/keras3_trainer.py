@@ -13,17 +13,6 @@ import os
 from hvd_herring.spark import keras3_estimator, keras3_serialization as serialization
 
 
-def _scale_learning_rate(optimizer, factor):
-    """Horovod scales the learning rate by the number of ranks for training (and back on the
-    driver); a LearningRateSchedule is left as the user wrote it."""
-    import keras
-    if isinstance(optimizer.learning_rate, keras.optimizers.schedules.LearningRateSchedule):
-        return None
-    lr = float(keras.ops.convert_to_numpy(optimizer.learning_rate)) * factor
-    optimizer.learning_rate = lr
-    return lr
-
-
 def _steps(rows, batch_size, size, override):
     if override is not None:
         return override
@@ -91,7 +80,7 @@ def RemoteTrainer(estimator, metadata, keras_utils, run_id, dataset_idx):
 
         with keras.utils.custom_object_scope(custom_objects):
             model = serialization.deserialize_model(serialized_model, hvd.load_model)
-        scaled_lr = _scale_learning_rate(model.optimizer, hvd.size())
+        scaled_lr = keras3_estimator.scale_learning_rate(model.optimizer, hvd.size())
         for callback in user_callbacks:
             if isinstance(callback, hvd.callbacks.LearningRateScheduleCallback) and scaled_lr is not None:
                 callback.initial_lr = scaled_lr

@@ -64,7 +64,9 @@ def run_scenario(name):
             executor.shutdown()
     if name in ("elastic", "elastic_kill", "elastic_kill_host"):
         from horovod.ray import ElasticRayExecutor
-        kill = name != "elastic"
+        # Who dies at step 2 (once): nobody, rank 1, or the actor on a named host.
+        kill = {"elastic": {}, "elastic_kill": {"kill_rank": 1},
+                "elastic_kill_host": {"kill_host": os.environ.get("ENGINE_TEST_KILL_HOST")}}[name]
         # On one machine loopback is the one interface the actors share; across the simulated
         # hosts, eth0 (Horovod's NIC detection would otherwise probe every interface).
         nics = {"eth0"} if name == "elastic_kill_host" else {"lo"}
@@ -72,12 +74,8 @@ def run_scenario(name):
                                                       elastic_timeout=300, timeout_s=120, nics=nics)
         executor = ElasticRayExecutor(settings, cpus_per_slot=1)
         executor.start()
-        kwargs = {"kill_step": 2, "kill_marker": os.path.join(tempfile.mkdtemp(prefix="ray_kill_"), "killed")}
-        if name == "elastic_kill":
-            kwargs["kill_rank"] = 1
-        elif name == "elastic_kill_host":
-            kwargs["kill_host"] = os.environ["ENGINE_TEST_KILL_HOST"]
-        kwargs = kwargs if kill else {}
+        kwargs = dict(kill, kill_step=2, kill_marker=os.path.join(tempfile.mkdtemp(prefix="ray_kill_"), "killed")) \
+            if kill else {}
         return executor.run(functools.partial(horovod_elastic_train, **kwargs))   # run() takes no kwargs
     if name.startswith("train_"):
         from ray.train import RunConfig, ScalingConfig
