@@ -141,7 +141,9 @@ def run_job(cluster, n, hosts, argv, env_extra, out_dir, deadline_seconds, failu
             if now > deadline or (first_failure is not None and now > first_failure + failure_grace):
                 break
             # Block on one live rank for a while (no spinning): wake at least every second.
-            live = next(p for p in procs.values() if p.poll() is None)
+            live = next((p for p in procs.values() if p.poll() is None), None)
+            if live is None:
+                continue  # the last rank exited since the states were read: the loop ends
             try:
                 live.wait(timeout=min(1.0, max(0.01, deadline - now)))
             except subprocess.TimeoutExpired:

@@ -85,12 +85,11 @@ Engine::Trigger Engine::LookForCycle() {
   // Over TCP a parent (the star's rank 0, a leader in the hosts' tree) learns of a cycle from a
   // child's contribution, a child from its parent's invitation; in shared memory everyone is
   // invited by the post of whoever started it.
-  for (const auto& m : inbox_) {
-    if ((m.type == kContributeMessage || m.type == kBeginMessage) && CycleOf(m.payload) == cycle_ + 1) {
-      return {Trigger::kRun};
-    }
-  }
-  const bool invited = shm_bits_ && shm_bits_->SomeonePosted(cycle_ + 1);
+  empty_handed_ = false;
+  bool invited = std::any_of(inbox_.begin(), inbox_.end(), [&](const ControlMessage& m) {
+    return (m.type == kContributeMessage || m.type == kBeginMessage) && CycleOf(m.payload) == cycle_ + 1;
+  });
+  invited = invited || (shm_bits_ && shm_bits_->SomeonePosted(cycle_ + 1));
   bool new_work = reannounce_ || shutdown_requested_.load() || membership_.HasPending();
   if (!new_work) {
     std::lock_guard<std::mutex> lock(queue_mu_);
@@ -117,15 +116,23 @@ Engine::Trigger Engine::LookForCycle() {
   }
   if (invited) {
     // Another rank started a cycle. Joining it with nothing of our own makes an empty cycle,
-    // and that rank a second one once our request comes; our threads are usually about to
-    // submit the same collective. So an invited rank without work waits a burst pause for it.
+    // and that rank a second one once our request comes, when our threads are about to submit
+    // the same collective; so an invited rank without work waits for it, as long as such joins
+    // have lately been wasted (IdleJoinPatience). Pending requests (announced or cached, waiting
+    // for other ranks) and a joined rank's part are what the cycle may be waiting for: at once.
     const Clock::time_point now = Clock::now();
-    if (!invited_at_) invited_at_ = now;
-    if (new_work || now >= *invited_at_ + kBurstPause) {
+    if (!invited_at_ || invited_to_ != cycle_ + 1) {
+      invited_at_ = now;
+      invited_to_ = cycle_ + 1;
+    }
+    const Clock::time_point join_at = *invited_at_ + idle_join_patience_.current();
+    const bool something = new_work || joined_ || !pending_.empty();
+    if (something || now >= join_at) {
       invited_at_.reset();
+      empty_handed_ = !something;
       return {Trigger::kRun};
     }
-    return {Trigger::kSleep, *invited_at_ + kBurstPause, !new_work};
+    return {Trigger::kSleep, join_at, !new_work};
   }
   if (new_work && Clock::now() >= due) {
     if (!batching_) counters_.idle_starts++;  // a lone request: the cycle starts at once
@@ -292,11 +299,22 @@ std::vector<uint64_t> Engine::ReadyBits(bool has_uncached, bool has_stale) const
   if (shutdown_requested_.load()) bits[0] &= ~kNoShutdown;
   if (has_uncached) bits[0] &= ~kNoUncached;
   if (has_stale) bits[0] &= ~kNoStale;
-  for (uint32_t p = 0; p < cache_.capacity(); ++p) {
-    bits[layout.idle_word(p)] |= BitLayout::mask(p);
-    if (!cache_.occupied(p)) continue;
-    const ProcessSet* set = sets_.Find(cache_.at(p).process_set);
-    if (joined_ || set == nullptr || !set->contains(rank())) bits[layout.ready_word(p)] |= BitLayout::mask(p);
+  // Idle at every position (whole words at a time: this runs every cycle, and the capacity is a
+  // thousand positions), except where this rank has a request pending (below).
+  for (size_t w = 0; w < layout.words_per_half; ++w) bits[layout.idle_word(64 * w)] = ~0ull;
+  if (cache_.capacity() % 64 != 0) bits.back() = (1ull << (cache_.capacity() % 64)) - 1;
+  // Ready for the collectives of sets this rank is not in (all of them once it joined): only the
+  // occupied positions can be, and their entries mostly share one set, looked up once.
+  int32_t looked_up = -1;
+  bool outside = true;
+  for (uint32_t p : cache_.occupied_positions()) {
+    const int32_t id = cache_.at(p).process_set;
+    if (id != looked_up) {  // ids are never negative
+      const ProcessSet* set = sets_.Find(id);
+      outside = set == nullptr || !set->contains(rank());
+      looked_up = id;
+    }
+    if (joined_ || outside) bits[layout.ready_word(p)] |= BitLayout::mask(p);
   }
   for (const auto& kv : pending_) {
     if (kv.second.state != RequestState::kCached) continue;
@@ -590,6 +608,7 @@ void Engine::RunCycleSteps() {
   if (!(agreed[0] & kNoShutdown)) {
     HLOG(Debug) << "shutdown agreed in cycle " << cycle_;
     stop_after_cycle_ = true;
+    empty_handed_ = false;
     return;
   }
   std::vector<Response> fresh;
@@ -603,9 +622,12 @@ void Engine::RunCycleSteps() {
 
   std::vector<Response> ready;
   BitLayout layout(cache_.capacity());
-  for (uint32_t p = 0; p < cache_.capacity(); ++p) {
-    bool go = (agreed[layout.ready_word(p)] & BitLayout::mask(p)) && !(agreed[layout.idle_word(p)] & BitLayout::mask(p));
-    if (go && cache_.occupied(p)) {
+  // In position order, word by word: only the set bits of (ready and not idle) are visited.
+  for (size_t w = 0; w < layout.words_per_half; ++w) {
+    uint64_t go = agreed[layout.ready_word(64 * w)] & ~agreed[layout.idle_word(64 * w)];
+    for (; go != 0; go &= go - 1) {
+      const uint32_t p = static_cast<uint32_t>(64 * w + __builtin_ctzll(go));
+      if (!cache_.occupied(p)) continue;
       ready.push_back(cache_.at(p));
       cache_.Touch(p);
     }
@@ -621,6 +643,14 @@ void Engine::RunCycleSteps() {
       if (evicted >= 0) RevertCachedAt(static_cast<uint32_t>(evicted));
     }
     ready.push_back(std::move(r));
+  }
+  if (empty_handed_) {
+    // This rank's part was what the others waited for, or a wasted meeting of every rank.
+    const bool helped = !ready.empty() || coordinator_round;
+    counters_.empty_joins++;
+    if (!helped) counters_.wasted_empty_joins++;
+    idle_join_patience_.Joined(helped);
+    empty_handed_ = false;
   }
   if (timeline_) {
     const int64_t now = Timeline::NowMicros();

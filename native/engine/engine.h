@@ -26,6 +26,7 @@
 #include "engine/coordinator.h"
 #include "runtime/counters.h"
 #include "engine/deadlock_detector.h"
+#include "engine/idle_join_patience.h"
 #include "engine/control_tree.h"
 #include "engine/p2p_matcher.h"
 #include "engine/shm_bits_exchange.h"
@@ -429,11 +430,17 @@ class Engine {
   // Requests arrived while the last cycle ran (since batch_since_): wait for the burst to pause.
   bool batching_ = false;
   bool took_requests_ = false;  // the current cycle took new requests from this rank's queue
-  std::optional<Clock::time_point> invited_at_;  // when an idle rank saw a peer's cycle start (shm)
   Clock::time_point batch_since_{};
   // A burst has paused when no request came for this long: far less than a negotiation round
   // trip, far more than the gap between two enqueues of a loop of asynchronous calls.
   static constexpr std::chrono::microseconds kBurstPause{50};
+  // An idle rank invited to a peer's cycle: since when (and to which cycle), how long it waits
+  // for its own threads' request before joining with nothing, and whether the cycle it is about
+  // to run is such an empty-handed join.
+  std::optional<Clock::time_point> invited_at_;
+  uint64_t invited_to_ = 0;
+  IdleJoinPatience idle_join_patience_{kBurstPause};
+  bool empty_handed_ = false;
   bool joined_ = false;
   bool reannounce_ = false;       // a cached request lost its entry and must be announced again
   Clock::time_point last_activity_ = Clock::now();  // a request taken or completed here

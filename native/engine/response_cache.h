@@ -27,6 +27,8 @@ class ResponseCache {
   uint32_t capacity() const { return capacity_; }
   bool occupied(uint32_t position) const { return position < entries_.size() && entries_[position].used; }
   const Response& at(uint32_t position) const { return entries_[position].response; }
+  // The occupied positions, least recently used first: a cycle visits these, not every position.
+  const std::list<uint32_t>& occupied_positions() const { return lru_; }
 
   // Marks the entry most recently used.
   void Touch(uint32_t position);

@@ -1,8 +1,9 @@
 // The small-message path of the Herring allreduce across hosts: a fused buffer of at most
 // HERRING_SMALL_MESSAGE_BYTES is not cut into slices and pushed to the server shards (a push, then
 // a pull that waits for the shard's owner to sum: a round trip plus a hand-off on the far side per
-// chunk); instead each host's sum goes straight to the other hosts, and every rank sums the H host
-// sums itself. One one-way message per host pair, no server step.
+// chunk); instead each host's first rank sends its host's sum straight to the other hosts' first
+// ranks, sums the H host sums and shares the total with its host through the arena. One one-way
+// message per host pair, no server step.
 //
 // The bits are those of the staged pipeline: each host's sum is the one-step reduction of its
 // ranks' inputs in local-rank order (what the pipeline's slice owners compute), and the host sums
@@ -18,8 +19,8 @@
 namespace herring {
 
 // Whether a batch of `bytes` may be reduced by ExchangeHostSums in this process set: it spans
-// hosts, every host has the same number of its members (each rank exchanges with the rank of its
-// own local index on the other hosts), the shards are served by the workers themselves (dedicated
+// hosts, every host has the same number of its members (so that every rank decides alike whether
+// the total fits a sub-slot of its host's arena), the shards are served by the workers themselves (dedicated
 // servers expect every push), and it is at most HERRING_SMALL_MESSAGE_BYTES (and one sub-slot of
 // the host's arena). Every rank decides alike: it reads only the set's layout and the knobs.
 bool HostSumsExchangeFits(const ExecContext& ctx, size_t bytes);
@@ -27,8 +28,8 @@ bool HostSumsExchangeFits(const ExecContext& ctx, size_t bytes);
 class HostSumsExchange {
  public:
   // Reduces `batch` into its outputs: this host's sum (shared memory in one step, or this rank's
-  // own input when it is alone on its host), sent to the same local index on every other host,
-  // theirs received, all reduced in host order and postscaled.
+  // own input when it is alone on its host); on the host's first rank, sent to every other host's
+  // first rank, theirs received, all reduced in host order; postscaled into every rank's outputs.
   void Execute(ExecContext& ctx, AllreduceBatch& batch);
 
  private:

@@ -6,6 +6,7 @@
 #include "runtime/control_messages.h"
 #include "engine/coordinator.h"
 #include "engine/deadlock_detector.h"
+#include "engine/idle_join_patience.h"
 #include "runtime/fault_injector.h"
 #include "engine/stall_inspector.h"
 #include "engine/response_cache.h"
@@ -760,4 +761,18 @@ TEST(EngineLogic, EngineCoordinatorDecidesALeaveAtOnceAndForgetsTheSetsWithIt) {
   ready = c.TakeReady();
   ASSERT_EQ(ready.size(), size_t(1));
   EXPECT_TRUE(ready[0].ok());
+}
+
+TEST(IdleJoinPatience, GrowsAfterWastedJoinsUpToTheCeilingAndFallsBackAfterOneThatHelped) {
+  const IdleJoinPatience::Duration base = std::chrono::microseconds(50);
+  IdleJoinPatience patience(base);
+  EXPECT_EQ(patience.current(), base);
+  patience.Joined(false);
+  EXPECT_EQ(patience.current(), IdleJoinPatience::kGrowth * base);
+  patience.Joined(false);
+  EXPECT_EQ(patience.current(), IdleJoinPatience::kGrowth * IdleJoinPatience::kGrowth * base);
+  for (int i = 0; i < 40; ++i) patience.Joined(false);  // a long lockstep phase
+  EXPECT_EQ(patience.current(), IdleJoinPatience::kMax);
+  patience.Joined(true);  // a non-member's join that let a process set's collective run
+  EXPECT_EQ(patience.current(), base);
 }
