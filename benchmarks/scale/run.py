@@ -1,4 +1,4 @@
-"""The scale benchmark (issue 27): engine ranks (numpy only, no framework) at several N across
+"""The scale benchmark (issue 27): engine ranks (no framework, no numpy) at several N across
 simulated hosts, today's design and the hierarchical one side by side in the same run, Horovod-gloo
 beside them where it starts, calibration measurements for the model, the goals of the issue.
 

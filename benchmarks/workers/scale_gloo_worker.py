@@ -32,7 +32,7 @@ def main():
         rank, n = hvd.rank(), hvd.size()
         record.update(rank=rank, size=n, local_size=hvd.local_size(), cross_size=hvd.cross_size())
         src = (rank * TINY + torch.arange(TINY) + 1).to(torch.float32)
-        want = torch.from_numpy(reference_tiny(n))
+        want = torch.tensor(reference_tiny(n), dtype=torch.float32)
         times, wrong = [], None
         for k in range(warmup + iters):
             t0 = time.perf_counter()

@@ -1,6 +1,8 @@
 """One engine rank of the scale benchmark (benchmarks/scale): imports only hvd_herring's engine
-front (no torch, no TensorFlow: numpy arrays go to the native engine by address), so hundreds of
-ranks fit on this machine. Measures, on its own clock (all ranks share the machine's clock):
+front (no torch, no TensorFlow, no numpy: buffers are Python arrays handed to the native engine by
+address), so hundreds of ranks fit on this machine and start quickly (numpy alone took 0.21 s of
+CPU per process to import, its BLAS threads included; 256 ranks share 2 cores). Measures, on its
+own clock (all ranks share the machine's clock):
 
 - when init() was called and when it returned (the harness adds when it launched the job);
 - a cached tiny allreduce (8 float32) in lockstep: `warmup` untimed, then `iters` timed, each
@@ -14,25 +16,50 @@ in every collective, so nobody waits for it), an exception exits non-zero with t
 
     scale_worker.py OUT_DIR WARMUP ITERS BIG_BYTES BIG_ITERS TIMEOUT_SECONDS"""
 
+import ctypes
 import json
 import os
 import sys
 import time
+from array import array
 
 started = time.time()
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import numpy as np  # noqa: E402
-
 import proc_sockets  # noqa: E402
 
 TINY = 8
+CHUNK = 1 << 20  # bytes: the large buffer is filled and checked a chunk at a time
 
 
 def reference_tiny(n):
-    # rank r contributes r * TINY + i + 1 at element i
-    i = np.arange(TINY, dtype=np.float64)
-    return (TINY * n * (n - 1) / 2 + n * (i + 1)).astype(np.float32)
+    """Rank r contributes r * TINY + i + 1 at element i: the exact float32 sums, as a list."""
+    return list(array("f", [TINY * n * (n - 1) / 2 + n * (i + 1) for i in range(TINY)]))
+
+
+def _address(buf):
+    return buf.buffer_info()[0]
+
+
+def _fill(buf, value):
+    """Every element of the float32 array `buf` set to `value`, a chunk-sized pattern at a time."""
+    pattern = array("f", [value]) * (CHUNK // 4)
+    nbytes, at = len(buf) * 4, _address(buf)
+    for offset in range(0, nbytes, CHUNK):
+        ctypes.memmove(at + offset, _address(pattern), min(CHUNK, nbytes - offset))
+
+
+def _first_difference(buf, value):
+    """The index of the first element of `buf` that is not `value` (compared bytewise, a chunk at
+    a time), or None."""
+    pattern = (array("f", [value]) * (CHUNK // 4)).tobytes()
+    view = memoryview(buf).cast("B")
+    for offset in range(0, len(view), CHUNK):
+        part = view[offset:offset + CHUNK]
+        if part != pattern[:len(part)]:
+            chunk = array("f", part.tobytes())
+            return offset // 4 + next(i for i, v in enumerate(chunk) if v != value)
+    return None
 
 
 def main():
@@ -54,41 +81,42 @@ def main():
         def run(name, src, dst):
             # waiter_follows: a synchronous call, as hvd.allreduce makes (the caller runs the cycle)
             handle = engine.enqueue_one(allreduce, name, 0, f32, total, 1.0, 1.0, -1,
-                                        src.ctypes.data, dst.ctypes.data, list(src.shape), True)
+                                        _address(src), _address(dst), [len(src)], True)
             engine.wait(handle, timeout)
 
-        src = (rank * TINY + np.arange(TINY) + 1).astype(np.float32)
-        dst = np.zeros(TINY, np.float32)
+        src = array("f", [rank * TINY + i + 1 for i in range(TINY)])
+        dst = array("f", [0.0] * TINY)
+        unset = array("f", [-1.0] * TINY)
         want = reference_tiny(n)
         times, wrong = [], None
         for k in range(warmup + iters):
-            dst[:] = -1
+            dst[:] = unset
             t0 = time.perf_counter()
             run("scale.tiny", src, dst)
             t1 = time.perf_counter()
             if k >= warmup:
                 times.append(t1 - t0)
-            if wrong is None and not np.array_equal(dst, want):
-                wrong = f"iteration {k}: got {dst.tolist()}, expected {want.tolist()}"
+            if wrong is None and dst.tolist() != want:
+                wrong = f"iteration {k}: got {dst.tolist()}, expected {want}"
         record["tiny"] = {"elements": TINY, "times": times, "ok": wrong is None, "error": wrong}
         record["sockets"] = proc_sockets.count()
         record["memory"] = proc_sockets.memory()
         if big_bytes:
             elements = big_bytes // 4
-            buf = np.empty(elements, np.float32)
-            want_big = np.float32(n * (n + 1) / 2)
+            buf = array("f", bytes(elements * 4))
+            want_big = float(n * (n + 1) // 2)            # exact in float32 for these N
             times, wrong = [], None
             for k in range(1 + big_iters):                 # one untimed warm-up
-                buf.fill(rank + 1)
+                _fill(buf, rank + 1)
                 t0 = time.perf_counter()
                 run("scale.big", buf, buf)                 # in place
                 t1 = time.perf_counter()
                 if k:
                     times.append(t1 - t0)
                 if wrong is None:
-                    bad = np.flatnonzero(buf != want_big)
-                    if bad.size:
-                        wrong = f"iteration {k}: element {int(bad[0])} is {float(buf[bad[0]])}, expected {float(want_big)}"
+                    bad = _first_difference(buf, want_big)
+                    if bad is not None:
+                        wrong = f"iteration {k}: element {bad} is {buf[bad]}, expected {want_big}"
             del buf
             record["big"] = {"bytes": elements * 4, "times": times, "ok": wrong is None, "error": wrong,
                              "in_place": True}
