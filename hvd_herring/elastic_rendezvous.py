@@ -19,7 +19,6 @@ before each engine is built:
 Nothing here decides membership: blacklisting, cooldown, --reset-limit and min/max np stay the
 driver's."""
 
-import http.client
 import os
 import secrets
 import time
@@ -63,6 +62,9 @@ class DriverStore:
         if remaining <= 0:
             raise TimeoutError(f"elastic rendezvous: out of time before {what} "
                                f"(driver store {self.addr}:{self.port})")
+        # Imported here: only elastic jobs reach this, and http.client (with email and ssl) was a
+        # third of `import hvd_herring.basics`, which every rank of every job pays at start-up.
+        import http.client
         conn = http.client.HTTPConnection(self.addr, self.port, timeout=remaining)
         try:
             conn.request(method, path, body=body)
