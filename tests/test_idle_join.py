@@ -9,7 +9,6 @@ import launch
 
 WORKER = os.path.join("tests", "workers", "idle_join_worker.py")
 NP = 4
-LOCKSTEP, HELPED = 300, 40  # as in the worker
 
 
 def test_lockstep_calls_take_one_cycle_each_and_non_members_still_join():
@@ -24,11 +23,11 @@ def test_lockstep_calls_take_one_cycle_each_and_non_members_still_join():
         # One cycle per call, give or take the joins that taught the patience (it grows fourfold
         # from 50 us per wasted join: five reach 50 ms); an empty join in every call would show
         # twice as many cycles.
-        assert lockstep["cycles"] <= LOCKSTEP + 20, f"rank {r}: {lockstep}"
+        assert lockstep["cycles"] <= seen["lockstep_calls"] + 20, f"rank {r}: {lockstep}"
         assert lockstep["wasted_empty_joins"] <= 20, f"rank {r}: {lockstep}"
         helped = seen["helped"]
         if r in (0, 1):
             assert seen["helped_ok"], f"rank {r}: wrong sums on the process set [0, 1]"
         else:
             # Every allreduce of the pair needed this sleeping rank's loop in its cycle.
-            assert helped["empty_joins"] - helped["wasted_empty_joins"] >= HELPED, f"rank {r}: {helped}"
+            assert helped["empty_joins"] - helped["wasted_empty_joins"] >= seen["helped_calls"], f"rank {r}: {helped}"

@@ -45,13 +45,15 @@ void HostSumsExchange::Execute(ExecContext& ctx, AllreduceBatch& batch) {
     // Every receive posted before any send; one tag serves them all: a (peer, tag) pair is unique
     // since each peer sends this rank one message in this execution.
     const uint64_t tag = ctx.Tag(0);
+    std::vector<int> leader_of(num_hosts);  // host g's first rank
+    for (int g = 0; g < num_hosts; ++g) leader_of[g] = ctx.member_rank(ctx.set.hosts[g][0]);
     std::vector<CompletionPtr> transfers;
     for (int g = 0; g < num_hosts; ++g) {
-      if (g != my_host) transfers.push_back(ctx.net.Recv(ctx.member_rank(ctx.set.hosts[g][0]), tag, sums + g * bytes, bytes));
+      if (g != my_host) transfers.push_back(ctx.net.Recv(leader_of[g], tag, sums + g * bytes, bytes));
     }
     if (ctx.faults) ctx.faults->At("push", &ctx.net);
     for (int g = 0; g < num_hosts; ++g) {
-      if (g != my_host) transfers.push_back(ctx.net.Send(ctx.member_rank(ctx.set.hosts[g][0]), tag, mine, bytes));
+      if (g != my_host) transfers.push_back(ctx.net.Send(leader_of[g], tag, mine, bytes));
     }
     WaitTransfers(transfers, ctx, "exchange of host sums of '" + batch.label + "'");
     std::vector<const void*> srcs(num_hosts);
