@@ -30,13 +30,16 @@ def main():
                                    named_parameters=model.named_parameters())
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     outcome = {"rank": hvd.rank()}
-    killed_at = None
+    kill_no_earlier_than = None
     try:
         for step in range(10_000):
             if step == 5 and hvd.rank() in victims:
                 os.kill(os.getpid(), signal.SIGKILL)
-            if step == 5:
-                killed_at = time.monotonic()
+            if step == 4:
+                # The victim dies after finishing step 4, which it cannot finish before every rank
+                # has started it: time from here bounds the time from the kill from above. (A
+                # survivor can still be in step 4 when the victim dies, so step 5 is too late.)
+                kill_no_earlier_than = time.monotonic()
             x = torch.randn(32, 64)
             y = torch.randint(0, 10, (32,))
             opt.zero_grad()
@@ -45,9 +48,9 @@ def main():
         outcome["error"] = None
     except Exception as e:  # noqa: BLE001 - the point is to see what the user sees
         outcome["error"] = f"{type(e).__name__}: {e}"
-        outcome["seconds_to_error"] = time.monotonic() - killed_at if killed_at else None
-    outcome["sigterm_before_error"] = bool(terminated) and killed_at is not None and \
-        terminated[0] < killed_at + outcome.get("seconds_to_error", 0)
+        outcome["seconds_to_error"] = time.monotonic() - kill_no_earlier_than if kill_no_earlier_than else None
+    outcome["sigterm_before_error"] = bool(terminated) and kill_no_earlier_than is not None and \
+        terminated[0] < kill_no_earlier_than + outcome.get("seconds_to_error", 0)
     with open(os.path.join(os.environ["HERRING_TEST_RESULTS"], f"{hvd.rank()}.json"), "w") as f:
         json.dump(outcome, f)
     sys.exit(1 if outcome["error"] else 0)
