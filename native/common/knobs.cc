@@ -147,9 +147,10 @@ const std::vector<KnobSpec>& AllKnobs() {
        "(docs/reliability.md). Jobs with elastic dedicated servers keep the mesh.", true},
       {"HERRING_RENDEZVOUS", "host", "enum",
        "How init exchanges the ranks' records through horovodrun's store: `host`: one round per "
-       "host (each host's local rank 0 gathers its host's records, host 0's leader publishes the "
-       "world, every rank reads it once: about 3N requests); `rank`: every rank reads every "
-       "record (N^2 requests). Elastic jobs (their driver's exchange), mpirun, torchrun and jobs "
+       "host (a host's ranks meet in shared memory, where its local rank 0 gathers their records "
+       "and stores them as one; host 0's leader publishes the world; each host's leader reads it "
+       "and hands it to its ranks in shared memory: about 3H requests for H hosts); `rank`: every "
+       "rank reads every record (N^2 requests). Elastic jobs (their driver's exchange), mpirun, torchrun and jobs "
        "with elastic dedicated servers (joiners read the per-rank records) use per-rank records.", true},
       {"HERRING_TIMEOUT_SECONDS", "30", "seconds",
        "Deadline of every blocking step; a peer silent for this long is declared lost. Waits for "

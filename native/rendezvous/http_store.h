@@ -33,6 +33,9 @@ class HttpStore {
   std::vector<std::string> AllGather(const std::string& prefix, int rank, int size,
                                      const std::string& mine, Deadline deadline);
 
+  // "<addr>:<port>/<scope>": which store this is (a job's store is unique while the job runs).
+  std::string Where() const { return addr_ + ":" + std::to_string(port_) + "/" + scope_; }
+
  private:
   std::string addr_;
   int port_;

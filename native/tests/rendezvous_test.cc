@@ -5,7 +5,9 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <signal.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -28,6 +30,7 @@
 #include "rendezvous/launch_env.h"
 #include "rendezvous/net_interfaces.h"
 #include "rendezvous/rendezvous_protocol.h"
+#include "transport/shm_arena.h"
 #include <gtest/gtest.h>
 
 using namespace herring;
@@ -725,6 +728,17 @@ TEST(Rendezvous, RendezvousHostGroupedAllGatherUnevenHosts) {
     EXPECT_EQ(errors[r], std::string("")) << "rank " << r;
     EXPECT_TRUE(results[r] == expected) << "rank " << r;
   }
+  // A host's ranks met in shared memory: the store got one record per host and the world, and
+  // only the hosts' leaders read from it.
+  int puts = 0, gets_of_others = 0;
+  for (const std::string& head : server.heads()) {
+    if (head.rfind("PUT ", 0) == 0) ++puts;
+    if (head.rfind("GET ", 0) == 0 && head.find(".all ") == std::string::npos && head.find(".h") == std::string::npos) {
+      ++gets_of_others;
+    }
+  }
+  EXPECT_EQ(puts, static_cast<int>(hosts.size()) + 1);
+  EXPECT_EQ(gets_of_others, 0);
   // A rank no host reported is named.
   FakeStore lonely;
   lonely.Listen();
@@ -735,6 +749,105 @@ TEST(Rendezvous, RendezvousHostGroupedAllGatherUnevenHosts) {
   HttpStore store("127.0.0.1", lonely.port(), "herring");
   Status s = StatusOf([&] { HostGroupedAllGather(store, "e0", leader, "x", Seconds(2)); });
   EXPECT_NE(std::string::npos, s.message().find("miss ranks 1")) << s.message();
+}
+
+// A host's arena left behind by a job killed during its rendezvous (same store, round and host)
+// does not stop the next one: the leader removes it, a member that opened it first opens again.
+TEST(Rendezvous, RendezvousHostGroupedAllGatherSurvivesALeftoverArena) {
+  FakeStore server;  // listens after the fork below: the child must not inherit a running thread
+  constexpr int kSize = 3;
+  auto launch_of = [](int r) {
+    LaunchInfo launch;
+    launch.launcher = Launcher::kHorovodrun;
+    launch.rank = r;
+    launch.size = kSize;
+    launch.local_rank = r;
+    launch.local_size = kSize;
+    launch.cross_rank = 0;
+    launch.cross_size = 1;
+    launch.hostname = "leftover-host";
+    return launch;
+  };
+  HttpStore names("127.0.0.1", server.port(), "herring");
+  const std::string name = HostArenaName(names, "e0", launch_of(0));
+  {
+    // What a killed job's leader leaves: an arena whose member 0 is a dead process. Shaped like
+    // the new one, so a member that opens it first joins it and then finds its creator gone.
+    pid_t child = fork();
+    if (child == 0) {
+      ShmArenaOptions o;
+      o.name = name;
+      o.local_size = kSize;
+      o.slot_bytes = static_cast<size_t>(kSize) * 1024;
+      o.deadline = Seconds(30);
+      try {
+        ShmArena::Attach(o);
+      } catch (...) {
+      }
+      _exit(0);
+    }
+    const std::string path = "/dev/shm" + name;
+    for (int i = 0; i < 2000 && access(path.c_str(), F_OK) != 0; ++i) usleep(1000);
+    usleep(20000);  // its member line is written right after the name appears
+    kill(child, SIGKILL);
+    waitpid(child, nullptr, 0);
+    ASSERT_EQ(access(path.c_str(), F_OK), 0) << "the killed creator left no arena to test with";
+  }
+  server.Listen();
+  std::vector<std::vector<std::string>> results(kSize);
+  std::vector<std::string> errors(kSize);
+  std::vector<std::thread> ranks;
+  // The other members first, so that they find the leftover before the leader removes it.
+  for (int r : {1, 2, 0}) {
+    ranks.emplace_back([&, r] {
+      try {
+        HttpStore store("127.0.0.1", server.port(), "herring");
+        results[r] = HostGroupedAllGather(store, "e0", launch_of(r), "record " + std::to_string(r), Seconds(10));
+      } catch (const Error& e) {
+        errors[r] = e.what();
+      }
+    });
+    if (r != 0) usleep(100000);
+  }
+  for (auto& t : ranks) t.join();
+  for (int r = 0; r < kSize; ++r) {
+    EXPECT_EQ(errors[r], std::string("")) << "rank " << r;
+    EXPECT_TRUE(results[r] == (std::vector<std::string>{"record 0", "record 1", "record 2"})) << "rank " << r;
+  }
+  EXPECT_NE(access(("/dev/shm" + name).c_str(), F_OK), 0) << "the arena's name was left in /dev/shm";
+}
+
+// A record too large for the arena is an error naming the rank, on it and on its host's leader,
+// at once rather than at the deadline.
+TEST(Rendezvous, RendezvousHostGroupedAllGatherNamesAnOversizedRecord) {
+  FakeStore server;
+  server.Listen();
+  std::string errors[2];
+  std::vector<std::thread> ranks;
+  const auto start = Clock::now();
+  for (int r = 0; r < 2; ++r) {
+    ranks.emplace_back([&, r] {
+      LaunchInfo launch;
+      launch.launcher = Launcher::kHorovodrun;
+      launch.rank = r;
+      launch.size = 2;
+      launch.local_rank = r;
+      launch.local_size = 2;
+      launch.cross_size = 1;
+      launch.hostname = "oversize-host";
+      const std::string mine = r == 1 ? std::string(ShmArena::kNoticeBytes, 'x') : "small";
+      try {
+        HttpStore store("127.0.0.1", server.port(), "herring");
+        HostGroupedAllGather(store, "e0", launch, mine, Seconds(20));
+      } catch (const Error& e) {
+        errors[r] = e.what();
+      }
+    });
+  }
+  for (auto& t : ranks) t.join();
+  EXPECT_TRUE(Contains(errors[1], "rank 1's record is larger than")) << errors[1];
+  EXPECT_TRUE(Contains(errors[0], "local rank 1's record is larger than")) << errors[0];
+  EXPECT_TRUE(SecondsSince(start) < 10.0);
 }
 
 // ---------------------------------------------------------------------------------------------
