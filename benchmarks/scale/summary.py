@@ -35,6 +35,10 @@ def summarize(job, n):
         # and has imported the engine) to the last return. The rest is starting N Pythons.
         out["init_after_last_call_seconds"] = last_return - max(r["imported"] for r in complete)
         out["python_start_seconds"] = max(r["imported"] for r in complete) - launched
+        if all("cpu_init_returned" in r for r in complete):
+            # CPU, not wall: what N ranks sharing P cores each cost the machine to start and to init.
+            out["cpu_to_import_per_rank_seconds"] = _spread([r["cpu_imported"] for r in complete])
+            out["cpu_in_init_per_rank_seconds"] = _spread([r["cpu_init_returned"] - r["cpu_imported"] for r in complete])
     tiny = [r["tiny"] for r in complete if "tiny" in r]
     if len(tiny) == n:
         samples = [t for x in tiny for t in x["times"]]

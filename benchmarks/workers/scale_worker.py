@@ -71,8 +71,10 @@ def main():
         from hvd_herring import _native
         from hvd_herring.basics import basics
         record["imported"] = time.time()
+        record["cpu_imported"] = time.process_time()     # this process's CPU so far, every thread
         basics.init()
         record["init_returned"] = time.time()
+        record["cpu_init_returned"] = time.process_time()
         engine = basics.engine()
         rank, n = engine.rank, engine.size
         record.update(rank=rank, size=n, local_size=engine.local_size, cross_size=engine.cross_size)
