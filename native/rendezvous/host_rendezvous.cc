@@ -199,7 +199,14 @@ std::vector<std::string> HostGroupedAllGather(HttpStore& store, const std::strin
       world = store.Get(prefix + ".all", deadline, launch.size);  // too large for the arena
     }
   } else {
-    world = LeaderRound(store, prefix, launch, own, arena.get(), deadline);
+    try {
+      world = LeaderRound(store, prefix, launch, own, arena.get(), deadline);
+    } catch (const Error& e) {
+      // The host's ranks wait for the world in the arena: they report this reason, not a leader
+      // that left.
+      if (arena != nullptr) arena->Poison(e.what());
+      throw;
+    }
   }
   auto all = UnpackRecords(world);
   if (static_cast<int>(all.size()) != launch.size) {

@@ -817,6 +817,38 @@ TEST(Rendezvous, RendezvousHostGroupedAllGatherSurvivesALeftoverArena) {
   EXPECT_NE(access(("/dev/shm" + name).c_str(), F_OK), 0) << "the arena's name was left in /dev/shm";
 }
 
+// When the leader's round fails (here: its host's records do not make the world), the host's other
+// ranks, waiting for the world in the arena, report the leader's reason at once.
+TEST(Rendezvous, RendezvousHostGroupedAllGatherHandsTheLeadersErrorToItsHost) {
+  FakeStore server;
+  server.Listen();
+  std::string errors[2];
+  std::vector<std::thread> ranks;
+  const auto start = Clock::now();
+  for (int r = 0; r < 2; ++r) {
+    ranks.emplace_back([&, r] {
+      LaunchInfo launch;
+      launch.launcher = Launcher::kHorovodrun;
+      launch.rank = r;
+      launch.size = 3;  // rank 2 is on no host
+      launch.local_rank = r;
+      launch.local_size = 2;
+      launch.cross_size = 1;
+      launch.hostname = "short-host";
+      try {
+        HttpStore store("127.0.0.1", server.port(), "herring");
+        HostGroupedAllGather(store, "e0", launch, "record", Seconds(20));
+      } catch (const Error& e) {
+        errors[r] = e.what();
+      }
+    });
+  }
+  for (auto& t : ranks) t.join();
+  EXPECT_TRUE(Contains(errors[0], "miss ranks 2")) << errors[0];
+  EXPECT_TRUE(Contains(errors[1], "miss ranks 2")) << errors[1];
+  EXPECT_TRUE(SecondsSince(start) < 10.0);
+}
+
 // A record too large for the arena is an error naming the rank, on it and on its host's leader,
 // at once rather than at the deadline.
 TEST(Rendezvous, RendezvousHostGroupedAllGatherNamesAnOversizedRecord) {
