@@ -148,7 +148,33 @@ cycle-time goal cannot be judged apart from oversubscription: 16 times more proc
 cores make any cycle about 16 times longer; the model's prediction for a core per rank is in
 [scale.md](scale.md). The init goal counts starting {max(results['preset']['ns'])} Python processes on 2 cores,
 shown apart in the table.
-"""
+{cycle_cpu_note(results)}"""
+
+
+def cycle_cpu_note(results):
+    """What the tiny cycle costs in CPU at each N (every rank's CPU per iteration, all its threads):
+    summed over the ranks and divided by the cores, the shortest the cycle could be here."""
+    cores = (results.get("machine") or {}).get("cores") or os.cpu_count() or 1
+    rows = []
+    for j in results["jobs"]:
+        f = j.get("figures") or {}
+        cpu = f.get("tiny_cpu_per_iteration_per_rank_seconds")
+        if j["kind"] != "herring" or j.get("status") != "ok" or not cpu or not f.get("tiny_cycle_seconds"):
+            continue
+        switches = f["tiny_switches_per_iteration_per_rank"]
+        # The median rank's CPU x N: the hosts' leaders cost more, so this is a lower bound.
+        floor = cpu["median"] * j["n"] / cores
+        rows.append(f"| {NAMES[(j['kind'], j['design'])]} | {j['n']} | {fmt_time(cpu['median'])} ({fmt_time(cpu['max'])}) | "
+                    f"{switches['voluntary']['median']:.1f} / {switches['involuntary']['median']:.1f} | "
+                    f"{fmt_time(floor)} | {fmt_time(f['tiny_cycle_seconds'])} |")
+    if not rows:
+        return ""
+    return ("\nWhere a cycle's time goes on this machine: each rank's CPU per tiny iteration (all its "
+            "threads, median and largest: the hosts' leaders) and its context switches, and the cycle "
+            f"that CPU alone allows on {cores} cores (median rank's CPU x N / cores) beside the one measured.\n\n"
+            "| design | N | CPU per rank per cycle, median (max) | context switches per rank per cycle, "
+            "voluntary / involuntary | CPU-bound cycle | cycle measured |\n|---|---|---|---|---|---|\n"
+            + "\n".join(rows) + "\n")
 
 
 def failures_section(results):

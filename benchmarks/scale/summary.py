@@ -48,6 +48,13 @@ def summarize(job, n):
         out["tiny_cycle_p25_p75"] = [_q(samples, 0.25), _q(samples, 0.75)]
         out["tiny_cycle_slowest_rank_seconds"] = _q(per_iter, 0.5)
         out["tiny_iterations"] = len(per_iter)
+        if all("cpu_per_iteration_seconds" in x for x in tiny):
+            # What one cycle costs each process (all its threads): with N processes on P cores, a
+            # cycle cannot be shorter than the sum of these over the ranks / P.
+            out["tiny_cpu_per_iteration_per_rank_seconds"] = _spread([x["cpu_per_iteration_seconds"] for x in tiny])
+            out["tiny_switches_per_iteration_per_rank"] = {
+                "voluntary": _spread([x["voluntary_switches_per_iteration"] for x in tiny]),
+                "involuntary": _spread([x["involuntary_switches_per_iteration"] for x in tiny])}
     big = [r["big"] for r in complete if "big" in r]
     if big and len(big) == n:
         per_iter = [max(x["times"][i] for x in big) for i in range(min(len(x["times"]) for x in big))]

@@ -62,6 +62,22 @@ def _first_difference(buf, value):
     return None
 
 
+def context_switches():
+    """(voluntary, involuntary) context switches of every thread of this process so far."""
+    voluntary = involuntary = 0
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/status") as f:
+                for line in f:
+                    if line.startswith("voluntary_ctxt_switches"):
+                        voluntary += int(line.split()[1])
+                    elif line.startswith("nonvoluntary_ctxt_switches"):
+                        involuntary += int(line.split()[1])
+        except FileNotFoundError:
+            pass  # a thread that ended while we looked
+    return voluntary, involuntary
+
+
 def main():
     out_dir, warmup, iters, big_bytes, big_iters, timeout = sys.argv[1:7]
     warmup, iters, big_bytes, big_iters, timeout = int(warmup), int(iters), int(big_bytes), int(big_iters), float(timeout)
@@ -92,6 +108,8 @@ def main():
         want = reference_tiny(n)
         times, wrong = [], None
         for k in range(warmup + iters):
+            if k == warmup:
+                cpu_before, switches_before = time.process_time(), context_switches()
             dst[:] = unset
             t0 = time.perf_counter()
             run("scale.tiny", src, dst)
@@ -100,7 +118,12 @@ def main():
                 times.append(t1 - t0)
             if wrong is None and dst.tolist() != want:
                 wrong = f"iteration {k}: got {dst.tolist()}, expected {want}"
-        record["tiny"] = {"elements": TINY, "times": times, "ok": wrong is None, "error": wrong}
+        switches = [after - before for after, before in zip(context_switches(), switches_before)]
+        record["tiny"] = {"elements": TINY, "times": times, "ok": wrong is None, "error": wrong,
+                          # What a cycle costs this process: CPU and context switches per iteration.
+                          "cpu_per_iteration_seconds": (time.process_time() - cpu_before) / max(iters, 1),
+                          "voluntary_switches_per_iteration": switches[0] / max(iters, 1),
+                          "involuntary_switches_per_iteration": switches[1] / max(iters, 1)}
         record["sockets"] = proc_sockets.count()
         record["memory"] = proc_sockets.memory()
         if big_bytes:
