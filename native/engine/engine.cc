@@ -221,9 +221,11 @@ Status Engine::CheckAbort() const {
 Status Engine::WorldFailure() const {
   Status f = transport_->FirstFailure();
   if (f.ok() || f.code() != StatusCode::kShutdown) return f;
-  // Only goodbyes so far: those of retired servers are expected; any other rank's is not.
+  // Only goodbyes so far: those of retired servers are expected; any other rank's is not. A
+  // server retired by this cycle says goodbye once it has executed the cycle, which may be before
+  // this rank has (everything it sent was delivered before its goodbye): expected too.
   for (int r : membership_.world()) {
-    if (r == rank()) continue;
+    if (r == rank() || membership_.LeavingThisCycle(r)) continue;
     Status s = transport_->PeerStatus(r);
     if (!s.ok()) return s;
   }

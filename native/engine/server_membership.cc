@@ -62,6 +62,11 @@ std::vector<MembershipChange> ServerMembership::TakeAnnounced() {
   return changes;
 }
 
+bool ServerMembership::LeavingThisCycle(int rank) const {
+  return std::any_of(now_.begin(), now_.end(),
+                     [rank](const MembershipChange& c) { return c.kind == MembershipChange::kLeave && c.rank == rank; });
+}
+
 void ServerMembership::Apply(const MembershipChange& c) {
   if (c.kind == MembershipChange::kJoin) {
     world_.insert(std::upper_bound(world_.begin(), world_.end(), c.rank), c.rank);

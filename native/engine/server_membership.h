@@ -50,6 +50,9 @@ class ServerMembership {
   std::vector<MembershipChange>* announced() { return &now_; }
   // After the cycle's collectives: its changes, to apply (and forget).
   std::vector<MembershipChange> TakeAnnounced();
+  // Whether this cycle's announced changes retire `rank`: it leaves once it has executed the
+  // cycle, possibly before this rank has, and its goodbye then is expected, not a failure.
+  bool LeavingThisCycle(int rank) const;
   // The roster's side of a change: the world and, for a join, the new rank's host.
   void Apply(const MembershipChange& change);
 
