@@ -817,33 +817,42 @@ TEST(Rendezvous, RendezvousHostGroupedAllGatherSurvivesALeftoverArena) {
   EXPECT_NE(access(("/dev/shm" + name).c_str(), F_OK), 0) << "the arena's name was left in /dev/shm";
 }
 
-// When the leader's round fails (here: its host's records do not make the world), the host's other
-// ranks, waiting for the world in the arena, report the leader's reason at once.
-TEST(Rendezvous, RendezvousHostGroupedAllGatherHandsTheLeadersErrorToItsHost) {
+// Runs ranks 0..records.size()-1 of a job of `job_size`, all on one host, through the grouped
+// gather (rank r contributing records[r]); returns what each raised ("" if nothing).
+std::vector<std::string> OneHostErrors(int job_size, const std::string& hostname,
+                                       const std::vector<std::string>& records) {
   FakeStore server;
   server.Listen();
-  std::string errors[2];
+  const int local_size = static_cast<int>(records.size());
+  std::vector<std::string> errors(local_size);
   std::vector<std::thread> ranks;
-  const auto start = Clock::now();
-  for (int r = 0; r < 2; ++r) {
+  for (int r = 0; r < local_size; ++r) {
     ranks.emplace_back([&, r] {
       LaunchInfo launch;
       launch.launcher = Launcher::kHorovodrun;
       launch.rank = r;
-      launch.size = 3;  // rank 2 is on no host
+      launch.size = job_size;
       launch.local_rank = r;
-      launch.local_size = 2;
+      launch.local_size = local_size;
       launch.cross_size = 1;
-      launch.hostname = "short-host";
+      launch.hostname = hostname;
       try {
         HttpStore store("127.0.0.1", server.port(), "herring");
-        HostGroupedAllGather(store, "e0", launch, "record", Seconds(20));
+        HostGroupedAllGather(store, "e0", launch, records[r], Seconds(20));
       } catch (const Error& e) {
         errors[r] = e.what();
       }
     });
   }
   for (auto& t : ranks) t.join();
+  return errors;
+}
+
+// When the leader's round fails (here: its host's records do not make the world), the host's other
+// ranks, waiting for the world in the arena, report the leader's reason at once.
+TEST(Rendezvous, RendezvousHostGroupedAllGatherHandsTheLeadersErrorToItsHost) {
+  const auto start = Clock::now();
+  const auto errors = OneHostErrors(/*job_size=*/3, "short-host", {"record", "record"});  // rank 2 is on no host
   EXPECT_TRUE(Contains(errors[0], "miss ranks 2")) << errors[0];
   EXPECT_TRUE(Contains(errors[1], "miss ranks 2")) << errors[1];
   EXPECT_TRUE(SecondsSince(start) < 10.0);
@@ -852,31 +861,8 @@ TEST(Rendezvous, RendezvousHostGroupedAllGatherHandsTheLeadersErrorToItsHost) {
 // A record too large for the arena is an error naming the rank, on it and on its host's leader,
 // at once rather than at the deadline.
 TEST(Rendezvous, RendezvousHostGroupedAllGatherNamesAnOversizedRecord) {
-  FakeStore server;
-  server.Listen();
-  std::string errors[2];
-  std::vector<std::thread> ranks;
   const auto start = Clock::now();
-  for (int r = 0; r < 2; ++r) {
-    ranks.emplace_back([&, r] {
-      LaunchInfo launch;
-      launch.launcher = Launcher::kHorovodrun;
-      launch.rank = r;
-      launch.size = 2;
-      launch.local_rank = r;
-      launch.local_size = 2;
-      launch.cross_size = 1;
-      launch.hostname = "oversize-host";
-      const std::string mine = r == 1 ? std::string(ShmArena::kNoticeBytes, 'x') : "small";
-      try {
-        HttpStore store("127.0.0.1", server.port(), "herring");
-        HostGroupedAllGather(store, "e0", launch, mine, Seconds(20));
-      } catch (const Error& e) {
-        errors[r] = e.what();
-      }
-    });
-  }
-  for (auto& t : ranks) t.join();
+  const auto errors = OneHostErrors(2, "oversize-host", {"small", std::string(ShmArena::kNoticeBytes, 'x')});
   EXPECT_TRUE(Contains(errors[1], "rank 1's record is larger than")) << errors[1];
   EXPECT_TRUE(Contains(errors[0], "local rank 1's record is larger than")) << errors[0];
   EXPECT_TRUE(SecondsSince(start) < 10.0);
