@@ -751,23 +751,27 @@ TEST(Rendezvous, RendezvousHostGroupedAllGatherUnevenHosts) {
   EXPECT_NE(std::string::npos, s.message().find("miss ranks 1")) << s.message();
 }
 
+// Rank `rank` (= its local rank) of a job of `job_size` whose first `local_size` ranks share one
+// host, as horovodrun describes it.
+LaunchInfo OneHostLaunch(int rank, int job_size, int local_size, const std::string& hostname) {
+  LaunchInfo launch;
+  launch.launcher = Launcher::kHorovodrun;
+  launch.rank = rank;
+  launch.size = job_size;
+  launch.local_rank = rank;
+  launch.local_size = local_size;
+  launch.cross_rank = 0;
+  launch.cross_size = 1;
+  launch.hostname = hostname;
+  return launch;
+}
+
 // A host's arena left behind by a job killed during its rendezvous (same store, round and host)
 // does not stop the next one: the leader removes it, a member that opened it first opens again.
 TEST(Rendezvous, RendezvousHostGroupedAllGatherSurvivesALeftoverArena) {
   FakeStore server;  // listens after the fork below: the child must not inherit a running thread
   constexpr int kSize = 3;
-  auto launch_of = [](int r) {
-    LaunchInfo launch;
-    launch.launcher = Launcher::kHorovodrun;
-    launch.rank = r;
-    launch.size = kSize;
-    launch.local_rank = r;
-    launch.local_size = kSize;
-    launch.cross_rank = 0;
-    launch.cross_size = 1;
-    launch.hostname = "leftover-host";
-    return launch;
-  };
+  auto launch_of = [](int r) { return OneHostLaunch(r, kSize, kSize, "leftover-host"); };
   HttpStore names("127.0.0.1", server.port(), "herring");
   const std::string name = HostArenaName(names, "e0", launch_of(0));
   {
@@ -828,17 +832,9 @@ std::vector<std::string> OneHostErrors(int job_size, const std::string& hostname
   std::vector<std::thread> ranks;
   for (int r = 0; r < local_size; ++r) {
     ranks.emplace_back([&, r] {
-      LaunchInfo launch;
-      launch.launcher = Launcher::kHorovodrun;
-      launch.rank = r;
-      launch.size = job_size;
-      launch.local_rank = r;
-      launch.local_size = local_size;
-      launch.cross_size = 1;
-      launch.hostname = hostname;
       try {
         HttpStore store("127.0.0.1", server.port(), "herring");
-        HostGroupedAllGather(store, "e0", launch, records[r], Seconds(20));
+        HostGroupedAllGather(store, "e0", OneHostLaunch(r, job_size, local_size, hostname), records[r], Seconds(20));
       } catch (const Error& e) {
         errors[r] = e.what();
       }
