@@ -80,11 +80,12 @@ def calibrate(results):
         f = j["figures"]
         if f.get("tiny_cycle_seconds"):
             n = j["n"]
-            rest = f["tiny_cycle_seconds"] - n * p["c_rank"] / cores - 2 * p["L"]
-            rows.append([2.0 * (n - 1)])
+            log_h = _log_hosts(j.get("hosts", 1))
+            rest = f["tiny_cycle_seconds"] - n * p["c_rank"] / cores - 2 * p["L"] - log_h * p["L"]
+            rows.append([2.0 * (n - 1) + 2.0 * log_h])
             ys.append(rest)
     p["c_msg"] = max(1e-6, _lstsq(rows, ys)[0]) if rows else 5e-6
-    p["sources"]["c_msg"] = (f"least squares over today's {len(rows)} launches: cycle - N c_rank / P - 2 L = 2 (N - 1) c_msg"
+    p["sources"]["c_msg"] = (f"least squares over today's {len(rows)} launches: cycle - N c_rank / P - (2 + log2 H) L = (2 (N - 1) + 2 log2 H) c_msg"
                              if rows else "assumed 5 us")
     store = cal.get("store", {})
     p["c_get"] = store.get("get", 1e-3)
@@ -148,20 +149,32 @@ def calibrate(results):
 
 # --- predictions on a real cluster: one core per rank, RANKS_PER_HOST_AT_SCALE ranks per host -----
 
+def _log_hosts(hosts):
+    return math.ceil(math.log2(hosts)) if hosts > 1 else 0
+
+
+def _host_sums_exchange(p, hosts):
+    """The tiny allreduce's data across hosts (ops/small_exchange.h, the same in both designs): the
+    hosts' leaders gather the host sums with Bruck's allgather, ceil(log2 H) rounds of one send
+    and one receive each."""
+    return _log_hosts(hosts) * (p["L"] + 2 * p["c_msg"])
+
+
 def predict(p, n, link_bps, design, ranks_per_host=RANKS_PER_HOST_AT_SCALE, big_bytes=64 * MIB):
     hosts = max(1, n // ranks_per_host)
-    log_h = math.ceil(math.log2(hosts)) if hosts > 1 else 0
+    log_h = _log_hosts(hosts)
     if design == "today":
         # Star: rank 0 receives N - 1 bit vectors and answers N - 1 ranks, one message at a time.
-        cycle = p["c_rank"] + 2 * p["L"] + 2 * (n - 1) * p["c_msg"]
+        cycle = p["c_rank"] + 2 * p["L"] + 2 * (n - 1) * p["c_msg"] + _host_sums_exchange(p, hosts)
         # Rendezvous: every rank reads every record from one store; then N (1 + S) connections each.
         init = p["c_init_rank"] + n * n * p["c_get_store"] + (n - 1) * (1 + TCP_STREAMS) * p["c_conn"]
         peers = n - 1
         sockets = p["sock0"] + p["sock_per_peer"] * peers
     else:
-        # Shared memory inside the host (one more meeting of the local ranks), then recursive
-        # doubling among host leaders: log2(H) rounds of one send and one receive each.
-        cycle = 2 * p["c_rank"] + log_h * (p["L"] + 2 * p["c_msg"])
+        # Shared memory inside the host (one more meeting of the local ranks), then the leaders'
+        # binomial tree (engine/control_tree.h): the AND goes up log2(H) hops and the result down
+        # as many, each a message's latency and its cost at the receiver; then the host sums.
+        cycle = 2 * p["c_rank"] + 2 * log_h * (p["L"] + p["c_msg"]) + _host_sums_exchange(p, hosts)
         # One record per host, read by every host leader; connections only on first use.
         init = p["c_init_rank"] + hosts * hosts * p["c_get_store"] + log_h * p["c_conn"]
         # A leader's tree peers, plus one set of streams per host pair shared by the local ranks.
@@ -223,7 +236,8 @@ def replay(p, results):
     cores = p["cores"]
     for j in _ok(results, "herring", "today"):
         n, f = j["n"], j["figures"]
-        model_cycle = n * p["c_rank"] / cores + 2 * p["L"] + 2 * (n - 1) * p["c_msg"]
+        model_cycle = (n * p["c_rank"] / cores + 2 * p["L"] + 2 * (n - 1) * p["c_msg"]
+                       + _host_sums_exchange(p, j.get("hosts", 1)))
         model_init = p["init_a"] * n + p["init_b"] * n * n
         model_big = p["beta"] * n * f["big_bytes"] / cores if f.get("big_bytes") else None
         out.append({"n": n, "cycle": (f.get("tiny_cycle_seconds"), model_cycle),

@@ -1,6 +1,8 @@
 #include "ops/small_exchange.h"
 
+#include <algorithm>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "kernels/reduce.h"
@@ -18,14 +20,45 @@ bool HostSumsExchangeFits(const ExecContext& ctx, size_t bytes) {
   return !ctx.set.arena || bytes <= SubSlotStride(ctx.set.arena->slot_bytes());
 }
 
+namespace {
+
+// Bruck's allgather of the hosts' sums among the hosts' first ranks. Before round k this leader
+// holds d = 2^k blocks (hosts my_host .. my_host + d - 1, mod H); it sends the first min(d, H - d)
+// of them to host my_host - d and receives as many from host my_host + d, which are the next
+// blocks. Every receive is posted before the first send, so no message waits unexpected; each
+// peer sends this leader at most one message, so one tag serves them all.
+void GatherHostSums(ExecContext& ctx, uint8_t* blocks, size_t bytes, const std::string& step) {
+  const int num_hosts = static_cast<int>(ctx.set.hosts.size());
+  const int my_host = ctx.set.my_host;
+  const uint64_t tag = ctx.Tag(0);
+  auto leader_of = [&](int host) { return ctx.member_rank(ctx.set.hosts[(host + num_hosts) % num_hosts][0]); };
+  std::vector<CompletionPtr> receives;
+  for (int d = 1; d < num_hosts; d *= 2) {
+    const size_t count = std::min(d, num_hosts - d);
+    receives.push_back(ctx.net.Recv(leader_of(my_host + d), tag, blocks + d * bytes, count * bytes));
+  }
+  if (ctx.faults) ctx.faults->At("push", &ctx.net);
+  std::vector<CompletionPtr> sends;
+  size_t round = 0;
+  for (int d = 1; d < num_hosts; d *= 2, ++round) {
+    const size_t count = std::min(d, num_hosts - d);
+    sends.push_back(ctx.net.Send(leader_of(my_host - d), tag, blocks, count * bytes));
+    WaitTransfers({receives[round]}, ctx, step);  // the next round sends what this one brings
+  }
+  WaitTransfers(sends, ctx, step);
+}
+
+}  // namespace
+
 void HostSumsExchange::Execute(ExecContext& ctx, AllreduceBatch& batch) {
   const int64_t total = batch.total_count();
   const size_t esz = ElementSize(batch.dtype);
   const size_t bytes = total * esz;
   const int num_hosts = static_cast<int>(ctx.set.hosts.size());
   const int my_host = ctx.set.my_host;
+  // Block i holds host (my_host + i) mod H's sum: this host's first, as Bruck's allgather keeps them.
   uint8_t* sums = host_sums_.Get(num_hosts * bytes);
-  uint8_t* mine = sums + my_host * bytes;
+  uint8_t* mine = sums;
   if (ctx.set.arena) {
     TimelinePhase phase(ctx.timeline, ctx.lane, "ONE_STEP_SHM_REDUCE");
     ReduceHostInOneStep(ctx, batch, mine);
@@ -37,27 +70,16 @@ void HostSumsExchange::Execute(ExecContext& ctx, AllreduceBatch& batch) {
   // Only the hosts' first ranks talk across hosts: a host's sum is the same on each of its ranks,
   // and a small collective's time is per-message costs, not bytes. Every rank sending its
   // counterparts made N (H - 1) messages per collective (3,840 at 256 ranks on 16 hosts, most of
-  // a tiny allreduce's 130 ms there); the leaders make H (H - 1) and share the total in the arena.
+  // a tiny allreduce's 130 ms there). The leaders gather the host sums with Bruck's allgather,
+  // ceil(log2 H) rounds of one send and one receive each, and share the total in the arena.
   const bool leader = ctx.set.my_local_index == 0;
   uint8_t* result = total_.Get(bytes);
   if (leader) {
     TimelinePhase phase(ctx.timeline, ctx.lane, "EXCHANGE_HOST_SUMS");
-    // Every receive posted before any send; one tag serves them all: a (peer, tag) pair is unique
-    // since each peer sends this rank one message in this execution.
-    const uint64_t tag = ctx.Tag(0);
-    std::vector<int> leader_of(num_hosts);  // host g's first rank
-    for (int g = 0; g < num_hosts; ++g) leader_of[g] = ctx.member_rank(ctx.set.hosts[g][0]);
-    std::vector<CompletionPtr> transfers;
-    for (int g = 0; g < num_hosts; ++g) {
-      if (g != my_host) transfers.push_back(ctx.net.Recv(leader_of[g], tag, sums + g * bytes, bytes));
-    }
-    if (ctx.faults) ctx.faults->At("push", &ctx.net);
-    for (int g = 0; g < num_hosts; ++g) {
-      if (g != my_host) transfers.push_back(ctx.net.Send(leader_of[g], tag, mine, bytes));
-    }
-    WaitTransfers(transfers, ctx, "exchange of host sums of '" + batch.label + "'");
+    GatherHostSums(ctx, sums, bytes, "exchange of host sums of '" + batch.label + "'");
+    // Reduced in host order, whichever host this is: the same bits on every host.
     std::vector<const void*> srcs(num_hosts);
-    for (int g = 0; g < num_hosts; ++g) srcs[g] = sums + g * bytes;
+    for (int g = 0; g < num_hosts; ++g) srcs[g] = sums + ((g - my_host + num_hosts) % num_hosts) * bytes;
     ReduceInto(result, srcs.data(), num_hosts, total, batch.dtype, batch.op);
   }
   if (!ctx.set.arena) {  // alone on its host: its own leader

@@ -1,9 +1,9 @@
 // The small-message path of the Herring allreduce across hosts: a fused buffer of at most
 // HERRING_SMALL_MESSAGE_BYTES is not cut into slices and pushed to the server shards (a push, then
 // a pull that waits for the shard's owner to sum: a round trip plus a hand-off on the far side per
-// chunk); instead each host's first rank sends its host's sum straight to the other hosts' first
-// ranks, sums the H host sums and shares the total with its host through the arena. One one-way
-// message per host pair, no server step.
+// chunk); instead the hosts' first ranks gather every host's sum (Bruck's allgather: ceil(log2 H)
+// rounds, one send and one receive each), sum the H host sums and share the total with their
+// hosts through the arena. No server step, and a leader's messages grow with log2 H, not H.
 //
 // The bits are those of the staged pipeline: each host's sum is the one-step reduction of its
 // ranks' inputs in local-rank order (what the pipeline's slice owners compute), and the host sums
@@ -28,8 +28,8 @@ bool HostSumsExchangeFits(const ExecContext& ctx, size_t bytes);
 class HostSumsExchange {
  public:
   // Reduces `batch` into its outputs: this host's sum (shared memory in one step, or this rank's
-  // own input when it is alone on its host); on the host's first rank, sent to every other host's
-  // first rank, theirs received, all reduced in host order; postscaled into every rank's outputs.
+  // own input when it is alone on its host); on the host's first rank, gathered with every other
+  // host's sum, all reduced in host order; postscaled into every rank's outputs.
   void Execute(ExecContext& ctx, AllreduceBatch& batch);
 
  private:

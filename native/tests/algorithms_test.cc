@@ -268,7 +268,8 @@ void CheckOnTheShards(const AllreduceCase& c) {
 }
 
 TEST(Algorithms, HerringColocatedShardsEveryOpDtypeAndSize) {
-  for (int n : {2, 3, 4}) {  // every rank alone on its simulated host
+  // Every rank alone on its simulated host; 5 and 7 hosts take Bruck's partial last round.
+  for (int n : {2, 3, 4, 5, 7, 8}) {
     for (const AllreduceCase& c : EveryOpDtypeAndSize(n)) {
       Check(ThroughTheShards(c), Herring(), "herring_allreduces");
       CheckOnTheShards(ThroughTheShards(c));
@@ -291,7 +292,8 @@ void CheckExchangeMatchesTheShards(const AllreduceCase& c) {
 }
 
 TEST(Algorithms, HerringSmallBatchesAcrossHostsExchangeHostSums) {
-  for (int n : {2, 3, 4}) {  // every rank alone on its simulated host
+  // Every rank alone on its simulated host; 5 and 7 hosts take Bruck's partial last round.
+  for (int n : {2, 3, 4, 5, 7, 8}) {
     for (const AllreduceCase& c : EveryOpDtypeAndSize(n)) CheckExchangeMatchesTheShards(c);
   }
   AllreduceCase c;
