@@ -103,7 +103,8 @@ const std::vector<KnobSpec>& AllKnobs() {
        "fail the job naming the ranks that differ.", true},
       {"HERRING_FAULT", "", "string",
        "Fault injection for tests: action:phase:rank[:occurrence], e.g. kill:push:2 (actions kill, "
-       "stop, exit, reset, corrupt; phases negotiate, gather, shm, push, serve, pull, scatter).", false},
+       "stop, exit, reset, corrupt, and delay: a sleep there every time from the occurrence on; phases "
+       "negotiate, gather, shm, push, serve, pull, scatter).", false},
       {"HOROVOD_LOG_LEVEL", "WARNING", "enum", "TRACE, DEBUG, INFO, WARNING, ERROR or FATAL.", false},
       {"HERRING_ALLREDUCE", "herring", "enum",
        "Allreduce implementation tried first: `herring` (hierarchical parameter-server reduction), "

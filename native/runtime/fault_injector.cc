@@ -3,8 +3,10 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstring>
 #include <sstream>
+#include <thread>
 #include <vector>
 
 #include "common/logging.h"
@@ -14,7 +16,7 @@
 namespace herring {
 namespace {
 
-const char* const kActions[] = {"kill", "stop", "exit", "reset", "corrupt"};
+const char* const kActions[] = {"kill", "stop", "exit", "reset", "corrupt", "delay"};
 const char* const kPhases[] = {"negotiate", "gather", "shm", "push", "serve", "pull", "scatter"};
 
 template <size_t N>
@@ -54,7 +56,19 @@ FaultInjector::FaultInjector(const std::string& spec, int rank) {
 }
 
 void FaultInjector::At(const char* phase, Transport* net, void* result, size_t result_bytes) {
-  if (!armed_ || phase_ != phase || ++seen_ != occurrence_) return;
+  if (!armed_ || phase_ != phase) return;
+  ++seen_;
+  if (action_ == "delay") {
+    // Every time from the occurrence on: the window it widens (a peer's orderly departure while
+    // this rank is late, say) opens in whichever cycle brings the event.
+    if (seen_ < occurrence_) return;
+    if (seen_ == occurrence_) {
+      HLOG(Warning) << "HERRING_FAULT: delay at " << phase_ << " from occurrence " << occurrence_;
+    }
+    std::this_thread::sleep_for(kDelay);
+    return;
+  }
+  if (seen_ != occurrence_) return;
   HLOG(Warning) << "HERRING_FAULT: " << action_ << " at " << phase_ << " (occurrence " << occurrence_ << ")";
   if (action_ == "kill") {
     raise(SIGKILL);

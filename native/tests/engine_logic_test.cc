@@ -1,6 +1,7 @@
 // Unit tests of the engine's pure logic: agreement and its error messages, the response cache,
 // the partition map, the negotiation message codecs.
 #include <algorithm>
+#include <chrono>
 #include <set>
 
 #include "runtime/control_messages.h"
@@ -257,6 +258,16 @@ TEST(EngineLogic, EngineFaultInjectorParsesAndArmsOnlyItsRank) {
     }
     EXPECT_TRUE(threw);
   }
+  // "delay" holds the rank from the configured occurrence on, every time.
+  FaultInjector delay("delay:pull:0:2", 0);
+  auto held = [&delay]() {
+    const auto start = std::chrono::steady_clock::now();
+    delay.At("pull", nullptr);
+    return std::chrono::steady_clock::now() - start >= FaultInjector::kDelay;
+  };
+  EXPECT_FALSE(held());
+  EXPECT_TRUE(held());
+  EXPECT_TRUE(held());
   // "corrupt" flips one bit of the given result, on the configured occurrence only.
   FaultInjector corrupt("corrupt:scatter:0:2", 0);
   unsigned char byte = 0x10;
