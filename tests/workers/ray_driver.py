@@ -15,12 +15,14 @@ through the launch paths Ray users have:
   train_herring  Ray Train TorchTrainer with TorchConfig(backend="herring"): every rank's weights
   train_gloo     the same with "gloo" (the peer)
 
-OUT.json maps each scenario to its result, or to {"error": message}."""
+OUT.json maps each scenario to its result, or to {"error": message}, and to the engine's errors the
+ranks of an elastic scenario were interrupted by ("engine_errors")."""
 
 import functools
 import glob
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -52,7 +54,7 @@ def ray_train_loop(config):
                {"rank": rank, "size": size, "backend": dist.get_backend(), "weights": weights(m)})
 
 
-def run_scenario(name):
+def run_scenario(name, work_dir):
     if name in ("exec", "exec_kill"):
         from horovod.ray import RayExecutor
         kwargs = {"kill_rank": 1, "kill_step": 2} if name == "exec_kill" else {}
@@ -74,24 +76,32 @@ def run_scenario(name):
                                                       elastic_timeout=300, timeout_s=120, nics=nics)
         executor = ElasticRayExecutor(settings, cpus_per_slot=1)
         executor.start()
-        kwargs = dict(kill, kill_step=2, kill_marker=os.path.join(tempfile.mkdtemp(prefix="ray_kill_"), "killed")) \
+        kwargs = dict(kill, kill_step=2, kill_marker=os.path.join(work_dir, "killed"), error_dir=work_dir) \
             if kill else {}
         return executor.run(functools.partial(horovod_elastic_train, **kwargs))   # run() takes no kwargs
     if name.startswith("train_"):
         from ray.train import RunConfig, ScalingConfig
         from ray.train.torch import TorchConfig, TorchTrainer
-        out_dir = tempfile.mkdtemp(prefix="ray_train_")
-        trainer = TorchTrainer(ray_train_loop, train_loop_config={"out_dir": out_dir},
+        trainer = TorchTrainer(ray_train_loop, train_loop_config={"out_dir": work_dir},
                                scaling_config=ScalingConfig(num_workers=NUM_PROC, use_gpu=False),
                                torch_config=TorchConfig(backend=name[len("train_"):]),
-                               run_config=RunConfig(storage_path=out_dir, name="run"))
+                               run_config=RunConfig(storage_path=work_dir, name="run"))
         trainer.fit()
         ranks = []
-        for path in sorted(glob.glob(os.path.join(out_dir, "rank*.json"))):
+        for path in sorted(glob.glob(os.path.join(work_dir, "rank*.json"))):
             with open(path) as f:
                 ranks.append(json.load(f))
         return ranks
     raise ValueError(f"unknown scenario {name}")
+
+
+def engine_errors(work_dir):
+    """The engine's errors the ranks of an elastic scenario caught (horovod_elastic_train's error_dir)."""
+    errors = []
+    for path in sorted(glob.glob(os.path.join(work_dir, "engine_error.*"))):
+        with open(path) as f:
+            errors += f.read().splitlines()
+    return errors
 
 
 def main():
@@ -110,10 +120,13 @@ def main():
     try:
         for name in scenarios:
             t0 = time.time()
+            work_dir = tempfile.mkdtemp(prefix=f"ray_{name}_")
             try:
-                results[name] = {"result": run_scenario(name)}
+                results[name] = {"result": run_scenario(name, work_dir)}
             except Exception as e:  # the test judges the message
                 results[name] = {"error": f"{type(e).__name__}: {e}"}
+            results[name]["engine_errors"] = engine_errors(work_dir)
+            shutil.rmtree(work_dir, ignore_errors=True)
             results[name]["seconds"] = time.time() - t0
             print(f"[ray_driver] {name}: {time.time() - t0:.1f} s", flush=True)
     finally:

@@ -52,15 +52,19 @@ def horovod_train(kill_rank=-1, kill_step=-1):
             "pid": os.getpid()}
 
 
-def horovod_elastic_train(kill_rank=-1, kill_step=-1, kill_marker=None, kill_host=None):
+def horovod_elastic_train(kill_rank=-1, kill_step=-1, kill_marker=None, kill_host=None, error_dir=None):
     """horovod_train as an elastic job: the state is committed every step and survives resets.
     The process of rank `kill_rank`, or the one on host `kill_host`, dies at `kill_step`. With
     kill_marker (a path), only the first process to reach the kill point dies (it leaves the
-    file behind): an engine that restarts workers would otherwise restart into the same kill."""
+    file behind): an engine that restarts workers would otherwise restart into the same kill.
+    With error_dir, a rank writes the engine's error that interrupted it (hvd.elastic.run catches
+    it and resets without showing it) to error_dir/engine_error.PID: the test reads what the
+    survivor was told there, not in the logs Ray forwards when it gets to them."""
     import signal
     import socket
     import torch
     import horovod.torch as hvd
+    from horovod.common.exceptions import HorovodInternalError
     from engine_training import LR, STEPS, data, model, weights
     hvd.init()
     m, (x, y) = model(), data()
@@ -76,11 +80,17 @@ def horovod_elastic_train(kill_rank=-1, kill_step=-1, kill_marker=None, kill_hos
                     open(kill_marker, "w").close()
                 os.kill(os.getpid(), signal.SIGKILL)
             xs, ys = x[hvd.rank()::hvd.size()], y[hvd.rank()::hvd.size()]
-            opt.zero_grad()
-            torch.nn.functional.mse_loss(m(xs), ys).backward()
-            opt.step()
-            state.step += 1
-            state.commit()
+            try:
+                opt.zero_grad()
+                torch.nn.functional.mse_loss(m(xs), ys).backward()
+                opt.step()
+                state.step += 1
+                state.commit()   # its check for host updates broadcasts: the engine's error can come here too
+            except HorovodInternalError as e:
+                if error_dir:
+                    with open(os.path.join(error_dir, f"engine_error.{os.getpid()}"), "a") as f:
+                        f.write(f"rank {hvd.rank()}: {e}\n")
+                raise
 
     train(state)
     return {"rank": hvd.rank(), "size": hvd.size(), "module": hvd.__name__, "weights": weights(m),
