@@ -1,8 +1,9 @@
 """HOROVOD_AUTOTUNE through horovodrun's own flags (--autotune, --autotune-log-file, ...): the
 search runs while the job trains, every result stays exact, every rank switches settings in the
-same cycle, and the search leaves a bad start (no fusion: HERRING_AUTOTUNE_START) for settings
-that fuse the step. The step times before and after are reported by benchmarks/autotune, not
-asserted here."""
+same cycle, and from a bad start (no fusion: HERRING_AUTOTUNE_START) it scores fused settings and
+settles where its own measurements say. Whether fusing wins is a timing, reported by
+benchmarks/autotune and not asserted here: on this step it wins by 15-50% with as much noise, and
+a search may keep its start (docs/autotune.md)."""
 
 import csv
 import json
@@ -12,6 +13,7 @@ import launch
 
 WORKER = os.path.join("benchmarks", "workers", "autotune_steps.py")
 NP = 2
+SETTING_COLUMNS = ("cycle_time_ms", "tensor_fusion_threshold", "small_message_bytes", "allreduce", "tcp_streams")
 
 
 def test_autotune_leaves_no_fusion_and_every_rank_switches_in_the_same_cycle():
@@ -34,16 +36,28 @@ def test_autotune_leaves_no_fusion_and_every_rank_switches_in_the_same_cycle():
     for r in range(1, NP):
         assert seen[r]["settings"] == settings, f"rank {r}: {seen[r]['settings']} != rank 0: {settings}"
     assert settings["autotune_version"] >= 8, settings  # the joint search alone proposed 8 settings
-    # The start fused nothing: 1000 cycles' worth of single-tensor allreduces per step. The search
-    # settled on a threshold that fuses the whole step (1000 float32s).
-    assert settings["tuned_fusion_threshold_bytes"] >= 4000, settings
 
     with open(log) as f:
         rows = list(csv.DictReader(f))
     assert rows[0]["tensor_fusion_threshold"] == "0" and rows[0]["cycle_time_ms"] == "1", rows[0]
     scored, best = rows[:-1], rows[-1]
     assert best["note"] == "best" and {r["note"] for r in scored} <= {"", "confirm"}, rows
-    assert len([r for r in scored if r["note"] == ""]) >= 8, rows
+    searched = [r for r in scored if r["note"] == ""]
+    assert len(searched) >= 8, rows
+    # The start fused nothing (each of the step's 1000 float32s reduced on its own); the search
+    # scored thresholds that fuse the whole step.
+    assert any(int(r["tensor_fusion_threshold"]) >= 4000 for r in searched), rows
+    # Where the search found better than its start, it confirmed that in turns (start, best, start,
+    # best) and kept whichever scored more in sum: the decision follows its measurements.
+    confirms = [r for r in scored if r["note"] == "confirm"]
+    if confirms:
+        assert len(confirms) == 4, rows
+        start_sum = float(confirms[0]["score"]) + float(confirms[2]["score"])
+        found_sum = float(confirms[1]["score"]) + float(confirms[3]["score"])
+        kept = confirms[0] if start_sum >= found_sum else confirms[1]
+        assert [best[k] for k in SETTING_COLUMNS] == [kept[k] for k in SETTING_COLUMNS], (kept, best, rows)
+    else:   # nothing scored above the start: it stays
+        assert [best[k] for k in SETTING_COLUMNS] == [rows[0][k] for k in SETTING_COLUMNS], rows
     assert int(best["tensor_fusion_threshold"]) == settings["tuned_fusion_threshold_bytes"], (best, settings)
     assert int(best["small_message_bytes"]) == settings["tuned_small_message_bytes"], (best, settings)
     assert round(float(best["cycle_time_ms"]) * 1000) == settings["tuned_cycle_time_us"], (best, settings)
