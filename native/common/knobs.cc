@@ -39,12 +39,13 @@ const std::vector<KnobSpec>& AllKnobs() {
        "hand-off instead of a reduce-scatter and an all-gather); across hosts, each host's sum "
        "goes straight to the other hosts instead of through the server shards. 0 turns it off.", true},
       {"HERRING_CALLER_RUNS_CYCLES", "1", "bool",
-       "A synchronous collective (hvd.allreduce, allreduce_, broadcast, broadcast_) of at most "
-       "HERRING_SMALL_MESSAGE_BYTES that finds the background loop idle runs its cycle "
-       "(negotiation and execution) on the calling thread, "
-       "instead of waking the loop's thread and sleeping until it is done: two thread hand-offs "
-       "fewer per small collective. Asynchronous requests stay with the loop, which batches "
-       "their bursts. 0: only the loop's thread runs cycles.", false},
+       "A synchronous collective (hvd.allreduce, allreduce_, broadcast, broadcast_) that finds "
+       "the background loop idle runs its cycle (negotiation and execution) on the calling "
+       "thread, instead of waking the loop's thread and sleeping until it is done: two thread "
+       "hand-offs fewer, each a wake-up on another core when the scheduler puts the threads "
+       "apart. Any size where the process may use at least as many CPUs as its host has ranks; "
+       "with more ranks than CPUs, at most HERRING_SMALL_MESSAGE_BYTES. Asynchronous requests "
+       "stay with the loop, which batches their bursts. 0: only the loop's thread runs cycles.", false},
       {"HERRING_INPUTS_WITH_BITS", "1", "bool",
        "With the shared-memory control plane, a rank whose only request is one small cached "
        "allreduce writes its input beside its bit vector. When every rank did so for the same "

@@ -170,11 +170,17 @@ bool Engine::WaitForTrigger(std::unique_lock<std::mutex>& cycle) {
 }
 
 bool Engine::WaiterRuns(const Request& request) const {
-  // Only a small synchronous request. Asynchronous ones come in bursts (a backward pass, a loop
-  // of calls) that the loop batches while the application thread goes on; measured, the
-  // tiny-tensor step ran 15-25% slower when its waits ran cycles too. Above the small-message
-  // size the hand-offs are a small part of the time, and the loop measured faster at 1-4 MiB.
+  // Only a synchronous request. Asynchronous ones come in bursts (a backward pass, a loop of
+  // calls) that the loop batches while the application thread goes on; measured, the tiny-tensor
+  // step ran 15-25% slower when its waits ran cycles too.
   if (!config_.caller_runs_cycles || !request.waiter_follows) return false;
+  // Where every rank of the host has a core, any size: the hand-off costs a wake-up on another
+  // core whenever the scheduler puts the caller and the loop's thread apart, which it does in some
+  // launches and not others. Measured at np=2 on 2 cores, 1 MiB: 99-100 us in 6 of 6 launches
+  // with the caller running it, against 104-223 us with the hand-off (2x when the two threads of
+  // each rank were pinned apart, 500-775 us in some unpinned launches). With more ranks than
+  // cores only small ones: at np=4 on 2 cores the loop measured faster at 1-16 MiB.
+  if (local_size() <= available_cpus_) return true;
   return static_cast<int64_t>(TensorBytes(request.meta)) <= config_.small_message_bytes;
 }
 

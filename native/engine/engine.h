@@ -21,6 +21,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "common/cpus.h"
 #include "common/knobs.h"
 #include "runtime/control_messages.h"
 #include "engine/coordinator.h"
@@ -146,10 +147,11 @@ class Engine {
   // queues it for the background thread and returns its handle.
   int64_t Enqueue(Request request);
   bool Poll(int64_t handle) const { return handles_.Poll(handle); }
-  // Blocks until the handle completes or the deadline. The waiter of a small synchronous call
-  // (Request::waiter_follows, at most HERRING_SMALL_MESSAGE_BYTES) that finds the loop idle runs
-  // the cycle its request needs on its own thread (HERRING_CALLER_RUNS_CYCLES): the hand-offs to
-  // the loop's thread and back cost more than a small collective itself.
+  // Blocks until the handle completes or the deadline. The waiter of a synchronous call
+  // (Request::waiter_follows: any size where every local rank has a core, else at most
+  // HERRING_SMALL_MESSAGE_BYTES) that finds the loop idle runs the cycle its request needs on its
+  // own thread (HERRING_CALLER_RUNS_CYCLES): the hand-offs to the loop's thread and back cost
+  // wake-ups, more than a small collective itself.
   Status Wait(int64_t handle, Deadline deadline);
   OpResult Take(int64_t handle) { return handles_.Take(handle); }
 
@@ -228,8 +230,8 @@ class Engine {
   // The loop's wait for a cycle to run; sleeps without `cycle` (cycle_mu_). False: stop.
   bool WaitForTrigger(std::unique_lock<std::mutex>& cycle);
   // Whether the waiter of `request` runs its cycle (RunCycleForWaiter) instead of the loop: a
-  // small synchronous request (Request::waiter_follows), with HERRING_CALLER_RUNS_CYCLES on. The
-  // loop is not woken for such a request.
+  // synchronous request (Request::waiter_follows), with HERRING_CALLER_RUNS_CYCLES on, of any size
+  // where every local rank has a core and small ones elsewhere. The loop is not woken for it.
   bool WaiterRuns(const Request& request) const;
   // A waiter's turn at running the cycle that takes its small synchronous request `handle` from the
   // queue, if no cycle took it yet and the loop is not in one. A request already taken waits for
@@ -335,6 +337,9 @@ class Engine {
   OperationManager& Ops();
 
   Config config_;
+  // This process's CPUs at start-up: with at least one per local rank, a synchronous request of
+  // any size runs on its caller (WaiterRuns).
+  const int available_cpus_ = CpusAvailable();
   LaunchInfo launch_;
   Topology topo_;
   uint64_t job_id_ = 0;

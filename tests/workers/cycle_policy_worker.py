@@ -2,7 +2,9 @@
 engine idle must start a cycle at once, so twenty back-to-back synchronous allreduces finish
 (the old policy, one cycle per HOROVOD_CYCLE_TIME, would take twenty minutes); and a burst of
 asynchronous allreduces submitted in a loop must be batched into a few cycles, not one each.
-Also counts the cycles run by the waiting thread itself (HERRING_CALLER_RUNS_CYCLES).
+Also counts the cycles run by the waiting thread itself (HERRING_CALLER_RUNS_CYCLES), for small
+and for 1 MiB allreduces; with HERRING_TEST_ONE_CPU the rank first confines itself to CPU 0 (as
+taskset would), so that its host has more ranks than it has CPUs.
 Writes <HERRING_TEST_RESULTS>/<rank>.json with the counters each phase used."""
 
 import json
@@ -23,6 +25,8 @@ def waiter_cycles():
 
 
 def main():
+    if os.environ.get("HERRING_TEST_ONE_CPU"):
+        os.sched_setaffinity(0, {0})   # before init: the engine's threads inherit it
     hvd.init()
     size = hvd.size()
     out = {}
@@ -33,6 +37,13 @@ def main():
     out["lone_sums"] = lone
     out["lone_cycles"] = cycles() - before
     out["lone_waiter_cycles"] = waiter_cycles() - before_waiter
+
+    # Above HERRING_SMALL_MESSAGE_BYTES (64 KiB): 1 MiB each.
+    before_waiter = waiter_cycles()
+    out["large_sums"] = [hvd.allreduce(torch.ones(1 << 18), name=f"large.{i}", op=hvd.Sum)[-1].item()
+                         for i in range(10)]
+    out["large_waiter_cycles"] = waiter_cycles() - before_waiter
+    out["cpus"] = len(os.sched_getaffinity(0))
 
     hvd.barrier()
     before = cycles()
