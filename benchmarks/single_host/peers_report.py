@@ -82,6 +82,22 @@ def plot(med, nps, sizes, stacks, path):
     plt.close(fig)
 
 
+def round_trips(launches):
+    """The core-to-core round trip around each launch (benchmarks/common/core_round_trip.py)."""
+    measured = [l for l in launches if any(t is not None for t in l.get("core_round_trip_ns") or [])]
+    if not measured:
+        return []
+    fmt = lambda t: "-" if t is None else f"{t:.0f}"   # noqa: E731
+    rows = "\n".join(f"| {l['stack']} | {l['np']} | {l.get('repeat', 0)} | "
+                     f"{' / '.join(fmt(t) for t in l['core_round_trip_ns'])} |" for l in measured)
+    return ["### The machine around each launch\n",
+            "A cache line's round trip between the first two CPUs, in ns, just before and just after each "
+            "launch (benchmarks/workers/core_round_trip.c). A small shared-memory allreduce is a chain of "
+            "such trips; on this virtual machine the trip moves between about 60, 125 and 500 ns from one "
+            "second to the next as the hypervisor places its CPUs, and a loaded machine shows as thousands.\n",
+            "| Stack | np | Repeat | Before / after (ns) |\n|---|---|---|---|\n" + rows + "\n"]
+
+
 def section(data, doc_dir, img_dir):
     med = medians(data)
     res = Results(data)
@@ -115,6 +131,7 @@ def section(data, doc_dir, img_dir):
         img = os.path.join(img_dir, "peers_allreduce.png")
         plot(med, nps, sizes, stacks, img)
         parts.append(f"![every peer]({os.path.relpath(img, doc_dir)})\n")
+    parts += round_trips(data["launches"])
     parts += ["### How the peers run\n"] + [f"- **{s}**: {STACKS[s].description}" for s in stacks] + [""]
     if "deepspeed-shm" in stacks:
         parts += [DEEPSPEED_NOTE + "\n"]

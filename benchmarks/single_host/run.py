@@ -21,7 +21,7 @@ import subprocess
 import sys
 import time
 
-from benchmarks.common import deepspeed_env, machine, peer_env
+from benchmarks.common import core_round_trip, deepspeed_env, machine, peer_env
 from benchmarks.common.paths import DOCS_DIR, ROOT, WORKERS_DIR, results_dir_for, shown
 from benchmarks.single_host import stacks
 from benchmarks.single_host.plan import ALL_STACKS, PRESETS, make_plan
@@ -69,12 +69,16 @@ def measure_memory(plan):
 
 
 def run_launch(name, np, variant, specs, plan, log_file):
+    """One launch, with the core-to-core round trip measured just before and just after it."""
     timeout = 90 + sum(w.get("timeout", 300) for w in specs)
     label = name + (f" ({variant})" if variant else "")
     log(f"{label} np={np}: {', '.join(w['id'] for w in specs)} (deadline {timeout} s)")
+    before = core_round_trip.measure()
     res = stacks.launch(name, np, specs, variant=variant, timeout=timeout, log=log_file,
                         extra_env=plan.extra_env.get(name))
-    log(f"  {'ok' if res.ok else 'FAILED'} in {res.seconds:.0f} s, {len(res.records)} records")
+    res.core_round_trip_ns = [before, core_round_trip.measure()]
+    log(f"  {'ok' if res.ok else 'FAILED'} in {res.seconds:.0f} s, {len(res.records)} records; core-to-core "
+        f"round trip {res.core_round_trip_ns} ns before and after")
     return res
 
 
@@ -90,7 +94,8 @@ def run(plan, unavailable, log_file):
         launches.append({"stack": res.stack, "variant": res.variant, "np": res.np, "workloads": res.workloads,
                          "ok": res.ok, "seconds": round(res.seconds, 1), "returncode": res.returncode,
                          "timed_out": res.timed_out, "errors": res.errors, "output_tail": res.output_tail,
-                         "error_lines": res.error_lines, "repeat": repeat})
+                         "error_lines": res.error_lines, "repeat": repeat,
+                         "core_round_trip_ns": res.core_round_trip_ns})
 
     for repeat, np, name, variant, specs in plan.launches(lambda s: stacks.STACKS[s].variants):
         if name in unavailable:

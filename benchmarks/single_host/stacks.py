@@ -179,6 +179,7 @@ class Launch:
     output_tail: str
     timed_out: bool
     error_lines: list = field(default_factory=list)   # the ranks' own error messages, deduplicated
+    core_round_trip_ns: list = field(default_factory=list)   # [before, after] (run.run_launch)
 
     @property
     def ok(self):
