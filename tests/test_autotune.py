@@ -16,7 +16,7 @@ NP = 2
 SETTING_COLUMNS = ("cycle_time_ms", "tensor_fusion_threshold", "small_message_bytes", "allreduce", "tcp_streams")
 
 
-def test_autotune_leaves_no_fusion_and_every_rank_switches_in_the_same_cycle():
+def test_autotune_from_no_fusion_scores_fusion_and_every_rank_switches_in_the_same_cycle():
     results = launch.scratch_dir("herring-autotune-")
     log = os.path.join(results, "autotune.csv")
     run = launch.horovodrun(
