@@ -4,7 +4,8 @@ the native core (scripts/asan_test.sh builds it into build/asan, beside the norm
 Real ranks launched by horovodrun load the sanitized package (PYTHONPATH) with libasan preloaded
 (Python itself is not instrumented): every collective of the collectives worker on one host and
 on two simulated hosts (the parameter servers over TCP), and a connection reset in the middle of
-a push (the error paths). The native unit tests run under the sanitizers too, with leak detection.
+a push (the error paths), and synchronous 1 MiB allreduces run on their callers. The native unit
+tests run under the sanitizers too, with leak detection.
 A test passes only if its ranks did what the normal suite expects AND no sanitizer report
 appeared (reports are written to files by log_path, and looked for in the output as well).
 Python's own allocations are not leak-checked in the launched ranks (the interpreter does not free
@@ -24,6 +25,7 @@ import pytest
 import launch
 from test_autotune import run_across_hosts as autotune_across_hosts
 from test_collectives import CHECK_NAMES, WORKER as COLLECTIVES_WORKER
+from test_cycle_policy import WORKER as CYCLE_POLICY_WORKER
 from test_torch_distributed_launchers import DROPPING_CHECKS, spawn as spawn_torch_ranks
 
 WORKERS = os.path.join("tests", "workers")
@@ -180,6 +182,22 @@ def test_dropped_works_futures_and_tensors_under_sanitizers(sanitized):
         assert sorted(data["results"]) == sorted(DROPPING_CHECKS), data["results"]
         failed = {c: v for c, v in data["results"].items() if v != "ok"}
         assert not failed, f"rank {r}: {failed}"
+
+
+def test_synchronous_requests_run_by_their_callers_under_sanitizers(sanitized):
+    # With a CPU per rank a synchronous request of any size runs its cycle on the calling thread
+    # (Engine::WaiterRuns): the 1 MiB allreduces of the cycle-policy worker take that path, counted
+    # by waiter_cycles, with every sum checked.
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs a CPU per rank (2)")
+    results = launch.scratch_dir("herring-asan-cycles-")
+    run = launch.horovodrun(2, [CYCLE_POLICY_WORKER], timeout=600, HERRING_TEST_RESULTS=results,
+                            HOROVOD_CYCLE_TIME=60000, **sanitized.env)
+    assert_no_sanitizer_report(sanitized, run.output)
+    assert run.returncode == 0, run.output[-5000:]
+    per_rank = launch.rank_results(results, 2)
+    assert all(data["large_sums"] == [2.0] * 10 for data in per_rank.values()), per_rank
+    assert sum(data["large_waiter_cycles"] for data in per_rank.values()) > 0, per_rank
 
 
 def test_autotune_across_hosts_under_sanitizers(sanitized):
