@@ -4,39 +4,45 @@ counters under a one-minute HOROVOD_CYCLE_TIME, not with timings. A thread waiti
 request runs its cycle itself (HERRING_CALLER_RUNS_CYCLES), or leaves it to the loop's thread:
 a large one too where every rank of the host has a CPU, only small ones where the ranks share one."""
 
-import pytest
-
-import json
 import os
+
+import pytest
 
 import launch
 
 WORKER = os.path.join("tests", "workers", "cycle_policy_worker.py")
 NP = 2
+CPUS = len(os.sched_getaffinity(0))
+
+
+def run_job(timeout=120, **env):
+    """The worker on NP ranks under a one-minute HOROVOD_CYCLE_TIME: (Run, {rank: what it wrote}).
+    test_sanitizers runs it on the sanitized core."""
+    results = launch.scratch_dir("herring-cycles-")
+    # Under the old policy (a cycle at most once per HOROVOD_CYCLE_TIME) this job would need
+    # twenty minutes for its twenty lone allreduces; the launch allows two.
+    run = launch.horovodrun(NP, [WORKER], timeout=timeout, HERRING_TEST_RESULTS=results, HOROVOD_CYCLE_TIME=60000,
+                            **env)
+    return run, launch.rank_results(results, NP)
 
 
 @pytest.mark.parametrize("caller_runs,one_cpu", [("1", False), ("1", True), ("0", False)],
                          ids=["caller-runs", "caller-runs-one-cpu", "loop-only"])
 def test_lone_requests_start_at_once_and_bursts_are_batched(caller_runs, one_cpu):
-    if not one_cpu and len(os.sched_getaffinity(0)) < NP:
-        pytest.skip(f"needs a CPU per rank ({NP}); this process may use {len(os.sched_getaffinity(0))}")
-    results = launch.scratch_dir("herring-cycles-")
-    # Under the old policy (a cycle at most once per HOROVOD_CYCLE_TIME) this job would need
-    # twenty minutes for its twenty lone allreduces; the launch allows two.
-    run = launch.horovodrun(NP, [WORKER], timeout=120, HERRING_TEST_RESULTS=results, HOROVOD_CYCLE_TIME=60000,
-                            HERRING_CALLER_RUNS_CYCLES=caller_runs, HERRING_TEST_ONE_CPU="1" if one_cpu else None)
+    if not one_cpu and CPUS < NP:
+        pytest.skip(f"needs a CPU per rank ({NP}); this process may use {CPUS}")
+    run, per_rank = run_job(HERRING_CALLER_RUNS_CYCLES=caller_runs, HERRING_TEST_ONE_CPU="1" if one_cpu else None)
     assert run.returncode == 0, run.output[-6000:]
+    assert sorted(per_rank) == list(range(NP)), f"ranks reported {sorted(per_rank)}\n{run.output[-6000:]}"
     waiter_cycles = large_waiter_cycles = 0
-    for r in range(NP):
-        with open(os.path.join(results, f"{r}.json")) as f:
-            seen = json.load(f)
+    for r, seen in per_rank.items():
         assert seen["lone_sums"] == [float(NP)] * 20, seen
         assert seen["lone_cycles"] >= 20, f"rank {r}: {seen}"  # one cycle each, none waited for
         assert seen["burst_ok"], seen
         # 200 requests submitted in a loop: negotiated in a few cycles (the burst), not 200.
         assert seen["burst_cycles"] <= 20, f"rank {r}: a burst of 200 took {seen['burst_cycles']} cycles"
         assert seen["large_sums"] == [float(NP)] * 10, seen
-        assert seen["cpus"] == (1 if one_cpu else len(os.sched_getaffinity(0))), seen
+        assert seen["cpus"] == (1 if one_cpu else CPUS), seen
         waiter_cycles += seen["lone_waiter_cycles"]
         large_waiter_cycles += seen["large_waiter_cycles"]
     if caller_runs == "1":

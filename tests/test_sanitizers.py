@@ -25,7 +25,7 @@ import pytest
 import launch
 from test_autotune import run_across_hosts as autotune_across_hosts
 from test_collectives import CHECK_NAMES, WORKER as COLLECTIVES_WORKER
-from test_cycle_policy import WORKER as CYCLE_POLICY_WORKER
+from test_cycle_policy import CPUS, NP as CYCLE_POLICY_NP, run_job as run_cycle_policy_job
 from test_torch_distributed_launchers import DROPPING_CHECKS, spawn as spawn_torch_ranks
 
 WORKERS = os.path.join("tests", "workers")
@@ -188,15 +188,13 @@ def test_synchronous_requests_run_by_their_callers_under_sanitizers(sanitized):
     # With a CPU per rank a synchronous request of any size runs its cycle on the calling thread
     # (Engine::WaiterRuns): the 1 MiB allreduces of the cycle-policy worker take that path, counted
     # by waiter_cycles, with every sum checked.
-    if len(os.sched_getaffinity(0)) < 2:
-        pytest.skip("needs a CPU per rank (2)")
-    results = launch.scratch_dir("herring-asan-cycles-")
-    run = launch.horovodrun(2, [CYCLE_POLICY_WORKER], timeout=600, HERRING_TEST_RESULTS=results,
-                            HOROVOD_CYCLE_TIME=60000, **sanitized.env)
+    if CPUS < CYCLE_POLICY_NP:
+        pytest.skip(f"needs a CPU per rank ({CYCLE_POLICY_NP}); this process may use {CPUS}")
+    run, per_rank = run_cycle_policy_job(timeout=600, **sanitized.env)
     assert_no_sanitizer_report(sanitized, run.output)
     assert run.returncode == 0, run.output[-5000:]
-    per_rank = launch.rank_results(results, 2)
-    assert all(data["large_sums"] == [2.0] * 10 for data in per_rank.values()), per_rank
+    assert sorted(per_rank) == list(range(CYCLE_POLICY_NP)), f"ranks reported {sorted(per_rank)}\n{run.output[-5000:]}"
+    assert all(data["large_sums"] == [float(CYCLE_POLICY_NP)] * 10 for data in per_rank.values()), per_rank
     assert sum(data["large_waiter_cycles"] for data in per_rank.values()) > 0, per_rank
 
 
