@@ -46,6 +46,14 @@ const std::vector<KnobSpec>& AllKnobs() {
        "apart. Any size where the process may use at least as many CPUs as its host has ranks; "
        "with more ranks than CPUs, at most HERRING_SMALL_MESSAGE_BYTES. Asynchronous requests "
        "stay with the loop, which batches their bursts. 0: only the loop's thread runs cycles.", false},
+      {"HERRING_SPREAD_CPUS", "1", "bool",
+       "Where the process may use at least as many CPUs as its host has ranks: a rank whose "
+       "cycle finds itself on the CPU another local rank's cycle last ran on moves that thread "
+       "to a CPU of its affinity mask that none is on (at most once a millisecond), and gives the "
+       "thread its whole mask back. Ranks in lockstep that the scheduler leaves on one core take "
+       "turns on it while another core idles, 10-50x slower per small collective. The mask is "
+       "never narrowed: no binding is imposed (a launcher's binding, e.g. mpirun's, is kept). "
+       "0: threads stay where the scheduler puts them.", false},
       {"HERRING_INPUTS_WITH_BITS", "1", "bool",
        "With the shared-memory control plane, a rank whose only request is one small cached "
        "allreduce writes its input beside its bit vector. When every rank did so for the same "
@@ -297,6 +305,7 @@ Config Config::FromEnvironment(const std::map<std::string, std::string>& env) {
   c.shm_control_plane = r.Is("HERRING_CONTROL_PLANE", "auto", "tcp");
   c.small_message_bytes = r.Int("HERRING_SMALL_MESSAGE_BYTES", 0);
   c.caller_runs_cycles = r.Bool("HERRING_CALLER_RUNS_CYCLES");
+  c.spread_cpus = r.Bool("HERRING_SPREAD_CPUS");
   c.inputs_with_bits = r.Bool("HERRING_INPUTS_WITH_BITS");
   c.balance_interval = static_cast<int>(r.Int("HERRING_BALANCE_INTERVAL", 1));
   std::string slow = r.Raw("HERRING_SLOWDOWN");

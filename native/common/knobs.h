@@ -43,6 +43,7 @@ struct Config {
   bool shm_control_plane;    // HERRING_CONTROL_PLANE=auto: shared memory where the world is on one host
   int64_t small_message_bytes;  // HERRING_SMALL_MESSAGE_BYTES
   bool caller_runs_cycles;      // HERRING_CALLER_RUNS_CYCLES
+  bool spread_cpus;             // HERRING_SPREAD_CPUS
   bool inputs_with_bits;        // HERRING_INPUTS_WITH_BITS
   PushSchedule schedule = PushSchedule::kAllAtOnce;  // HERRING_SCHEDULE
   int balance_interval;

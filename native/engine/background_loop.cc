@@ -373,7 +373,12 @@ const Engine::Pending* Engine::LoneSmallAllreduce(size_t words) const {
   return bytes > 0 && bytes <= limit ? &p : nullptr;
 }
 
+void Engine::MoveOffSharedCpu(size_t words) {
+  if (SpreadCpus() && shm_bits_->MoveOffSharedCpu(cycle_, words)) counters_.cpu_moves++;
+}
+
 void Engine::PostBitsInSharedMemory(const std::vector<uint64_t>& mine) {
+  MoveOffSharedCpu(mine.size());
   const Pending* lone = LoneSmallAllreduce(mine.size());
   if (lone == nullptr) {
     shm_bits_->Post(cycle_, mine);

@@ -90,6 +90,7 @@ std::vector<uint64_t> Engine::AgreeOnBitsAcrossHosts(const std::vector<uint64_t>
     }
     return agreed;
   }
+  MoveOffSharedCpu(mine.size());
   shm_bits_->Post(cycle_, mine);
   // As on one host (AwaitLocalRanks): a waiter's cycle gives the late local ranks a grace before
   // ringing them; the leader among them carries the invitation to the other hosts.

@@ -244,6 +244,8 @@ class Engine {
   std::vector<uint64_t> ReadyBits(bool has_uncached, bool has_stale) const;
   std::vector<uint64_t> AgreeOnBits(const std::vector<uint64_t>& mine);
   std::vector<uint64_t> AgreeOnBitsInSharedMemory(const std::vector<uint64_t>& mine);
+  // Before this rank posts its vector in shared memory (HERRING_SPREAD_CPUS).
+  void MoveOffSharedCpu(size_t words);
   // Waits for this host's ranks through `await` (the shared-memory AND, or the leader's posted
   // result), inviting the late ones; throws the world's failure.
   std::vector<uint64_t> AwaitLocalRanks(const std::function<Status(Deadline, std::vector<uint64_t>*)>& await);
@@ -340,6 +342,9 @@ class Engine {
   // This process's CPUs at start-up: with at least one per local rank, a synchronous request of
   // any size runs on its caller (WaiterRuns).
   const int available_cpus_ = CpusAvailable();
+  // Whether a cycle's thread leaves a CPU another local rank's cycle is on (HERRING_SPREAD_CPUS):
+  // where each local rank can have a core.
+  bool SpreadCpus() const { return config_.spread_cpus && local_size() <= available_cpus_; }
   LaunchInfo launch_;
   Topology topo_;
   uint64_t job_id_ = 0;

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "common/cpus.h"
+
 namespace herring {
 
 bool ShmBitsExchange::Fits(size_t words) { return HeaderOffset(words) + 64 <= ShmArena::kNoticeBytes / 2; }
@@ -69,9 +71,36 @@ void ShmBitsExchange::Post(uint64_t cycle, const std::vector<uint64_t>& bits) {
 void ShmBitsExchange::PostWithInput(uint64_t cycle, const std::vector<uint64_t>& bits, uint32_t position,
                                     uint32_t bytes) {
   std::memcpy(half(arena_->local_index(), cycle), bits.data(), bits.size() * sizeof(uint64_t));
-  *header(arena_->local_index(), cycle, bits.size()) = InputHeader{bytes, position};
+  *header(arena_->local_index(), cycle, bits.size()) = InputHeader{bytes, position, CurrentCpu()};
+  posted_cycle_ = cycle;
+  posted_words_ = bits.size();
   // Release: the vector, the header and the input are visible before the cycle number.
   arena_->Publish(kPostedFlag, cycle);
+}
+
+bool ShmBitsExchange::MoveOffSharedCpu(uint64_t cycle, size_t words) {
+  if (posted_cycle_ == 0 || posted_cycle_ + 1 != cycle) return false;
+  const int mine = CurrentCpu();
+  if (mine < 0) return false;
+  // A peer's newest header: `cycle`'s if it posted it (final until it posts cycle + 2, which
+  // needs this rank's cycle + 1), else the last cycle's (final until it posts cycle + 1, which
+  // needs this rank's `cycle`).
+  auto cpu_of = [&](int r) {
+    const bool posted = arena_->Load(kPostedFlag, r) >= cycle;
+    return header(r, posted ? cycle : posted_cycle_, posted ? words : posted_words_)->cpu;
+  };
+  const int me = arena_->local_index();
+  bool shared = false;
+  for (int r : present_) shared = shared || (r != me && cpu_of(r) == mine);
+  if (!shared) return false;
+  const auto now = std::chrono::steady_clock::now();
+  if (now - last_move_ < kMoveInterval) return false;
+  last_move_ = now;
+  std::vector<int> taken;
+  for (int r : present_) {
+    if (r != me) taken.push_back(cpu_of(r));
+  }
+  return MoveCallingThreadOff(taken) >= 0;
 }
 
 bool ShmBitsExchange::EveryonePostedInput(uint64_t cycle, size_t words, uint32_t* position,

@@ -32,6 +32,7 @@ struct Counters {
   std::atomic<uint64_t> one_step_broadcasts{0};  // small broadcasts through shared memory in one step
   std::atomic<uint64_t> idle_starts{0};          // cycles this rank started at once on a lone request
   std::atomic<uint64_t> waiter_cycles{0};        // cycles run by a thread waiting on its request
+  std::atomic<uint64_t> cpu_moves{0};            // cycle threads moved off a CPU another local rank was on
   std::atomic<uint64_t> empty_joins{0};          // peers' cycles joined with nothing of this rank's
   std::atomic<uint64_t> wasted_empty_joins{0};   // of those, cycles that decided nothing
   std::atomic<uint64_t> zero_copy_allreduces{0}; // batches reduced in place in zero-copy memory
@@ -77,6 +78,7 @@ struct Counters {
             {"one_step_broadcasts", one_step_broadcasts},
             {"idle_starts", idle_starts},
             {"waiter_cycles", waiter_cycles},
+            {"cpu_moves", cpu_moves},
             {"empty_joins", empty_joins},
             {"wasted_empty_joins", wasted_empty_joins},
             {"zero_copy_allreduces", zero_copy_allreduces},

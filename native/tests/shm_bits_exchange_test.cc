@@ -1,7 +1,9 @@
-// Tests of ShmBitsExchange: the AND of the posted vectors, and the inputs posted beside them,
-// which count only when every rank posted one for the same position and size. The ranks are
+// Tests of ShmBitsExchange: the AND of the posted vectors, the inputs posted beside them,
+// which count only when every rank posted one for the same position and size, and the CPUs the
+// vectors record, which move a rank off a CPU another rank runs on. The ranks are
 // threads of this process (the exchange is shared memory either way; shm_arena_test covers the
 // separate processes).
+#include <sched.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -11,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/cpus.h"
 #include "common/deadline.h"
 #include "common/status.h"
 #include "engine/shm_bits_exchange.h"
@@ -49,6 +52,23 @@ void PostAll(std::vector<std::unique_ptr<ShmBitsExchange>>& ranks, uint64_t cycl
       ranks[r]->PostWithInput(cycle, mine, positions[r], bytes[r]);
     }
   }
+}
+
+// Confines the calling thread to `cpus` (pid 0: this thread); the kernel moves it at once.
+void Confine(const cpu_set_t& cpus) { ASSERT_EQ(sched_setaffinity(0, sizeof(cpus), &cpus), 0); }
+
+cpu_set_t Only(int cpu) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  return set;
+}
+
+cpu_set_t MaskNow() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  EXPECT_EQ(sched_getaffinity(0, sizeof(set), &set), 0);
+  return set;
 }
 
 std::vector<uint64_t> And(ShmBitsExchange& rank, uint64_t cycle) {
@@ -161,4 +181,54 @@ TEST(ShmBitsExchange, HostLeaderPostsTheResultTheOthersRead) {
   std::vector<uint64_t> seen;
   Status s = ranks[2]->AwaitResult(5, kWords, Deadline::AfterSeconds(5), &seen);
   EXPECT_NE(s.message().find("rank 9 was lost"), std::string::npos) << s.ToString();
+}
+
+// Both ranks' vectors of cycle 1 say CPU a (the ranks are this thread, confined there while it
+// posts them). Before rank 0 posts cycle 2 its thread sits on a with its whole mask: it moves to
+// another CPU of the mask and keeps the mask. Where the mask has no other CPU, within
+// kMoveInterval of the last move, or where the peer's newest vector says another CPU, it stays.
+TEST(ShmBitsExchange, ARankOnThePeersCpuMovesToAFreeOneOfItsMaskAndKeepsTheMask) {
+  const cpu_set_t mask = MaskNow();
+  std::vector<int> cpus;
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (CPU_ISSET(c, &mask)) cpus.push_back(c);
+  }
+  if (cpus.size() < 2) GTEST_SKIP() << "needs two CPUs in this thread's mask";
+  const int a = cpus[0], b = cpus[1];
+  const auto past_interval = [] { std::this_thread::sleep_for(ShmBitsExchange::kMoveInterval * 2); };
+  auto ranks = AttachRanks(2, "spread");
+  Confine(Only(a));
+  PostAll(ranks, 1, {1, 1}, {0, 0}, {0, 0});
+  for (auto& rank : ranks) And(*rank, 1);
+
+  // Confined to a, shared with rank 1: nowhere to go, and the mask is left alone.
+  EXPECT_FALSE(ranks[0]->MoveOffSharedCpu(2, kWords));
+  EXPECT_EQ(CurrentCpu(), a);
+  cpu_set_t now = MaskNow();
+  const cpu_set_t only_a = Only(a);
+  EXPECT_TRUE(CPU_EQUAL(&now, &only_a));
+
+  past_interval();
+  Confine(Only(a));
+  Confine(mask);  // still on a: nothing moved it
+  ASSERT_EQ(CurrentCpu(), a);
+  EXPECT_TRUE(ranks[0]->MoveOffSharedCpu(2, kWords));
+  EXPECT_NE(CurrentCpu(), a);
+  now = MaskNow();
+  EXPECT_TRUE(CPU_EQUAL(&now, &mask)) << "the thread's whole mask was not given back";
+
+  // Back on a within the interval: not moved again.
+  Confine(Only(a));
+  Confine(mask);
+  EXPECT_FALSE(ranks[0]->MoveOffSharedCpu(2, kWords));
+
+  // Rank 1 posted cycle 2 from b: its newest vector counts, and a is nobody else's.
+  Confine(Only(b));
+  ranks[1]->Post(2, {1, ~uint64_t{0}});
+  past_interval();
+  Confine(Only(a));
+  Confine(mask);
+  EXPECT_FALSE(ranks[0]->MoveOffSharedCpu(2, kWords));
+  EXPECT_EQ(CurrentCpu(), a);
+  Confine(mask);
 }
