@@ -5,12 +5,18 @@
 
 #include "common/environment.h"
 #include "common/logging.h"
+#include "common/thread_name.h"
 #include "ops/adasum_allreduce.h"
 #include "ps/shard_server.h"
 #include "kernels/reduce.h"
 #include "rendezvous/rendezvous_protocol.h"
 
 namespace herring {
+
+void Engine::StartLoop() {
+  loop_ = std::thread([this] { Loop(); });
+  NameThread(loop_, "herring-loop");
+}
 
 Engine::Engine(EngineOptions options)
     : config_(Config::FromEnvironment(GivenOrProcessEnvironment(options.env))),
@@ -30,7 +36,7 @@ Engine::Engine(EngineOptions options)
     timeline_ = Timeline::Open(config_.timeline, rank(), config_.timeline_mark_cycles);
     StartAutotune();
     last_cycle_start_ = Clock::now();
-    loop_ = std::thread([this] { Loop(); });
+    StartLoop();
     return;
   }
   SetLogRank(launch_.rank);
@@ -69,7 +75,7 @@ Engine::Engine(EngineOptions options)
   AttachShmControlPlane(deadline);
   StartAutotune();
   last_cycle_start_ = Clock::now();
-  loop_ = std::thread([this] { Loop(); });
+  StartLoop();
   HLOG(Debug) << "engine up: " << size() << " ranks on " << topo_.num_hosts() << " hosts, launcher "
               << launcher();
 }

@@ -237,6 +237,7 @@ class Engine {
   // queue, if no cycle took it yet and the loop is not in one. A request already taken waits for
   // its peers; the loop answers their invitations (and the waiter stays "blocked" for the
   // deadlock detector).
+  void StartLoop();  // the background loop's thread, named for top -H and gdb
   void RunCycleForWaiter(int64_t handle);
   void RunCycle();  // one negotiation cycle and the execution of what it decided
   void RunCycleSteps();

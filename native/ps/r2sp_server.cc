@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "common/logging.h"
+#include "common/thread_name.h"
 #include "runtime/collective.h"
 
 namespace herring {
@@ -49,6 +50,7 @@ R2spServer::R2spServer(Transport* transport, R2spSessionSpec spec, Options optio
     shards_.push_back(std::move(s));
   }
   thread_ = std::thread([this] { Run(); });
+  NameThread(thread_, "herring-r2sp");
 }
 
 R2spServer::~R2spServer() { Stop(); }

@@ -14,6 +14,7 @@
 #include <new>
 
 #include "common/logging.h"
+#include "common/thread_name.h"
 #include "transport/socket_util.h"
 #include "transport/tcp_mesh.h"
 #include "transport/tcp_transport_impl.h"
@@ -132,8 +133,15 @@ void TcpTransport::Impl::ConnectMesh(const std::vector<Endpoint>& endpoints, Dea
   next_liveness_check_ = Clock::now();
   connected_.store(true);
   io_thread_ = std::thread([this] { IoLoop(); });
-  if (opts_.vacant_slots > 0) admission_thread_ = std::thread([this] { RunAdmission(); });
-  if (lazy_) connector_thread_ = std::thread([this] { RunConnector(); });
+  NameThread(io_thread_, "herring-tcp-io");
+  if (opts_.vacant_slots > 0) {
+    admission_thread_ = std::thread([this] { RunAdmission(); });
+    NameThread(admission_thread_, "herring-admit");
+  }
+  if (lazy_) {
+    connector_thread_ = std::thread([this] { RunConnector(); });
+    NameThread(connector_thread_, "herring-dial");
+  }
 }
 
 // ------------------------------------------------------------------------------------------

@@ -606,6 +606,23 @@ def mismatches_raise_on_every_rank_then_the_next_collective_works():
     assert torch.equal(out, torch.full((3,), float(N))), out
 
 
+@check
+def engine_threads_are_named():
+    # top -H, ps -L, gdb and py-spy show the engine's threads by these names, not as "python".
+    names = []
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                names.append(f.read().strip())
+        except OSError:
+            pass   # a thread that ended meanwhile
+    # No rank goes on before every rank has looked: one that finished its checks would shut
+    # down, and a shutdown stops every rank's loop (as in Horovod), this one's too.
+    hvd.barrier()
+    assert names.count("herring-loop") == 1, f"threads of rank {R}: {sorted(names)}"
+    assert names.count("herring-tcp-io") == 1, f"threads of rank {R}: {sorted(names)}"
+
+
 def main():
     global N, R, STATIC_SET
     launched = int(os.environ.get("HOROVOD_SIZE", os.environ.get("OMPI_COMM_WORLD_SIZE", "1")))
