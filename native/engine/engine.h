@@ -218,6 +218,7 @@ class Engine {
   void ValidateAndComplete(Request* request) const;
 
   // Background loop (background_loop.cc).
+  void StartLoop();  // starts the loop's thread, named for top -H and gdb (engine.cc)
   void Loop();
   // What the loop does next, decided without blocking (holding cycle_mu_): stop, run a cycle, or
   // sleep until `until` (`idle`: with nothing of its own to do).
@@ -237,7 +238,6 @@ class Engine {
   // queue, if no cycle took it yet and the loop is not in one. A request already taken waits for
   // its peers; the loop answers their invitations (and the waiter stays "blocked" for the
   // deadlock detector).
-  void StartLoop();  // the background loop's thread, named for top -H and gdb
   void RunCycleForWaiter(int64_t handle);
   void RunCycle();  // one negotiation cycle and the execution of what it decided
   void RunCycleSteps();
