@@ -24,6 +24,7 @@ CHECK_NAMES = [
     "waiting_for_a_later_work_implies_the_earlier_ones",
     "point_to_point_dropped_mid_flight",
     "horovod_api_handles_and_tensors_dropped_mid_flight",
+    "horovod_synchronous_call_interrupted_and_its_tensor_dropped",
     "ddp_with_join_and_uneven_inputs_trains_to_the_reference",
     "forked_child_gets_a_clear_error",
 ]

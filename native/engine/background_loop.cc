@@ -109,7 +109,8 @@ Engine::Trigger Engine::LookForCycle() {
   // A request that finds the engine idle starts a cycle at once. Requests that arrived while
   // the last cycle ran are a burst (a backward pass, a loop of async calls): they wait until it
   // pauses, so that it is negotiated and fused as one, but never longer than the cycle time.
-  Clock::time_point due = Clock::now();
+  const Clock::time_point now = Clock::now();
+  Clock::time_point due = now;
   if (new_work && batching_) {
     const Clock::time_point last_enqueue{Clock::duration(last_enqueue_ticks_.load(std::memory_order_relaxed))};
     due = std::min(last_enqueue + kBurstPause, batch_since_ + cycle_time);
@@ -120,7 +121,6 @@ Engine::Trigger Engine::LookForCycle() {
     // the same collective; so an invited rank without work waits for it, as long as such joins
     // have lately been wasted (IdleJoinPatience). Pending requests (announced or cached, waiting
     // for other ranks) and a joined rank's part are what the cycle may be waiting for: at once.
-    const Clock::time_point now = Clock::now();
     if (!invited_at_ || invited_to_ != cycle_ + 1) {
       invited_at_ = now;
       invited_to_ = cycle_ + 1;
@@ -134,11 +134,11 @@ Engine::Trigger Engine::LookForCycle() {
     }
     return {Trigger::kSleep, join_at, !new_work};
   }
-  if (new_work && Clock::now() >= due) {
+  if (new_work && now >= due) {
     if (!batching_) counters_.idle_starts++;  // a lone request: the cycle starts at once
     return {Trigger::kRun};
   }
-  return {Trigger::kSleep, new_work ? due : Clock::now() + std::chrono::seconds(1), !new_work};
+  return {Trigger::kSleep, new_work ? due : now + std::chrono::seconds(1), !new_work};
 }
 
 bool Engine::WaitForTrigger(std::unique_lock<std::mutex>& cycle) {
@@ -238,7 +238,7 @@ void Engine::TakeNewRequests(std::vector<RequestMeta>* uncached, std::vector<uin
     fresh.swap(incoming_);
   }
   took_requests_ = !fresh.empty();
-  const Clock::time_point now = Clock::now();  // once: a burst brings hundreds of requests
+  const Clock::time_point now = last_cycle_start_;  // RunCycleSteps read it just now; once for a burst
   if (!fresh.empty()) last_activity_ = now;
   for (auto& item : fresh) {
     Key key{item.first.meta.process_set, item.first.meta.name};

@@ -403,7 +403,9 @@ int64_t Engine::Enqueue(Request request) {
     throw Error(f.ok() ? Status::Shutdown("Horovod has been shut down; call hvd.init() first") : f);
   }
   ValidateAndComplete(&request);
-  request.enqueued_us = Timeline::NowMicros();  // read only by a timeline, which may start at any time
+  // One clock read for both uses (a synchronous call reads the clock a dozen times in all).
+  const Clock::time_point now = Clock::now();
+  request.enqueued_us = Timeline::MicrosOf(now);  // read only by a timeline, which may start at any time
   RequestMeta& m = request.meta;
   // Decided once here: the waiter reads the flag (RunCycleForWaiter).
   request.waiter_follows = WaiterRuns(request);
@@ -429,7 +431,7 @@ int64_t Engine::Enqueue(Request request) {
                                           "stay unique until the earlier one completes"));
     }
     in_flight_.insert(std::move(key));
-    last_enqueue_ticks_.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
+    last_enqueue_ticks_.store(now.time_since_epoch().count(), std::memory_order_relaxed);
     handle = handles_.Create(std::move(request.on_complete));
     incoming_.emplace_back(std::move(request), handle);
   }

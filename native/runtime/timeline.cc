@@ -72,9 +72,10 @@ std::unique_ptr<Timeline> Timeline::Open(const std::string& path_template, int r
   return std::unique_ptr<Timeline>(new Timeline(f, path, rank, mark_cycles));
 }
 
-int64_t Timeline::NowMicros() {
-  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+int64_t Timeline::NowMicros() { return MicrosOf(std::chrono::steady_clock::now()); }
+
+int64_t Timeline::MicrosOf(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::microseconds>(t.time_since_epoch()).count();
 }
 
 Timeline::Timeline(std::FILE* f, std::string path, int rank, bool mark_cycles)

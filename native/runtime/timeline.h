@@ -19,6 +19,7 @@
 // of one host can be merged as they are (python -m hvd_herring.timeline merge ...).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <map>
@@ -35,6 +36,8 @@ class Timeline {
   static std::unique_ptr<Timeline> Open(const std::string& path_template, int rank, bool mark_cycles = false);
   static std::string PathFor(const std::string& path_template, int rank);
   static int64_t NowMicros();
+  // NowMicros for a time already read from the same clock (std::chrono::steady_clock).
+  static int64_t MicrosOf(std::chrono::steady_clock::time_point t);
   // Horovod's name of a collective's lane: "<op>.<name>" (op as horovod names it: allreduce...).
   static std::string TensorLane(const char* op_type_name, const std::string& name);
   // Horovod's event names: "ALLREDUCE", "NEGOTIATE_ALLREDUCE"...

@@ -195,6 +195,47 @@ def horovod_api_handles_and_tensors_dropped_mid_flight():
 
 
 @check
+def horovod_synchronous_call_interrupted_and_its_tensor_dropped():
+    # hvd.allreduce_ waits without a handle (engine.run_one). A signal handler that raises while it
+    # waits ends the call with the request still pending; the engine writes the tensor when the
+    # others submit, after the caller dropped it, so the call must keep that memory alive.
+    import signal
+    import hvd_herring.torch as hvd
+    hvd.init()
+    n = 1 << 16
+
+    class Interrupted(Exception):
+        pass
+
+    def interrupt(signum, frame):
+        raise Interrupted()
+
+    if R == 0:
+        previous = signal.signal(signal.SIGALRM, interrupt)
+        t = torch.ones(n)
+        signal.setitimer(signal.ITIMER_REAL, 0.3)
+        try:
+            hvd.allreduce_(t, name="interrupted.inplace", op=hvd.Sum)
+            raise AssertionError("allreduce_ returned before the other ranks submitted it")
+        except Interrupted:
+            pass
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+        del t
+        gc.collect()
+        verify = churn_and_verify(n)
+    else:
+        time.sleep(1.0)
+        t = torch.ones(n)
+        hvd.allreduce_(t, name="interrupted.inplace", op=hvd.Sum)
+        assert torch.all(t == N), f"rank {R}: allreduce_ gave {t[:4].tolist()}, expected {N}"
+    dist.barrier()
+    if R == 0:
+        verify("Horovod synchronous call interrupted, its tensor dropped")
+
+
+@check
 def ddp_with_join_and_uneven_inputs_trains_to_the_reference():
     from torch.distributed.algorithms.join import Join
     from torch.nn.parallel import DistributedDataParallel as DDP
