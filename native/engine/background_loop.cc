@@ -95,11 +95,13 @@ Engine::Trigger Engine::LookForCycle() {
     std::lock_guard<std::mutex> lock(queue_mu_);
     new_work = !incoming_.empty();
   }
-  UncacheStalled();
-  ReportBlocked(new_work);
+  // Read once for every check below: a synchronous call looks for work on its own thread.
+  const Clock::time_point now = Clock::now();
+  UncacheStalled(now);
+  ReportBlocked(new_work, now);
   new_work = new_work || reannounce_;
   if (coordinator_) {
-    Status stalled = stall_.Inspect(*coordinator_);
+    Status stalled = stall_.Inspect(*coordinator_, now);
     counters_.stall_warnings = stall_.warnings();
     if (!stalled.ok()) throw Error(stalled);
     CheckDeadlock();
@@ -109,7 +111,6 @@ Engine::Trigger Engine::LookForCycle() {
   // A request that finds the engine idle starts a cycle at once. Requests that arrived while
   // the last cycle ran are a burst (a backward pass, a loop of async calls): they wait until it
   // pauses, so that it is negotiated and fused as one, but never longer than the cycle time.
-  const Clock::time_point now = Clock::now();
   Clock::time_point due = now;
   if (new_work && batching_) {
     const Clock::time_point last_enqueue{Clock::duration(last_enqueue_ticks_.load(std::memory_order_relaxed))};
@@ -530,10 +531,10 @@ void Engine::ApplyMapUpdate(const MapUpdate& update) {
   HLOG(Debug) << "partition map of process set " << update.process_set << " now " << set->servers.map.ToString();
 }
 
-void Engine::UncacheStalled() {
+void Engine::UncacheStalled(Clock::time_point now) {
   for (auto& kv : pending_) {
     Pending& p = kv.second;
-    if (p.state == RequestState::kCached && stall_.ShouldUncache(p.taken_at)) {
+    if (p.state == RequestState::kCached && stall_.ShouldUncache(p.taken_at, now)) {
       p.state = RequestState::kNew;
       p.uncache_position = p.position;
       reannounce_ = true;
@@ -541,9 +542,9 @@ void Engine::UncacheStalled() {
   }
 }
 
-void Engine::ReportBlocked(bool new_work) {
+void Engine::ReportBlocked(bool new_work, Clock::time_point now) {
   if (config_.deadlock_seconds <= 0 || membership_.world().size() == 1) return;
-  const auto quiet_for = std::chrono::duration<double>(Clock::now() - last_activity_).count();
+  const auto quiet_for = std::chrono::duration<double>(now - last_activity_).count();
   std::vector<AwaitedCollective> awaited;
   if (!new_work && quiet_for >= config_.deadlock_seconds / 2) {
     for (const auto& kv : pending_) {

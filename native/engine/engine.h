@@ -281,10 +281,11 @@ class Engine {
   // on the hierarchical plane other ranks pass it to their leader, leaders to their parent.
   void RouteBlockedReport(int origin, const std::string& report);
   void RevertCachedAt(uint32_t position);
-  void UncacheStalled();
+  // `now`: LookForCycle's one reading of the clock (these checks count in seconds).
+  void UncacheStalled(Clock::time_point now);
   // Deadlocks (engine/deadlock_detector.h): every rank reports what it is blocked on; rank 0
   // fails the collectives of ranks that can only wait for each other.
-  void ReportBlocked(bool new_work);
+  void ReportBlocked(bool new_work, Clock::time_point now);
   void CheckDeadlock();
   void ApplyMapUpdate(const MapUpdate& update);
   Status WorldFailure() const;  // a failure of a rank still in the job (retired ranks say goodbye)

@@ -13,14 +13,13 @@ StallInspector::StallInspector(const Config& config)
       check_seconds_(config.stall_check_seconds),
       shutdown_seconds_(config.stall_shutdown_seconds) {}
 
-bool StallInspector::ShouldUncache(std::chrono::steady_clock::time_point since) const {
-  return enabled_ &&
-         std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count() > check_seconds_ / 2;
+bool StallInspector::ShouldUncache(std::chrono::steady_clock::time_point since,
+                                   std::chrono::steady_clock::time_point now) const {
+  return enabled_ && std::chrono::duration<double>(now - since).count() > check_seconds_ / 2;
 }
 
-Status StallInspector::Inspect(const Coordinator& coordinator) {
+Status StallInspector::Inspect(const Coordinator& coordinator, std::chrono::steady_clock::time_point now) {
   if (!enabled_) return Status::OK();
-  auto now = std::chrono::steady_clock::now();
   if (now - last_inspection_ < std::chrono::milliseconds(500)) return Status::OK();
   last_inspection_ = now;
 

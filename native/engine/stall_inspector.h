@@ -23,11 +23,14 @@ class StallInspector {
   explicit StallInspector(const Config& config);
 
   bool enabled() const { return enabled_; }
-  // Whether a cached request pending since `since` should go through the coordinator.
-  bool ShouldUncache(std::chrono::steady_clock::time_point since) const;
+  // Whether a cached request pending since `since` should go through the coordinator. `now`: the
+  // caller's reading of the clock (the engine reads it once per look for work).
+  bool ShouldUncache(std::chrono::steady_clock::time_point since,
+                     std::chrono::steady_clock::time_point now = std::chrono::steady_clock::now()) const;
   // Rank 0, at most about once a second: logs a warning for stalled collectives (once per check
   // period each). Returns Aborted with the report when HOROVOD_STALL_SHUTDOWN_TIME_SECONDS passed.
-  Status Inspect(const Coordinator& coordinator);
+  Status Inspect(const Coordinator& coordinator,
+                 std::chrono::steady_clock::time_point now = std::chrono::steady_clock::now());
   // The last report logged (empty if none): tests and the Python front can show it.
   const std::string& last_report() const { return last_report_; }
   uint64_t warnings() const { return warnings_; }
