@@ -296,9 +296,9 @@ PYBIND11_MODULE(_native, m) {
       .def("run_one", &RunOne, py::arg("tensor"), py::arg("output"), py::arg("op_type"), py::arg("name"),
            py::arg("process_set"), py::arg("dtype"), py::arg("reduce_op"), py::arg("prescale"), py::arg("postscale"),
            py::arg("root"), py::arg("input"), py::arg("output_address"), py::arg("shape"),
-           "A synchronous collective of one tensor whose output the caller provided (hvd.allreduce_, "
-           "broadcast_): enqueued for the calling thread to run, waited for without the GIL, and its value "
-           "returned, in one call and without a Work. Raises the request's error.")
+           "A synchronous collective of one tensor whose output the caller provided (hvd.allreduce, "
+           "allreduce_, broadcast, broadcast_): enqueued for the calling thread to run, waited for without "
+           "the GIL, and its value returned, in one call and without a Work. Raises the request's error.")
       .def("wait", &WaitSimple, py::arg("handle"), py::arg("timeout_seconds") = -1.0)
       .def("poll", &Engine::Poll)
       .def("wait_and_take", &WaitAndTake, py::arg("handle"), py::arg("timeout_seconds") = -1.0,
