@@ -147,8 +147,23 @@ def test_native_unit_tests_under_sanitizers_with_leak_detection(sanitized):
     run = subprocess.run([binary], capture_output=True, text=True, timeout=600, env=env)
     output = run.stdout + run.stderr
     assert_no_sanitizer_report(sanitized, output)
-    assert run.returncode == 0, output[-6000:]
-    assert "[  PASSED  ]" in output and "[  FAILED  ]" not in output, output[-2000:]
+    # The failed cases and their messages first: the engine's warnings (stderr) can fill any tail.
+    assert run.returncode == 0, gtest_failures(run.stdout) + "\n" + output[-3000:]
+    assert "[  PASSED  ]" in output and "[  FAILED  ]" not in output, gtest_failures(run.stdout) + output[-2000:]
+
+
+def gtest_failures(stdout):
+    """GoogleTest's messages of the failed cases (each from its "Failure" line to the case's end)
+    and its list of them."""
+    lines, keep = [], False
+    for line in stdout.splitlines():
+        if "Failure" in line or line.startswith("[  FAILED  ]"):
+            keep = True
+        elif line.startswith("[ RUN      ]") or line.startswith("[       OK ]"):
+            keep = False
+        if keep:
+            lines.append(line)
+    return "\n".join(lines[-200:]) or "(no GoogleTest failure in its output)"
 
 
 @pytest.mark.parametrize("mode", ["train", "stall"])
