@@ -403,7 +403,7 @@ int64_t Engine::Enqueue(Request request) {
     throw Error(f.ok() ? Status::Shutdown("Horovod has been shut down; call hvd.init() first") : f);
   }
   ValidateAndComplete(&request);
-  // One clock read for both uses (a synchronous call reads the clock a dozen times in all).
+  // One clock read for both uses (a synchronous call read the clock 8 times: a uprobe counted).
   const Clock::time_point now = Clock::now();
   request.enqueued_us = Timeline::MicrosOf(now);  // read only by a timeline, which may start at any time
   RequestMeta& m = request.meta;
