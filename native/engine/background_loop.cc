@@ -233,7 +233,7 @@ void Engine::RunCycleForWaiter(int64_t handle) {
 }
 
 void Engine::TakeNewRequests(std::vector<RequestMeta>* uncached, std::vector<uint32_t>* stale) {
-  std::deque<std::pair<Request, int64_t>> fresh;
+  std::deque<std::pair<Request, int64_t>>& fresh = taken_;  // empty: cleared at the end
   {
     std::lock_guard<std::mutex> lock(queue_mu_);
     fresh.swap(incoming_);
@@ -256,6 +256,7 @@ void Engine::TakeNewRequests(std::vector<RequestMeta>* uncached, std::vector<uin
     }
     pending_.insert_or_assign(std::move(key), std::move(p));
   }
+  fresh.clear();  // keeps its map and a block for the next cycle's swap
   if (departures_.load() > 0) FailRequestsOfDepartedSets();  // submitted just as a member left
   reannounce_ = false;
   for (auto& kv : pending_) {

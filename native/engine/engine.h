@@ -436,6 +436,11 @@ class Engine {
   // Owned by the loop (cycle_mu_).
   // Hashed (looked up per tensor); what is built by walking it is put in (set, name) order.
   std::unordered_map<Key, Pending, CollectiveKeyHash> pending_;
+  // Scratch of TakeNewRequests and FinishSucceeded, kept between cycles so that a cycle allocates
+  // neither: a std::deque allocates its map and a block even empty, and a synchronous call of one
+  // tensor made 30 allocations (a uprobe on malloc).
+  std::deque<std::pair<Request, int64_t>> taken_;
+  std::vector<int64_t> finished_handles_;
   std::vector<ControlMessage> inbox_;
   uint64_t cycle_ = 0;
   Clock::time_point last_cycle_start_{};

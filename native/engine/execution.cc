@@ -113,23 +113,21 @@ void Engine::Finish(const Response& r, OpResult result) {
 }
 
 void Engine::FinishSucceeded(const std::vector<const Response*>& responses) {
-  std::vector<int64_t> handles;
-  std::vector<const Response*> finished;
-  handles.reserve(responses.size());
-  finished.reserve(responses.size());
-  for (const Response* r : responses) {
-    auto it = pending_.find({r->process_set, r->name});
-    if (it == pending_.end()) continue;  // a joined rank's neutral part
-    handles.push_back(it->second.handle);
-    finished.push_back(r);
-    pending_.erase(it);
+  std::vector<int64_t>& handles = finished_handles_;
+  handles.clear();
+  {
+    // The names are the adapters' too (queue_mu_); pending_ is the loop's own.
+    std::lock_guard<std::mutex> lock(queue_mu_);
+    for (const Response* r : responses) {
+      auto it = pending_.find({r->process_set, r->name});
+      if (it == pending_.end()) continue;  // a joined rank's neutral part
+      handles.push_back(it->second.handle);
+      ReleaseNameLocked(it->first);
+      pending_.erase(it);
+    }
   }
   if (handles.empty()) return;
   last_activity_ = Clock::now();
-  {
-    std::lock_guard<std::mutex> lock(queue_mu_);
-    for (const Response* r : finished) ReleaseNameLocked(Key{r->process_set, r->name});
-  }
   handles_.CompleteAll(handles);
 }
 
