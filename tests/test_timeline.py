@@ -132,12 +132,30 @@ KILLED_SCRIPT = """
 import os, time, torch, horovod.torch as hvd
 hvd.init()
 d = os.environ["TEST_DIR"]
+with open(os.path.join(d, f"pid.{hvd.rank()}"), "w") as f:
+    f.write(str(os.getpid()))
 for step in range(1000):
     if step == 5 and hvd.rank() == 1:
         open(os.path.join(d, "stuck"), "w").close()
         time.sleep(600)   # mid-step: rank 0 waits in this step's negotiation until it is killed
     hvd.allreduce(torch.tensor([1.0, 2.0, 3.0]), name="test_allreduce")
 """
+
+
+def _kill_ranks_then_launcher(proc, d):
+    """SIGKILLs both ranks (nobody closes the file), then lets horovodrun end by itself: killed with
+    them, it left its multiprocessing semaphores (10, from Horovod's safe_shell_exec) in /dev/shm."""
+    for rank in (0, 1):
+        try:
+            with open(os.path.join(d, f"pid.{rank}")) as f:
+                os.kill(int(f.read()), signal.SIGKILL)
+        except (FileNotFoundError, ValueError, ProcessLookupError):
+            pass  # it never started, or is gone already
+    try:
+        proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
 
 
 def test_a_job_killed_mid_step_leaves_a_timeline_horovods_test_accepts():
@@ -156,8 +174,7 @@ def test_a_job_killed_mid_step_leaves_a_timeline_horovods_test_accepts():
         assert os.path.exists(os.path.join(d, "stuck")), proc.communicate(timeout=30)[0]
         time.sleep(1.0)  # rank 0 has submitted step 5's allreduce and waits for rank 1
     finally:
-        os.killpg(proc.pid, signal.SIGKILL)  # the launcher and both ranks: nobody closes the file
-        proc.communicate()
+        _kill_ranks_then_launcher(proc, d)
     with open(path) as f:
         timeline_text = f.read()
     # Horovod's test_timeline.py's assertions, on the file the killed rank 0 left:
