@@ -113,7 +113,8 @@ def section(data, doc_dir, img_dir):
         "Each iteration: a barrier, then one float32 sum-allreduce in place, timed on every rank; an iteration "
         "counts until the slowest rank has its result; the tables show the median over the iterations (each size "
         f"warms up for {res.warmup('allreduce')[1]:g} s first). The stacks run one after another inside each rank "
-        "count, in the table's order, each through its own launcher; after the last iteration every element of "
+        f"count, in the table's order, each through its own launcher, in {data['plan'].get('repeats', 1)} round(s); a "
+        "median pools the iterations of all of a stack's launches. After the last iteration every element of "
         "the result is checked on every rank. Ratios are the peer's time over herring's (above 1: herring is "
         "faster).\n",
     ]

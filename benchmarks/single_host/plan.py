@@ -129,8 +129,12 @@ def _peers():
     # Issue 27's goal range: herring against every peer (DeepSpeed's shm allreduce included), one
     # allreduce at a time, 4 KiB to 64 MiB at np=2 and np=4, with the full preset's timing; stacks
     # interleaved inside each rank count (Plan.launches). Report: benchmarks/single_host/peers_report.py.
+    # Three rounds: the small sizes' medians moved by 2x and more from one launch of the same stack
+    # to the next (np=2 4 KiB: herring 5.2-12.5 us, Open MPI 3.5-6.1 us in 4 launches each), so one
+    # launch per stack decided a verdict by which launch drew a slow machine; pooled over three
+    # interleaved rounds, a slow spell weighs on every stack and no single launch decides.
     return dict(
-        nps=[2, 4], stacks=["herring"] + PEERS, repeats=1,
+        nps=[2, 4], stacks=["herring"] + PEERS, repeats=3,
         membw={"bytes": 64 * MiB, "trials": 2, "reps": 2},
         workloads=[{"id": "allreduce", "kind": "allreduce", "sizes": [4 * KiB * 4 ** k for k in range(8)],  # .. 64 MiB
                     "timing": _timing(2, 5, 50, 1.5, warmup_seconds=0.5), "timeout": 600}])
