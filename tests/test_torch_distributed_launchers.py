@@ -71,11 +71,22 @@ def test_check(launched, check):
 LIGHTNING_WORKER = os.path.join("tests", "workers", "lightning_worker.py")
 
 
+def gloo_aborted_after_training(run):
+    """torch-gloo's own rank dying at exit, after training ended: seen once in CI (ddp_spawn, a
+    spawned rank's teardown: "terminate called without an active exception", SIGABRT), 0 in 12
+    runs since. The herring runs are never retried."""
+    return ("`Trainer.fit` stopped" in run.output and "terminate called without an active exception" in run.output
+            and "terminated with signal SIGABRT" in run.output)
+
+
 def lightning_weights(backend, strategy):
     import torch
     out = os.path.join(launch.scratch_dir("herring-lightning-"), "weights.pt")
-    run = launch.python([LIGHTNING_WORKER, "--backend", backend, "--strategy", strategy, "--devices", "2",
-                         "--out", out], timeout=600)
+    args = [LIGHTNING_WORKER, "--backend", backend, "--strategy", strategy, "--devices", "2", "--out", out]
+    run = launch.python(args, timeout=600)
+    if backend == "gloo" and run.returncode != 0 and gloo_aborted_after_training(run):
+        print(f"the gloo reference crashed at exit; run again:\n{run.output[-3000:]}")
+        run = launch.python(args, timeout=600)
     assert run.returncode == 0 and os.path.exists(out), \
         f"Lightning {strategy} on {backend}: exit {run.returncode}\n{run.output[-6000:]}"
     return torch.load(out)
