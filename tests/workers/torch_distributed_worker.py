@@ -7,6 +7,7 @@ same collectives in the same order and compare afterwards. Results go to
 $HERRING_TEST_RESULTS/<rank>.json, one entry per check. HERRING_TORCH_SCENARIO=peer_death runs only
 the peer-death scenario (rank 1 dies; the others must raise naming it)."""
 
+import contextlib
 import copy
 import json
 import os
@@ -442,6 +443,17 @@ def fsdp2_training_equal_to_reference():
 
 # --- errors -------------------------------------------------------------------------------------
 
+@contextlib.contextmanager
+def group_timeout(seconds):
+    """The world group's timeout (what init_process_group(timeout=...) sets) is `seconds` inside."""
+    pg = dist.group.WORLD
+    pg._timeout = seconds
+    try:
+        yield
+    finally:
+        pg._timeout = TIMEOUT_SECONDS
+
+
 @check
 def mismatched_collectives_are_named():
     # The engine's deadlock verdict names the odd rank once every rank has been blocked for
@@ -452,9 +464,7 @@ def mismatched_collectives_are_named():
     # that time, as torch's default timeout (30 min) would.
     from hvd_herring import _native
     deadlock_seconds = float(_native.resolved_knobs()["HERRING_DEADLOCK_TIME_SECONDS"])
-    pg = dist.group.WORLD
-    pg._timeout = max(TIMEOUT_SECONDS, 3 * deadlock_seconds)
-    try:
+    with group_timeout(max(TIMEOUT_SECONDS, 3 * deadlock_seconds)):
         odd = 1 % N
         try:
             dist.all_reduce(torch.ones(4 if R == odd else 3))
@@ -466,8 +476,6 @@ def mismatched_collectives_are_named():
         t = torch.ones(2)
         dist.all_reduce(t)  # the next collective works
         assert torch.equal(t, torch.full((2,), float(N)))
-    finally:
-        pg._timeout = TIMEOUT_SECONDS
 
 
 @check
@@ -484,16 +492,14 @@ def timeouts_raise_and_the_collective_can_still_complete():
         else:
             raise AssertionError("wait(timeout=1 s) did not time out")
         assert time.monotonic() - start < 5
-        pg = dist.group.WORLD
-        pg._timeout = 1.5  # the group's timeout (init_process_group(timeout=...)): here 1.5 s
-        late = dist.all_reduce(torch.ones(2), async_op=True)
-        try:
-            late.wait()
-        except dist.DistBackendError as e:
-            assert "timed out after 1.5 s" in str(e), str(e)
-        else:
-            raise AssertionError("the group's timeout did not apply")
-        pg._timeout = TIMEOUT_SECONDS
+        with group_timeout(1.5):
+            late = dist.all_reduce(torch.ones(2), async_op=True)
+            try:
+                late.wait()
+            except dist.DistBackendError as e:
+                assert "timed out after 1.5 s" in str(e), str(e)
+            else:
+                raise AssertionError("the group's timeout did not apply")
         dist.barrier()  # the late ranks arrive
         work.wait()
         late.wait()
