@@ -32,7 +32,7 @@ DEEPSPEED_NOTE = (
     "its own tensor: one synchronization, no system call, no negotiation; between the caller and the "
     "kernel only deepspeed.comm's Python wrapper and torch's dispatcher. From 1 MiB "
     "(`distributed_naive_reduce`, 32 MiB chunks) a rank copies its input in, waits, sums its 1/N slice of all N workspaces into its own workspace, flags, waits "
-    "for all, and copies every slice out: (5 + 1/N)·S of memory traffic per rank like herring's staging, "
+    "for all, and copies every slice out: (5 + 1/N)·S of memory traffic per rank (herring's staging: (5 - 1/N)·S), "
     "but whole 32 MiB chunks per phase (nothing stays in the caches between the phases) and two "
     "all-rank waits per chunk. Every wait is a pure spin on a volatile flag (no pause, yield or futex): "
     "with more ranks than cores (np=4 on 2 cores) a spinning rank holds a core that a rank still "

@@ -88,6 +88,14 @@ void HerringAllreduce::PipelineThroughSharedMemory(ExecContext& ctx, AllreduceBa
   auto range = [&](int64_t c) { return ElementRange{c * chunk_elems, std::min(total, (c + 1) * chunk_elems)}; };
   auto check = [](const Status& s, const char* step) { ThrowIfArenaFailed(s, step); };
   PullWork pulls[kPipelineDepth];
+  // Without a prescale a staged input is its tensors' bytes, so the owner of a slice reads its
+  // own input there straight from its tensors and stages only the other owners' slices: a copy
+  // of 1/local_size of the buffer saved.
+  const bool owner_reads_own_input = batch.prescale == 1.0;
+  // My slice of a chunk, in elements from the chunk's start.
+  auto my_slice = [&](const ElementRange& r) {
+    return SplitEvenly(r.size(), local_size, AlignElements(batch.dtype))[me];
+  };
 
   // Stage 1: my chunk into my sub-slot, once every owner finished reading it kPipelineDepth ago.
   auto copy_in = [&](int64_t c) {
@@ -97,7 +105,14 @@ void HerringAllreduce::PipelineThroughSharedMemory(ExecContext& ctx, AllreduceBa
       check(arena.WaitAll(kSliceDone, seq(c) - kPipelineDepth, ctx.StepDeadline()), "shared-memory slot reuse");
     }
     const ElementRange r = range(c);
-    batch.GatherInputs(r.begin, r.end, arena.slot(me) + offset(c), batch.prescale);
+    uint8_t* slot = arena.slot(me) + offset(c);
+    if (owner_reads_own_input) {  // everything but my slice: only the other owners read the slot
+      const ElementRange mine = my_slice(r);
+      batch.GatherInputs(r.begin, r.begin + mine.begin, slot, 1.0);
+      batch.GatherInputs(r.begin + mine.end, r.end, slot + mine.end * esz, 1.0);
+    } else {
+      batch.GatherInputs(r.begin, r.end, slot, batch.prescale);
+    }
     arena.Publish(kInputReady, seq(c));
   };
   // Stage 2: reduce my slice of everyone's chunk (in local order), then across hosts.
@@ -111,11 +126,22 @@ void HerringAllreduce::PipelineThroughSharedMemory(ExecContext& ctx, AllreduceBa
       if (seq(c) > kPipelineDepth) {
         check(arena.WaitAll(kConsumed, seq(c) - kPipelineDepth, ctx.StepDeadline()), "shared-memory result reuse");
       }
-      const ElementRange mine = SplitEvenly(r.size(), local_size, AlignElements(batch.dtype))[me];
-      if (!mine.empty()) {
-        std::vector<const void*> srcs(local_size);
-        for (int i = 0; i < local_size; ++i) srcs[i] = arena.slot(i) + offset(c) + mine.begin * esz;
-        ReduceInto(result + mine.begin * esz, srcs.data(), local_size, mine.size(), batch.dtype, batch.op);
+      const ElementRange mine = my_slice(r);
+      std::vector<const void*> srcs(local_size);
+      // Elements [at, at + count) of the chunk, in local order; `own` is my input there when I
+      // read it from my tensors rather than from my slot.
+      auto reduce_piece = [&](int64_t at, const uint8_t* own, int64_t count) {
+        for (int i = 0; i < local_size; ++i) srcs[i] = arena.slot(i) + offset(c) + at * esz;
+        if (own) srcs[me] = own;
+        ReduceInto(result + at * esz, srcs.data(), local_size, count, batch.dtype, batch.op);
+      };
+      if (owner_reads_own_input) {
+        batch.ForEachInputPiece(r.begin + mine.begin, r.begin + mine.end,
+                                [&](int64_t at, const uint8_t* own, int64_t count) {
+                                  reduce_piece(mine.begin + at, own, count);
+                                });
+      } else if (!mine.empty()) {
+        reduce_piece(mine.begin, nullptr, mine.size());
       }
       ctx.counters.shm_chunks++;
     }

@@ -1,5 +1,6 @@
 // The Herring parameter-server allreduce (SC'20), hierarchical:
-//   1. each rank stages its part of the fused buffer in its shared-memory slot (prescaled);
+//   1. each rank stages its part of the fused buffer in its shared-memory slot (prescaled;
+//      without a prescale, all but its own slice, which it reads from its tensors in step 2);
 //   2. reduce-scatter inside the host: local rank l sums slice l of every slot, in local order;
 //   3. across hosts: local rank l pushes its reduced slice, cut along the partition map, to the
 //      server shards owning those byte ranges; each shard sums the H host contributions in host

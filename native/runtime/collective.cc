@@ -53,18 +53,23 @@ int64_t AllreduceBatch::total_count() const {
   return n;
 }
 
-void AllreduceBatch::GatherInputs(int64_t begin, int64_t end, uint8_t* dst, double scale) const {
+void AllreduceBatch::ForEachInputPiece(int64_t begin, int64_t end,
+                                       const std::function<void(int64_t, const uint8_t*, int64_t)>& visit) const {
   const size_t esz = ElementSize(dtype);
   int64_t offset = 0;
   for (const auto& e : entries) {
-    int64_t lo = std::max(begin, offset), hi = std::min(end, offset + e.count);
-    if (lo < hi) {
-      ScaleInto(dst + (lo - begin) * esz, static_cast<const uint8_t*>(e.input) + (lo - offset) * esz,
-                hi - lo, dtype, scale);
-    }
-    offset += e.count;
     if (offset >= end) break;
+    int64_t lo = std::max(begin, offset), hi = std::min(end, offset + e.count);
+    if (lo < hi) visit(lo - begin, static_cast<const uint8_t*>(e.input) + (lo - offset) * esz, hi - lo);
+    offset += e.count;
   }
+}
+
+void AllreduceBatch::GatherInputs(int64_t begin, int64_t end, uint8_t* dst, double scale) const {
+  const size_t esz = ElementSize(dtype);
+  ForEachInputPiece(begin, end, [&](int64_t position, const uint8_t* input, int64_t count) {
+    ScaleInto(dst + position * esz, input, count, dtype, scale);
+  });
 }
 
 void AllreduceBatch::ScatterOutputs(int64_t begin, int64_t end, const uint8_t* src, double scale) const {

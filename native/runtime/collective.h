@@ -103,6 +103,11 @@ struct AllreduceBatch {
 
   int64_t total_count() const;
   size_t total_bytes() const { return total_count() * ElementSize(dtype); }
+  // Calls visit(position, input, count) for each piece of elements [begin, end) of the fused
+  // layout that lies in one tensor, in order: position counts from begin, input points at the
+  // piece's first element.
+  void ForEachInputPiece(int64_t begin, int64_t end,
+                         const std::function<void(int64_t, const uint8_t*, int64_t)>& visit) const;
   // Copies elements [begin, end) of the fused layout from the inputs into dst, scaled.
   void GatherInputs(int64_t begin, int64_t end, uint8_t* dst, double scale) const;
   // Copies elements [begin, end) of the fused layout from src into the outputs, scaled.

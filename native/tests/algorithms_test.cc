@@ -394,6 +394,30 @@ TEST(Algorithms, HerringTwoHostsOfTwoThroughSharedMemory) {
   Check(c, Herring(), "herring_allreduces");
 }
 
+// Without a prescale each slice's owner reads its own input from its tensors, not from its slot;
+// fused tensors whose edges fall inside, across and on the owners' slices of several chunks must
+// give the same bits on every rank, with and without a prescale (which stages everything).
+TEST(Algorithms, HerringOneHostOwnersReadTheirOwnInputsFromTheirTensors) {
+  constexpr size_t kChunkBytes = 65536;  // a sub-slot: batches of two chunks, above the one-step size
+  for (DataType t : {DataType::kFloat32, DataType::kFloat16, DataType::kInt32}) {
+    for (double prescale : {1.0, 0.5}) {
+      AllreduceCase c;
+      c.workers = 3;
+      c.hosts = {"hostA", "hostA", "hostA"};
+      c.shared_memory = true;
+      c.knobs = {{"HERRING_SHM_SLOT_BYTES", std::to_string(kChunkBytes * kPipelineDepth)}};
+      c.dtype = t;
+      c.noisy = t == DataType::kFloat32;
+      c.prescale = t == DataType::kInt32 ? 1.0 : prescale;
+      const int64_t chunk = kChunkBytes / ElementSize(t);
+      c.entries = {chunk / 3 - 5, 11, 0, chunk + 2000, 37};
+      AllreduceOutcome outcome = RunInMemory(c, Herring());
+      EXPECT_EQ(test::CompareWithReference(c, outcome), "") << c.Describe();
+      EXPECT_EQ(outcome.counters[0].at("shm_chunks"), 2u * c.repeats) << c.Describe();
+    }
+  }
+}
+
 TEST(Algorithms, HerringServerKilledWhileServing) {
   AllreduceCase c;
   c.workers = 4;

@@ -3,7 +3,7 @@ all) into zero-copy memory, so that the engine reduces them in place on one host
 
 DDP allocates its buckets itself, in C++, from the ordinary CPU allocator, and allreduces each one
 every step; staged through the shared-memory arena, a bucket of S bytes costs each rank
-(5 + 1/N)·S bytes of memory traffic, in zero-copy memory 2·S (docs/zero_copy.md). A storage seen
+(5 - 1/N)·S bytes of memory traffic, in zero-copy memory 2·S (docs/zero_copy.md). A storage seen
 by a second allreduce while still alive is a persistent buffer: it is moved then, once, in place
 (zero_copy.move_to_zero_copy), and every view of it (DDP's bucket views and, with
 gradient_as_bucket_view, the gradients) follows. A buffer allocated afresh for each allreduce is
