@@ -156,6 +156,9 @@ PYBIND11_MODULE(_native, m) {
   // Below this a batch is staged even in zero-copy memory (torch.distributed moves no smaller
   // buffer there: hvd_herring/torch/distributed/persistent_buffers.py).
   m.attr("ZERO_COPY_MIN_BYTES") = ZeroCopyAllreduce::kMinBytes;
+  // The largest synchronous request a caller runs itself where ranks outnumber CPUs (tests pick
+  // sizes on either side).
+  m.attr("OVERSUBSCRIBED_CALLER_BYTES") = kOversubscribedCallerBytes;
   m.def("bool_knob", &BoolKnobFromProcessEnvironment, py::arg("name"),
         "A bool knob as this process would use it (the table's default where unset).");
   m.def("resolved_knobs", [] { return Config::FromProcessEnvironment().resolved; },

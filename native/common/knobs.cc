@@ -44,7 +44,7 @@ const std::vector<KnobSpec>& AllKnobs() {
        "thread, instead of waking the loop's thread and sleeping until it is done: two thread "
        "hand-offs fewer, each a wake-up on another core when the scheduler puts the threads "
        "apart. Any size where the process may use at least as many CPUs as its host has ranks; "
-       "with more ranks than CPUs, at most HERRING_SMALL_MESSAGE_BYTES. Asynchronous requests "
+       "with more ranks than CPUs, at most 1 MiB. Asynchronous requests "
        "stay with the loop, which batches their bursts. 0: only the loop's thread runs cycles.", false},
       {"HERRING_SPREAD_CPUS", "1", "bool",
        "Where the process may use at least as many CPUs as its host has ranks: a rank whose "

@@ -180,9 +180,9 @@ bool Engine::WaiterRuns(const Request& request) const {
   // launches and not others. Measured at np=2 on 2 cores, 1 MiB: 99-100 us in 6 of 6 launches
   // with the caller running it, against 104-223 us with the hand-off (2x when the two threads of
   // each rank were pinned apart, 500-775 us in some unpinned launches). With more ranks than
-  // cores only small ones: at np=4 on 2 cores the loop measured faster at 1-16 MiB.
+  // cores, up to kOversubscribedCallerBytes.
   if (local_size() <= available_cpus_) return true;
-  return static_cast<int64_t>(TensorBytes(request.meta)) <= config_.small_message_bytes;
+  return static_cast<int64_t>(TensorBytes(request.meta)) <= kOversubscribedCallerBytes;
 }
 
 void Engine::RunCycleForWaiter(int64_t handle) {

@@ -3,7 +3,8 @@ engine idle must start a cycle at once, so twenty back-to-back synchronous allre
 (the old policy, one cycle per HOROVOD_CYCLE_TIME, would take twenty minutes); and a burst of
 asynchronous allreduces submitted in a loop must be batched into a few cycles, not one each.
 Also counts the cycles run by the waiting thread itself (HERRING_CALLER_RUNS_CYCLES), for small
-and for 1 MiB allreduces; with HERRING_TEST_ONE_CPU the rank first confines itself to CPU 0 (as
+allreduces, for ones of the size a caller runs at most where ranks outnumber CPUs
+(_native.OVERSUBSCRIBED_CALLER_BYTES) and for ones of twice that; with HERRING_TEST_ONE_CPU the rank first confines itself to CPU 0 (as
 taskset would), so that its host has more ranks than it has CPUs.
 Writes <HERRING_TEST_RESULTS>/<rank>.json with the counters each phase used."""
 
@@ -14,6 +15,7 @@ import torch
 
 import horovod.torch as hvd
 import hvd_herring
+from hvd_herring import _native
 
 
 def cycles():
@@ -38,9 +40,14 @@ def main():
     out["lone_cycles"] = cycles() - before
     out["lone_waiter_cycles"] = waiter_cycles() - before_waiter
 
-    # Above HERRING_SMALL_MESSAGE_BYTES (64 KiB): 1 MiB each.
+    # The largest request a caller runs itself where ranks outnumber CPUs, then twice that.
+    limit_floats = _native.OVERSUBSCRIBED_CALLER_BYTES // 4
     before_waiter = waiter_cycles()
-    out["large_sums"] = [hvd.allreduce(torch.ones(1 << 18), name=f"large.{i}", op=hvd.Sum)[-1].item()
+    out["limit_sums"] = [hvd.allreduce(torch.ones(limit_floats), name=f"limit.{i}", op=hvd.Sum)[-1].item()
+                         for i in range(10)]
+    out["limit_waiter_cycles"] = waiter_cycles() - before_waiter
+    before_waiter = waiter_cycles()
+    out["large_sums"] = [hvd.allreduce(torch.ones(2 * limit_floats), name=f"large.{i}", op=hvd.Sum)[-1].item()
                          for i in range(10)]
     out["large_waiter_cycles"] = waiter_cycles() - before_waiter
     out["cpus"] = len(os.sched_getaffinity(0))
