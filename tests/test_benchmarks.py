@@ -333,3 +333,21 @@ def test_peers_report_gives_issue_27s_verdict_per_size(tmp_path):
     assert "| 4 KiB | 8 µs | 300 µs (37.50x) | 2 µs (0.25x) | 5 µs (0.63x) |" in md, md
     assert (tmp_path / "img" / "peers_allreduce.png").exists()
     assert "| 1 MiB | - | - | - | - |" not in md, md   # np=4 did not measure 1 MiB: no empty row
+
+
+def test_peers_report_shows_each_launch_beside_its_round_trip(tmp_path):
+    # A pooled median can hide that one stack's launches met the slow CPU placement and another's
+    # did not: the report lists each launch's median with the round trip measured before it.
+    from benchmarks.single_host import peers_report
+    recs, launches = [], []
+    for stack, repeat, t, trip in (("herring", 0, 300e-6, 140.0), ("mpi", 0, 1.1e-3, 530.0),
+                                   ("herring", 1, 330e-6, 135.0), ("mpi", 1, 216e-6, 107.0)):
+        recs.append({"kind": "allreduce", "workload": "allreduce", "stack": stack, "variant": "", "np": 2,
+                     "bytes": 4 << 20, "times": [t], "median": t, "repeat": repeat})
+        launches.append({"stack": stack, "np": 2, "repeat": repeat, "ok": True, "core_round_trip_ns": [trip, trip]})
+    data = {"records": recs, "launches": launches, "plan": {"stacks": ["herring", "mpi"], "nps": [2], "repeats": 2,
+                                                            "workloads": []},
+            "machine": {"date": "today", "versions": {}},
+            "meta": {"command": "python -m benchmarks.single_host.run --preset peers", "results_path": "x.json"}}
+    md = peers_report.section(data, str(tmp_path), str(tmp_path / "img"))
+    assert "| 2 | 4 MiB | 300 µs (140 ns) / 330 µs (135 ns) | 1.1 ms (530 ns) / 216 µs (107 ns) |" in md, md

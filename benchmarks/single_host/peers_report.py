@@ -98,6 +98,28 @@ def round_trips(launches):
             "| Stack | np | Repeat | Before / after (ns) |\n|---|---|---|---|\n" + rows + "\n"]
 
 
+def per_launch(data, stacks=("herring", "mpi")):
+    """Each launch's own median beside its core round trip: a pooled median can hide that one
+    stack's launches met a slow placement of the CPUs and another's did not."""
+    recs = [r for r in data["records"] if r.get("kind") == "allreduce" and r.get("stack") in stacks]
+    if len({r.get("repeat", 0) for r in recs}) < 2:
+        return []
+    trip = {(l["stack"], l["np"], l.get("repeat", 0)): (l.get("core_round_trip_ns") or [None])[0]
+            for l in data["launches"]}
+    by_point = {}
+    for r in sorted(recs, key=lambda r: r.get("repeat", 0)):
+        ns = trip.get((r["stack"], r["np"], r.get("repeat", 0)))
+        cell = fmt_time(r["median"]) + ("" if ns is None else f" ({ns:.0f} ns)")
+        by_point.setdefault((r["np"], r["bytes"]), {}).setdefault(r["stack"], []).append(cell)
+    rows = [f"| {np} | {fmt_bytes(size)} | " + " | ".join(" / ".join(cells.get(st, ["-"])) for st in stacks) + " |"
+            for (np, size), cells in sorted(by_point.items())]
+    return ["### Per launch\n",
+            "Each launch's median, in round order, with the core-to-core round trip measured just before it "
+            "(the table above): a launch that met the slow placement (about 500 ns) runs up to several times "
+            "slower, so compare launches with like round trips before reading a pooled ratio.\n",
+            "| np | Size | " + " | ".join(stacks) + " |\n|---|---|" + "---|" * len(stacks) + "\n" + "\n".join(rows) + "\n"]
+
+
 def section(data, doc_dir, img_dir):
     med = medians(data)
     res = Results(data)
@@ -133,6 +155,7 @@ def section(data, doc_dir, img_dir):
         plot(med, nps, sizes, stacks, img)
         parts.append(f"![every peer]({os.path.relpath(img, doc_dir)})\n")
     parts += round_trips(data["launches"])
+    parts += per_launch(data)
     parts += ["### How the peers run\n"] + [f"- **{s}**: {STACKS[s].description}" for s in stacks] + [""]
     if "deepspeed-shm" in stacks:
         parts += [DEEPSPEED_NOTE + "\n"]
