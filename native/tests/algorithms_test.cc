@@ -401,6 +401,7 @@ TEST(Algorithms, HerringOneHostOwnersReadTheirOwnInputsFromTheirTensors) {
   constexpr size_t kChunkBytes = 65536;  // a sub-slot: batches of two chunks, above the one-step size
   for (DataType t : {DataType::kFloat32, DataType::kFloat16, DataType::kInt32}) {
     for (double prescale : {1.0, 0.5}) {
+      if (t == DataType::kInt32 && prescale != 1.0) continue;  // halving odd integers would truncate
       AllreduceCase c;
       c.workers = 3;
       c.hosts = {"hostA", "hostA", "hostA"};
@@ -408,7 +409,7 @@ TEST(Algorithms, HerringOneHostOwnersReadTheirOwnInputsFromTheirTensors) {
       c.knobs = {{"HERRING_SHM_SLOT_BYTES", std::to_string(kChunkBytes * kPipelineDepth)}};
       c.dtype = t;
       c.noisy = t == DataType::kFloat32;
-      c.prescale = t == DataType::kInt32 ? 1.0 : prescale;
+      c.prescale = prescale;
       const int64_t chunk = kChunkBytes / ElementSize(t);
       c.entries = {chunk / 3 - 5, 11, 0, chunk + 2000, 37};
       AllreduceOutcome outcome = RunInMemory(c, Herring());
