@@ -42,14 +42,11 @@ def main():
 
     # The largest request a caller runs itself where ranks outnumber CPUs, then twice that.
     limit_floats = _native.OVERSUBSCRIBED_CALLER_BYTES // 4
-    before_waiter = waiter_cycles()
-    out["limit_sums"] = [hvd.allreduce(torch.ones(limit_floats), name=f"limit.{i}", op=hvd.Sum)[-1].item()
-                         for i in range(10)]
-    out["limit_waiter_cycles"] = waiter_cycles() - before_waiter
-    before_waiter = waiter_cycles()
-    out["large_sums"] = [hvd.allreduce(torch.ones(2 * limit_floats), name=f"large.{i}", op=hvd.Sum)[-1].item()
-                         for i in range(10)]
-    out["large_waiter_cycles"] = waiter_cycles() - before_waiter
+    for label, floats in (("limit", limit_floats), ("large", 2 * limit_floats)):
+        before_waiter = waiter_cycles()
+        out[f"{label}_sums"] = [hvd.allreduce(torch.ones(floats), name=f"{label}.{i}", op=hvd.Sum)[-1].item()
+                                for i in range(10)]
+        out[f"{label}_waiter_cycles"] = waiter_cycles() - before_waiter
     out["cpus"] = len(os.sched_getaffinity(0))
 
     hvd.barrier()
