@@ -260,12 +260,16 @@ class HerringBasics:
 
     # --- collectives plumbing -----------------------------------------------------------------
     def enqueue(self, op_type, name, process_set_id, dtype, reduce_op, prescale, postscale, root, tensors,
-                set_ranks=(), set_id=-1, in_program_order=False):
-        """in_program_order: a name still in flight is waited behind, not rejected (torch.distributed)."""
+                set_ranks=(), set_id=-1, in_program_order=False, waiter_follows=False):
+        """in_program_order: a name still in flight is waited behind, not rejected (torch.distributed).
+        waiter_follows: the caller waits for it right away (a synchronous collective), so its own
+        thread runs the cycle rather than waking the engine's loop for it (the engine's
+        HERRING_CALLER_RUNS_CYCLES rule decides)."""
         try:
             return self.engine().enqueue(OP_TYPES[op_type], name or "", process_set_id, dtype, reduce_op,
                                          float(prescale), float(postscale), int(root), tensors,
-                                         list(set_ranks), int(set_id), bool(in_program_order))
+                                         list(set_ranks), int(set_id), bool(in_program_order),
+                                         bool(waiter_follows))
         except _native.HerringError as e:
             raise HorovodInternalError(str(e)) from e
 

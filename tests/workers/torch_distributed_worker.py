@@ -297,6 +297,27 @@ def one_engine_with_horovods_api():
     assert basics.counters()["cycles"] > before
 
 
+@check
+def synchronous_calls_run_their_cycles_on_the_caller():
+    # torch says asyncOp=False when it waits for the Work at once (no async_op): the waiting thread
+    # runs the engine's cycle, as hvd.allreduce_'s does; async Works (DDP's buckets) stay the loop's.
+    from hvd_herring.basics import basics
+
+    def waiter_cycles(collectives):
+        before = basics.counters()["waiter_cycles"]
+        collectives()
+        return basics.counters()["waiter_cycles"] - before
+
+    sums = [torch.full((4,), float(R + i)) for i in range(20)]
+    synchronous = waiter_cycles(lambda: [(dist.all_reduce(t), dist.barrier()) for t in sums[:10]])
+    asynchronous = waiter_cycles(lambda: [(dist.all_reduce(t, async_op=True).wait(), dist.barrier(async_op=True).wait())
+                                          for t in sums[10:]])
+    for i, t in enumerate(sums):
+        assert torch.equal(t, torch.full((4,), float(N * i + N * (N - 1) // 2))), (i, t)
+    assert synchronous > 0, "no waiting thread ran a cycle of 10 synchronous all_reduces and barriers"
+    assert asynchronous == 0, f"waiting threads ran {asynchronous} cycles of asynchronous collectives"
+
+
 # --- training -------------------------------------------------------------------------------------
 
 def model_and_data(seed=0, inputs=8, width=16):

@@ -50,11 +50,24 @@ def _engine_op(reduce_op, dtype):
         return basics.Sum, float(factor.item() if isinstance(factor, torch.Tensor) else factor)
     if dtype == torch.bool and kind in (_RED.SUM, _RED.PRODUCT):
         return (basics.Max if kind == _RED.SUM else basics.Min), 1.0
-    ops = {_RED.SUM: basics.Sum, _RED.AVG: basics.Average, _RED.PRODUCT: basics.Product,
-           _RED.MIN: basics.Min, _RED.MAX: basics.Max}
-    if kind not in ops:
+    op = _ENGINE_OPS.get(kind)
+    if op is None:
         raise ValueError(f"herring: ReduceOp {kind} is not supported (SUM, AVG, PRODUCT, MIN, MAX, PREMUL_SUM)")
-    return ops[kind], 1.0
+    return op, 1.0
+
+
+# Built once: every collective looks its op up here (the dict built per call took a twelfth of
+# issuing a 4 KiB dist.all_reduce under cProfile).
+_ENGINE_OPS = {_RED.SUM: _native.REDUCE_OPS["Sum"], _RED.AVG: _native.REDUCE_OPS["Average"],
+               _RED.PRODUCT: _native.REDUCE_OPS["Product"], _RED.MIN: _native.REDUCE_OPS["Min"],
+               _RED.MAX: _native.REDUCE_OPS["Max"]}
+
+
+def _synchronous(opts):
+    """Whether torch waits for the Work at once (asyncOp False: dist.all_reduce(t) and the like
+    without async_op): then the waiting thread runs the engine's cycle (Request::waiter_follows).
+    Options torch did not fill (DDP's buckets, a direct call) say asyncOp True."""
+    return getattr(opts, "asyncOp", True) is False
 
 
 _BITWISE = {_RED.BAND: torch.bitwise_and, _RED.BOR: torch.bitwise_or, _RED.BXOR: torch.bitwise_xor}
@@ -203,14 +216,17 @@ class HerringProcessGroup(dist.ProcessGroup):
         seconds = _seconds(getattr(opts, "timeout", None))
         return self._timeout if seconds is None else seconds
 
-    def _enqueue(self, op_type, entries, dtype_code, reduce_op=None, prescale=1.0, root=-1):
-        """entries: [(input tensor, output tensor or None, splits or None)] -> engine handle."""
+    def _enqueue(self, op_type, entries, dtype_code, reduce_op=None, prescale=1.0, root=-1, opts=None):
+        """entries: [(input tensor, output tensor or None, splits or None)] -> engine handle. A
+        synchronous call's (_synchronous(opts)) waiting thread runs the cycle, as hvd.allreduce_'s
+        does, instead of waking the engine's loop for it: dist.all_reduce of 4 KiB at np=2, back to
+        back, measured 48-60 -> 42-44 us per call (3 interleaved launches each)."""
         args = [(i.data_ptr(), 0 if o is None else o.data_ptr(), list(i.shape), list(s) if s else [])
                 for i, o, s in entries]
         reduce_op = basics.Sum if reduce_op is None else reduce_op
         name = collective_name(self._set, _signature(op_type, dtype_code, reduce_op, root, args))
         return basics.enqueue(op_type, name, self._set, dtype_code, reduce_op, prescale, 1.0, root, args,
-                              in_program_order=True)
+                              in_program_order=True, waiter_follows=_synchronous(opts))
 
     def _work(self, op, parts, finish, result, opts, keep_alive):
         self._sequence += 1
@@ -280,7 +296,8 @@ class HerringProcessGroup(dist.ProcessGroup):
                     finishes.append(reduced)
             else:
                 op, prescale = _engine_op(reduce_op, group[0].dtype)
-                parts.append(EnginePart(self._enqueue("allreduce", entries, _dtype_code(group[0]), op, prescale)))
+                parts.append(EnginePart(self._enqueue("allreduce", entries, _dtype_code(group[0]), op, prescale,
+                                                      opts=opts)))
                 finishes.append(lambda value: None)
 
         def finish(values):
@@ -347,7 +364,8 @@ class HerringProcessGroup(dist.ProcessGroup):
         check_cpu("broadcast", tensors)
         source = tensors[opts.rootTensor]
         buf = source if source.is_contiguous() else source.contiguous()
-        handle = self._enqueue("broadcast", [(buf, buf, None)], _dtype_code(buf), root=self._ranks[opts.rootRank])
+        handle = self._enqueue("broadcast", [(buf, buf, None)], _dtype_code(buf), root=self._ranks[opts.rootRank],
+                               opts=opts)
 
         def finish(values):
             if buf is not source:
@@ -645,7 +663,7 @@ class HerringProcessGroup(dist.ProcessGroup):
     def barrier(self, opts=None):
         opts = opts if opts is not None else dist.BarrierOptions()
         handle = basics.enqueue("barrier", collective_name(self._set, "barrier"), self._set, DTYPES["uint8"],
-                                basics.Sum, 1.0, 1.0, -1, [], in_program_order=True)
+                                basics.Sum, 1.0, 1.0, -1, [], in_program_order=True, waiter_follows=_synchronous(opts))
         return self._work("barrier", [EnginePart(handle, DTYPES["uint8"])], lambda values: None, [], opts, [])
 
     def monitored_barrier(self, timeout=None, wait_all_ranks=False):
