@@ -39,7 +39,8 @@ const std::vector<KnobSpec>& AllKnobs() {
        "hand-off instead of a reduce-scatter and an all-gather); across hosts, each host's sum "
        "goes straight to the other hosts instead of through the server shards. 0 turns it off.", true},
       {"HERRING_CALLER_RUNS_CYCLES", "1", "bool",
-       "A synchronous collective (hvd.allreduce, allreduce_, broadcast, broadcast_) that finds "
+       "A synchronous collective (hvd.allreduce, allreduce_, broadcast, broadcast_; on the "
+       "torch.distributed backend all_reduce, broadcast and barrier without async_op) that finds "
        "the background loop idle runs its cycle (negotiation and execution) on the calling "
        "thread, instead of waking the loop's thread and sleeping until it is done: two thread "
        "hand-offs fewer, each a wake-up on another core when the scheduler puts the threads "
