@@ -308,13 +308,24 @@ def synchronous_calls_run_their_cycles_on_the_caller():
         collectives()
         return basics.counters()["waiter_cycles"] - before
 
-    sums = [torch.full((4,), float(R + i)) for i in range(20)]
-    synchronous = waiter_cycles(lambda: [(dist.all_reduce(t), dist.barrier()) for t in sums[:10]])
+    # A rank that is late every time (more ranks than cores) may find its loop woken by the others'
+    # invitations, and the loop runs the cycle: so rounds of 10, up to 5, until a waiter ran one on
+    # every rank (decided together: every rank runs the same collectives). Asynchronous ones must
+    # never run one.
+    sums = [torch.full((4,), float(R + i)) for i in range(60)]
+    synchronous, used = 0, []
+    for first in range(0, 50, 10):
+        synchronous += waiter_cycles(lambda: [(dist.all_reduce(t), dist.barrier()) for t in sums[first:first + 10]])
+        used += range(first, first + 10)
+        everyone_ran_one = torch.tensor([int(synchronous > 0)])
+        dist.all_reduce(everyone_ran_one, op=dist.ReduceOp.MIN)
+        if everyone_ran_one.item():
+            break
     asynchronous = waiter_cycles(lambda: [(dist.all_reduce(t, async_op=True).wait(), dist.barrier(async_op=True).wait())
-                                          for t in sums[10:]])
-    for i, t in enumerate(sums):
-        assert torch.equal(t, torch.full((4,), float(N * i + N * (N - 1) // 2))), (i, t)
-    assert synchronous > 0, "no waiting thread ran a cycle of 10 synchronous all_reduces and barriers"
+                                          for t in sums[50:]])
+    for i in used + list(range(50, 60)):
+        assert torch.equal(sums[i], torch.full((4,), float(N * i + N * (N - 1) // 2))), (i, sums[i])
+    assert synchronous > 0, f"no waiting thread ran a cycle of {len(used)} synchronous all_reduces and barriers"
     assert asynchronous == 0, f"waiting threads ran {asynchronous} cycles of asynchronous collectives"
 
 
@@ -521,14 +532,26 @@ def timeouts_raise_and_the_collective_can_still_complete():
                 assert "timed out after 1.5 s" in str(e), str(e)
             else:
                 raise AssertionError("the group's timeout did not apply")
-        dist.barrier()  # the late ranks arrive
+        # A synchronous all_reduce completes before it returns (no Work left pending) unless it
+        # times out: then its collective stays in flight, and the tensor still gets the sum.
+        at_once = torch.ones(5)
+        with group_timeout(0.25):
+            try:
+                dist.all_reduce(at_once)
+            except dist.DistBackendError as e:
+                assert "timed out after 0.25 s" in str(e), str(e)
+            else:
+                raise AssertionError("a synchronous all_reduce did not time out")
+        dist.barrier()  # the late ranks arrive; the barrier finishes the earlier collectives first
+        assert torch.equal(at_once, torch.full((5,), float(N))), at_once
         work.wait()
         late.wait()
         assert torch.equal(t, torch.full((3,), float(N)))
     else:
-        time.sleep(3)
+        time.sleep(3.5)
         dist.all_reduce(torch.ones(3))
         dist.all_reduce(torch.ones(2))
+        dist.all_reduce(torch.ones(5))
         dist.barrier()
 
 

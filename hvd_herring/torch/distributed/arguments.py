@@ -73,10 +73,12 @@ def check_allreduce(tensors, reduce_op):
     for t in tensors:
         if (t.layout == torch.sparse_coo) != sparse:
             raise invalid(what, f"invalid tensor layout (expected {tensors[0].layout}, got {t.layout})")
-    check_same(what, tensors, tensors[0])
-    kind = reduce_op.op if hasattr(reduce_op, "op") else reduce_op
-    if sparse and kind != ReduceOp.RedOpType.SUM:
-        raise invalid(what, f"unsupported reduction operation {kind} on sparse tensors (only SUM)")
+    if len(tensors) > 1:  # one tensor is trivially like itself
+        check_same(what, tensors, tensors[0])
+    if sparse:
+        kind = getattr(reduce_op, "op", reduce_op)
+        if kind != ReduceOp.RedOpType.SUM:
+            raise invalid(what, f"unsupported reduction operation {kind} on sparse tensors (only SUM)")
     return sparse
 
 

@@ -12,12 +12,13 @@ ranks. So a callback's collectives are named after the chain it belongs to inste
 collective's name, the position of each `then` along it, a counter inside the callback), through
 HerringFuture, whose `then` opens that naming scope around the callback."""
 
+import itertools
 import threading
 
 from torch.futures import Future
 
 _local = threading.local()      # .scope: the naming scope of the callback running on this thread
-_counters = {}                  # process set -> collectives issued by the application's threads
+_counters = {}                  # process set -> counter of the collectives its application threads issued
 _counters_lock = threading.Lock()
 
 
@@ -38,10 +39,12 @@ def collective_name(process_set, signature):
     if scope is not None:
         name = chain = scope.next_name()
     else:
-        with _counters_lock:
-            n = _counters.get(process_set, 0)
-            _counters[process_set] = n + 1
-        name, chain = f"torch.{signature}", f"torch.{n}"
+        counter = _counters.get(process_set)
+        if counter is None:
+            with _counters_lock:
+                counter = _counters.setdefault(process_set, itertools.count())
+        # next() on an itertools.count is atomic under the GIL: no lock per collective.
+        name, chain = f"torch.{signature}", f"torch.{next(counter)}"
     _local.last = chain
     return name
 

@@ -22,7 +22,8 @@ from hvd_herring.torch.distributed.arguments import (
     check_cpu, check_gather, check_reduce, check_scatter, invalid, options, reduce_op_of)
 from hvd_herring.torch.distributed.naming import collective_name, last_chain
 from hvd_herring.torch.distributed.persistent_buffers import persistent_buffers
-from hvd_herring.torch.distributed.work import CompletedWork, EnginePart, HerringWork, TransferPart, _seconds
+from hvd_herring.torch.distributed.work import (CompletedWork, EnginePart, HerringWork, TransferPart, _in_flight, _seconds,
+                                                complete_at_once)
 
 _TORCH_DTYPES = {  # torch dtype -> the engine's dtype code
     torch.uint8: "uint8", torch.int8: "int8", torch.int16: "int16", torch.int32: "int32",
@@ -44,7 +45,11 @@ def _dtype_code(tensor):
 
 def _engine_op(reduce_op, dtype):
     """c10d's ReduceOp -> (the engine's op, prescale). Bool SUM/PRODUCT are OR/AND, as in NCCL."""
-    kind = reduce_op.op if hasattr(reduce_op, "op") else reduce_op
+    kind = _kind(reduce_op)
+    if dtype is not torch.bool:
+        op = _ENGINE_OPS_BY_VALUE.get(kind.value)  # the usual ops first, by the enum's integer
+        if op is not None:
+            return op, 1.0
     if kind == _RED.PREMUL_SUM:
         factor = reduce_op.factor
         return basics.Sum, float(factor.item() if isinstance(factor, torch.Tensor) else factor)
@@ -61,6 +66,8 @@ def _engine_op(reduce_op, dtype):
 _ENGINE_OPS = {_RED.SUM: _native.REDUCE_OPS["Sum"], _RED.AVG: _native.REDUCE_OPS["Average"],
                _RED.PRODUCT: _native.REDUCE_OPS["Product"], _RED.MIN: _native.REDUCE_OPS["Min"],
                _RED.MAX: _native.REDUCE_OPS["Max"]}
+# pybind's enums hash and compare slowly (0.45-0.6 us each); their integers do not.
+_ENGINE_OPS_BY_VALUE = {kind.value: op for kind, op in _ENGINE_OPS.items()}
 
 
 def _synchronous(opts):
@@ -71,10 +78,12 @@ def _synchronous(opts):
 
 
 _BITWISE = {_RED.BAND: torch.bitwise_and, _RED.BOR: torch.bitwise_or, _RED.BXOR: torch.bitwise_xor}
+_BITWISE_VALUES = frozenset(kind.value for kind in _BITWISE)
 
 
 def _kind(reduce_op):
-    return reduce_op.op if hasattr(reduce_op, "op") else reduce_op
+    """c10d's ReduceOp (or a bare RedOpType) -> its RedOpType."""
+    return getattr(reduce_op, "op", reduce_op)
 
 
 def _local_reduce(tensors, reduce_op):
@@ -131,7 +140,24 @@ def _signature(op_type, dtype_code, reduce_op, root, args):
     """What a collective is, for its name (naming.py): the same collective in every step gets the
     same name. Only what every rank has in common: allgather and alltoall inputs may differ in
     their first dimension (and splits) from rank to rank. A group of many tensors is summarised by
-    a digest of its shapes."""
+    a digest of its shapes. Remembered per single-tensor call: a training step asks again and
+    again."""
+    if len(args) == 1:
+        key = (op_type, dtype_code, reduce_op, root, tuple(args[0][2]))
+        signature = _ONE_TENSOR_SIGNATURES.get(key)
+        if signature is None:
+            if len(_ONE_TENSOR_SIGNATURES) >= _SIGNATURES_REMEMBERED:
+                _ONE_TENSOR_SIGNATURES.clear()  # shapes that vary without end: start afresh
+            signature = _ONE_TENSOR_SIGNATURES[key] = _make_signature(op_type, dtype_code, reduce_op, root, args)
+        return signature
+    return _make_signature(op_type, dtype_code, reduce_op, root, args)
+
+
+_ONE_TENSOR_SIGNATURES = {}
+_SIGNATURES_REMEMBERED = 4096
+
+
+def _make_signature(op_type, dtype_code, reduce_op, root, args):
     ragged = op_type in ("allgather", "alltoall")
     shapes = [("*",) + tuple(shape[1:]) if ragged else tuple(shape) for _, _, shape, _ in args]
     if len(shapes) == 1:
@@ -234,10 +260,16 @@ class HerringProcessGroup(dist.ProcessGroup):
             # The results are written by whichever thread completes the Work (a settler, for a
             # future): in inference mode if the caller was, as inference tensors demand.
             finish = _in_inference_mode(finish)
+        if _synchronous(opts) and _in_flight.nothing_pending_in(self._set):
+            # torch waits for it at once, on this thread: complete it here, without a pending Work.
+            return complete_at_once(self._what(op), parts, finish, result, self._timeout_of(opts), keep_alive,
+                                    last_chain(), self._set)
         return HerringWork(self._what(op), parts, finish, result, self._timeout_of(opts), keep_alive,
                            chain=last_chain(), ordered_in=self._set)
 
     def _by_dtype(self, tensors):
+        if len(tensors) == 1:
+            return [[0]]
         groups = {}
         for i, t in enumerate(tensors):
             groups.setdefault(t.dtype, []).append(i)
@@ -277,7 +309,7 @@ class HerringProcessGroup(dist.ProcessGroup):
         if not tensors:
             return CompletedWork(tensors, what)
         parts, finishes, copies_back, keep = [], [], [], []
-        bitwise = _kind(reduce_op) in _BITWISE
+        bitwise = _kind(reduce_op).value in _BITWISE_VALUES
         for positions in self._by_dtype(tensors):  # one grouped request per dtype, as a fusion buffer holds one
             group = [tensors[i] for i in positions]
             entries = []

@@ -246,6 +246,18 @@ class _InFlight:
             with self._lock:
                 self._works = collections.deque(w for w in self._works if id(w) not in done)
 
+    def nothing_pending_in(self, key):
+        """Whether no Work of `key`'s group may still be running, after finishing those of the
+        oldest found complete (as an add would): a synchronous collective issued now is then next
+        in c10d's order as soon as it is complete."""
+        if not self._works:
+            return True
+        with self._lock:
+            oldest = list(itertools.islice(self._works, 0, 2))
+        self._drop_completed(oldest)
+        with self._lock:
+            return not any(w._ordered_in == key and not w._done for w in self._works)
+
     def issued_before(self, work):
         """The pending Works of `work`'s group issued before it, oldest first."""
         if work._ordered_in is None or work._sequence is None:
@@ -265,11 +277,57 @@ def _as_dist_error(message, cause=None):
 
 
 class CompletedWork(HerringWork):
-    """A collective that needed no communication (an empty list)."""
+    """A collective already complete when its Work is made: one that needed no communication (an
+    empty list), or one completed before it returned (complete_at_once)."""
 
-    def __init__(self, result, what="collective"):
-        super().__init__(what, [], lambda values: None, result, None)
-        self._done = True
+    # What HerringWork.__init__ would set for no parts, as class attributes: a small synchronous
+    # collective makes one of these per call.
+    _parts, _values, _keep_alive = (), None, ()
+    _done, _exception, _future = True, None, None
+    _default_timeout, _ordered_in, _sequence = None, None, None
+
+    def __init__(self, result, what="collective", chain="torch"):
+        dist.Work.__init__(self)
+        self._result, self._what, self._chain = result, what, chain
+        self._lock = threading.Lock()
+        self._future_lock = threading.Lock()
+
+    @staticmethod
+    def _finish(values):
+        pass
+
+    def wait(self, timeout=None):
+        return True
+
+
+def complete_at_once(what, parts, finish, result, timeout, keep_alive, chain, ordered_in):
+    """A synchronous collective (torch waits for its Work at once: dist.all_reduce without
+    async_op) when no earlier Work of its group is pending (_in_flight.nothing_pending_in): waited
+    and finished here, returned complete. The Work's machinery (locks, the in-flight registry,
+    polling) was most of the Python in issuing a small dist.all_reduce. Errors are those its
+    wait() would raise; one still pending when the wait ends (the timeout, an interrupt) becomes
+    an ordinary Work in the registry, which keeps its tensors alive while the engine uses them."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    values = []
+    try:
+        for part in parts:
+            values.append(part.wait(None if deadline is None else max(0.0, deadline - time.monotonic())))
+        finish(values)
+    except TimeoutError:
+        raise _still_pending(what, parts, finish, result, timeout, keep_alive, chain, ordered_in,
+                             values)._timeout_error(timeout) from None
+    except Exception as e:  # the engine's error (a lost rank, a mismatch): final, as in _complete
+        raise _as_dist_error(f"herring: {what} failed: {e}", e)
+    except BaseException:
+        _still_pending(what, parts, finish, result, timeout, keep_alive, chain, ordered_in, values)
+        raise
+    return CompletedWork(result, what, chain)
+
+
+def _still_pending(what, parts, finish, result, timeout, keep_alive, chain, ordered_in, values):
+    work = HerringWork(what, parts, finish, result, timeout, keep_alive, chain=chain, ordered_in=ordered_in)
+    work._values = values
+    return work
 
 
 # --- settlers -------------------------------------------------------------------------------------
