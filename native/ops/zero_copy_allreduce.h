@@ -2,7 +2,8 @@
 // of the host act as the server shards of the buffer, each pulling a unit straight out of every
 // rank's input, summing it in local rank order and pushing the sum straight into every rank's
 // output. Each byte is read once and written once: the least memory traffic any local allreduce
-// can do, against (5 + 1/N)x the buffer per rank when staging through the arena.
+// can do, against (5 - 1/N)x the buffer per rank when staging through the arena ((5 + 1/N)x with
+// a prescale: docs/zero_copy.md).
 //
 // Units are handed out by the arena's claim counter rather than split in fixed shares: with more
 // ranks than cores (4 ranks on 2 cores here) the ranks that hold a core do the work instead of

@@ -1,12 +1,13 @@
 // Zero-copy memory: tensors that the other ranks of this host can read and write where they are.
 //
-// Staging through the shared-memory arena costs each rank (5 + 1/N)·S bytes of memory traffic per
-// allreduce of S bytes (copy in, reduce, copy out); the least any local allreduce can move is 2·S
-// (read every input once, write every output once). Getting there needs the ranks to reach each
-// other's tensors in place. Cross-memory attach (process_vm_readv) copies through the kernel at a
-// third of memcpy's rate on this kind of machine, so herring instead gives out tensor memory that
-// its peers map: one memfd per process, sparse, mapped by the other local ranks through
-// /proc/<pid>/fd/<fd> (same user; no name in /dev/shm, so nothing can be left behind).
+// Staging through the shared-memory arena costs each rank (5 - 1/N)·S bytes of memory traffic per
+// allreduce of S bytes (copy in, reduce, copy out; (5 + 1/N)·S with a prescale, docs/zero_copy.md);
+// the least any local allreduce can move is 2·S (read every input once, write every output once).
+// Getting there needs the ranks to reach each other's tensors in place. Cross-memory attach
+// (process_vm_readv) copies through the kernel at a third of memcpy's rate on this kind of
+// machine, so herring instead gives out tensor memory that its peers map: one memfd per process,
+// sparse, mapped by the other local ranks through /proc/<pid>/fd/<fd> (same user; no name in
+// /dev/shm, so nothing can be left behind).
 //
 // ZeroCopyPool is a memfd and a first-fit allocator over it; allocations are whole pages so that
 // freeing one gives its memory back (hole punching). PeerPools maps the pools of the other local
