@@ -178,16 +178,13 @@ class HerringWork(dist.Work):
         try:
             if not self._done:
                 try:
-                    while len(self._values) < len(self._parts):
-                        remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-                        self._values.append(self._parts[len(self._values)].wait(remaining))
-                    self._finish(self._values)
+                    _wait_and_finish(self._parts, self._values, self._finish, deadline)
                 except TimeoutError:
                     # Still pending: may be waited again. The in-flight registry keeps it (and the
                     # tensors the engine still writes) until it completes.
                     raise self._timeout_error(reported) from None
                 except Exception as e:  # the engine's error (a lost rank, a mismatch): final
-                    self._exception = _as_dist_error(f"herring: {self._what} failed: {e}", e)
+                    self._exception = _failed(self._what, e)
                 self._done = True
                 self._values = None
                 self._keep_alive = ()
@@ -270,6 +267,19 @@ class _InFlight:
 _in_flight = _InFlight()
 
 
+def _wait_and_finish(parts, values, finish, deadline):
+    """Waits for the parts whose results are not in `values` yet, in order, appending each, then
+    turns them into the outputs: a TimeoutError leaves `values` as far as it got."""
+    while len(values) < len(parts):
+        remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+        values.append(parts[len(values)].wait(remaining))
+    finish(values)
+
+
+def _failed(what, error):
+    return _as_dist_error(f"herring: {what} failed: {error}", error)
+
+
 def _as_dist_error(message, cause=None):
     error = dist.DistBackendError(message)
     error.__cause__ = cause
@@ -310,14 +320,12 @@ def complete_at_once(what, parts, finish, result, timeout, keep_alive, chain, or
     deadline = None if timeout is None else time.monotonic() + timeout
     values = []
     try:
-        for part in parts:
-            values.append(part.wait(None if deadline is None else max(0.0, deadline - time.monotonic())))
-        finish(values)
+        _wait_and_finish(parts, values, finish, deadline)
     except TimeoutError:
         raise _still_pending(what, parts, finish, result, timeout, keep_alive, chain, ordered_in,
                              values)._timeout_error(timeout) from None
     except Exception as e:  # the engine's error (a lost rank, a mismatch): final, as in _complete
-        raise _as_dist_error(f"herring: {what} failed: {e}", e)
+        raise _failed(what, e)
     except BaseException:
         _still_pending(what, parts, finish, result, timeout, keep_alive, chain, ordered_in, values)
         raise
