@@ -92,6 +92,7 @@ void HerringAllreduce::PipelineThroughSharedMemory(ExecContext& ctx, AllreduceBa
   // own input there straight from its tensors and stages only the other owners' slices: a copy
   // of 1/local_size of the buffer saved.
   const bool owner_reads_own_input = batch.prescale == 1.0;
+  const bool one_host = ctx.set.hosts.size() == 1;
   // My slice of a chunk, in elements from the chunk's start.
   auto my_slice = [&](const ElementRange& r) {
     return SplitEvenly(r.size(), local_size, AlignElements(batch.dtype))[me];
@@ -143,9 +144,15 @@ void HerringAllreduce::PipelineThroughSharedMemory(ExecContext& ctx, AllreduceBa
       } else if (!mine.empty()) {
         reduce_piece(mine.begin, nullptr, mine.size());
       }
+      if (one_host && !mine.empty()) {
+        // My slice of the sum is final and still in this core's cache, and so are my tensors
+        // there (just read): copying it out now costs almost no memory traffic, whereas copy-out
+        // would read it back from memory a chunk later.
+        batch.ScatterOutputs(r.begin + mine.begin, r.begin + mine.end, result + mine.begin * esz, batch.postscale);
+      }
       ctx.counters.shm_chunks++;
     }
-    if (ctx.set.hosts.size() > 1) {
+    if (!one_host) {
       // Push now, collect the sums at copy-out: the network works while the next chunk is reduced.
       TimelinePhase phase(ctx.timeline, ctx.lane, "PUSH_SERVE");
       pulls[c % kPipelineDepth] = PushAndPostPull(ctx, batch, c, r.size(), result);
@@ -158,7 +165,7 @@ void HerringAllreduce::PipelineThroughSharedMemory(ExecContext& ctx, AllreduceBa
   };
   // Stage 3: the whole reduced chunk out to my tensors.
   auto copy_out = [&](int64_t c) {
-    if (ctx.set.hosts.size() > 1) {
+    if (!one_host) {
       TimelinePhase phase(ctx.timeline, ctx.lane, "PULL");
       AwaitPull(ctx, batch, pulls[c % kPipelineDepth]);
       arena.Publish(kSliceDone, seq(c));  // my slice now holds the sum over every host
@@ -166,7 +173,14 @@ void HerringAllreduce::PipelineThroughSharedMemory(ExecContext& ctx, AllreduceBa
     TimelinePhase phase(ctx.timeline, ctx.lane, "COPY_OUT");
     check(arena.WaitAll(kSliceDone, seq(c), ctx.StepDeadline()), "all-gather in shared memory");
     const ElementRange r = range(c);
-    batch.ScatterOutputs(r.begin, r.end, arena.result() + offset(c), batch.postscale);
+    const uint8_t* result = arena.result() + offset(c);
+    if (one_host) {  // my own slice went out at the reduce
+      const ElementRange mine = my_slice(r);
+      batch.ScatterOutputs(r.begin, r.begin + mine.begin, result, batch.postscale);
+      batch.ScatterOutputs(r.begin + mine.end, r.end, result + mine.end * esz, batch.postscale);
+    } else {
+      batch.ScatterOutputs(r.begin, r.end, result, batch.postscale);
+    }
     if (ctx.faults && !batch.entries.empty()) {
       ctx.faults->At("scatter", &ctx.net, batch.entries[0].output, batch.entries[0].count ? 1 : 0);
     }

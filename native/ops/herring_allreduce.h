@@ -5,7 +5,9 @@
 //   3. across hosts: local rank l pushes its reduced slice, cut along the partition map, to the
 //      server shards owning those byte ranges; each shard sums the H host contributions in host
 //      order and sends the sum back (the "pull");
-//   4. all-gather inside the host: everyone copies the whole result out (postscaled).
+//   4. all-gather inside the host: everyone copies the whole result out (postscaled). On one host
+//      a rank copies its own slice out right after summing it, while the sum and its tensors are
+//      still in its cache, and only the others' slices at this step.
 // Large buffers stream through the slots in chunks, pipelined (stage, reduce, copy out). Every element is reduced exactly once, by
 // one owner, in a fixed order, so the bits are identical on every rank and from run to run.
 #pragma once
