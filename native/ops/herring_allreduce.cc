@@ -97,6 +97,14 @@ void HerringAllreduce::PipelineThroughSharedMemory(ExecContext& ctx, AllreduceBa
   auto my_slice = [&](const ElementRange& r) {
     return SplitEvenly(r.size(), local_size, AlignElements(batch.dtype))[me];
   };
+  // Visits the parts of chunk r outside my slice (before it, after it) as visit(first element,
+  // end element, byte offset in the chunk): what staging and copy-out move when my slice is
+  // handled apart.
+  auto around_my_slice = [&](const ElementRange& r, auto&& visit) {
+    const ElementRange mine = my_slice(r);
+    visit(r.begin, r.begin + mine.begin, size_t{0});
+    visit(r.begin + mine.end, r.end, static_cast<size_t>(mine.end) * esz);
+  };
 
   // Stage 1: my chunk into my sub-slot, once every owner finished reading it kPipelineDepth ago.
   auto copy_in = [&](int64_t c) {
@@ -108,9 +116,7 @@ void HerringAllreduce::PipelineThroughSharedMemory(ExecContext& ctx, AllreduceBa
     const ElementRange r = range(c);
     uint8_t* slot = arena.slot(me) + offset(c);
     if (owner_reads_own_input) {  // everything but my slice: only the other owners read the slot
-      const ElementRange mine = my_slice(r);
-      batch.GatherInputs(r.begin, r.begin + mine.begin, slot, 1.0);
-      batch.GatherInputs(r.begin + mine.end, r.end, slot + mine.end * esz, 1.0);
+      around_my_slice(r, [&](int64_t begin, int64_t end, size_t at) { batch.GatherInputs(begin, end, slot + at, 1.0); });
     } else {
       batch.GatherInputs(r.begin, r.end, slot, batch.prescale);
     }
@@ -175,9 +181,9 @@ void HerringAllreduce::PipelineThroughSharedMemory(ExecContext& ctx, AllreduceBa
     const ElementRange r = range(c);
     const uint8_t* result = arena.result() + offset(c);
     if (one_host) {  // my own slice went out at the reduce
-      const ElementRange mine = my_slice(r);
-      batch.ScatterOutputs(r.begin, r.begin + mine.begin, result, batch.postscale);
-      batch.ScatterOutputs(r.begin + mine.end, r.end, result + mine.end * esz, batch.postscale);
+      around_my_slice(r, [&](int64_t begin, int64_t end, size_t at) {
+        batch.ScatterOutputs(begin, end, result + at, batch.postscale);
+      });
     } else {
       batch.ScatterOutputs(r.begin, r.end, result, batch.postscale);
     }
