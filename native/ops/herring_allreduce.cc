@@ -169,7 +169,8 @@ void HerringAllreduce::PipelineThroughSharedMemory(ExecContext& ctx, AllreduceBa
       arena.Publish(kSliceDone, seq(c));
     }
   };
-  // Stage 3: the whole reduced chunk out to my tensors.
+  // Stage 3: the reduced chunk out to my tensors (on one host all but my slice, which went out at
+  // the reduce).
   auto copy_out = [&](int64_t c) {
     if (!one_host) {
       TimelinePhase phase(ctx.timeline, ctx.lane, "PULL");
