@@ -50,6 +50,12 @@ ZERO_COPY_FAULTS = [("kill:shm:2:3", 2, "rank 2"), ("stop:shm:1:2", 1, "rank 1")
 ZERO_COPY_STEP = "(during zero-copy allreduce)"
 
 
+# The same faults while the ranks of one host copy each other's slices of the sum out of their
+# tensors (HERRING_READ_PEER_TENSORS=always, 4 ranks): a victim gone mid-read is named, and the
+# readers neither crash nor hang.
+PEER_READ_FAULTS = [("kill:shm:2:3", 2, "rank 2"), ("exit:scatter:1:2", 1, "rank 1"), ("stop:shm:3:2", 3, "rank 3")]
+
+
 @pytest.mark.parametrize("spec,victim,needle", FAULTS, ids=[f[0] for f in FAULTS])
 def test_fault_in_every_phase(spec, victim, needle):
     check_fault(spec, victim, needle, hosts=2)
@@ -60,6 +66,11 @@ def test_fault_in_a_zero_copy_allreduce(spec, victim, needle):
     outcomes = check_fault(spec, victim, needle, hosts=1, HERRING_TEST_ZERO_COPY=1)
     for r, o in outcomes.items():  # ... and say so, once: the fault hit the zero-copy path
         assert o["error"].count(ZERO_COPY_STEP) == 1, o
+
+
+@pytest.mark.parametrize("spec,victim,needle", PEER_READ_FAULTS, ids=[f[0] for f in PEER_READ_FAULTS])
+def test_fault_while_ranks_read_each_others_tensors(spec, victim, needle):
+    check_fault(spec, victim, needle, hosts=1, HERRING_READ_PEER_TENSORS="always")
 
 
 def check_fault(spec, victim, needle, hosts, **env):

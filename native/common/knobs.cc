@@ -193,6 +193,14 @@ const std::vector<KnobSpec>& AllKnobs() {
        "Address space of this process's zero-copy memory (hvd.zero_copy_empty and friends): "
        "tensors there are reduced in place by the ranks of their host, without staging copies. "
        "Pages are used only as tensors are allocated; 0 turns the allocator off.", false},
+      {"HERRING_READ_PEER_TENSORS", "auto", "enum",
+       "One-host allreduces above HERRING_SMALL_MESSAGE_BYTES: each rank sums its slice of a chunk "
+       "straight into its own tensors and the other local ranks copy it from there "
+       "(process_vm_readv, same user), instead of through the shared result area, whose lines "
+       "every sum would first have to take back from the other cores' caches. `auto`: where every "
+       "local rank has a core (with more ranks than cores the result area measured faster); "
+       "`always`; `never`. Where some local rank cannot read another's memory (another pid "
+       "namespace, a seccomp profile without process_vm_readv), the result area is used.", true},
       {"HERRING_DIST_ZERO_COPY", "1", "bool",
        "torch.distributed (backend \"herring\"), every rank on one host: a buffer allreduced a "
        "second time while still alive (DDP's buckets) is moved, once and in place, into zero-copy "
@@ -264,6 +272,16 @@ class KnobReader {
     std::string v = Raw(name);
     if (v != first && v != second) Bad(name, v, first + " or " + second);
     return v == first;
+  }
+  // The index of the value among `values` (the first is the table's default).
+  size_t Choice(const std::string& name, const std::vector<std::string>& values) const {
+    const std::string v = Raw(name);
+    for (size_t i = 0; i < values.size(); ++i) {
+      if (v == values[i]) return i;
+    }
+    std::string want;
+    for (size_t i = 0; i < values.size(); ++i) want += (i ? (i + 1 == values.size() ? " or " : ", ") : "") + values[i];
+    Bad(name, v, want);
   }
   [[noreturn]] static void Bad(const std::string& name, const std::string& v, const std::string& want) {
     throw Error(Status::InvalidArgument(name + "='" + v + "' is not valid: expected " + want));
@@ -342,6 +360,7 @@ Config Config::FromEnvironment(const std::map<std::string, std::string>& env) {
   c.shm_slot_bytes = r.Int("HERRING_SHM_SLOT_BYTES", 4096);
   c.chunk_bytes = r.Int("HERRING_CHUNK_BYTES", 4096);
   c.zero_copy_bytes = r.Int("HERRING_ZERO_COPY_BYTES", 0);
+  c.read_peer_tensors = static_cast<PeerTensorReads>(r.Choice("HERRING_READ_PEER_TENSORS", {"auto", "always", "never"}));
   c.autotune = r.Bool("HOROVOD_AUTOTUNE");
   c.autotune_log = r.Raw("HOROVOD_AUTOTUNE_LOG");
   const std::string start = r.Raw("HERRING_AUTOTUNE_START");

@@ -28,6 +28,8 @@ bool BoolKnobFromProcessEnvironment(const std::string& name);
 enum class AllreduceAlgorithm { kHerring, kRing, kHalvingDoubling, kHalvingDoublingTopo };
 
 enum class PushSchedule { kAllAtOnce, kRoundRobin };
+// HERRING_READ_PEER_TENSORS, in the knob's order of values.
+enum class PeerTensorReads { kAuto, kAlways, kNever };
 
 struct Config {
   int64_t fusion_threshold_bytes;
@@ -69,6 +71,7 @@ struct Config {
   int64_t shm_slot_bytes;
   int64_t chunk_bytes;
   int64_t zero_copy_bytes;    // HERRING_ZERO_COPY_BYTES
+  PeerTensorReads read_peer_tensors;  // HERRING_READ_PEER_TENSORS
 
   bool autotune = false;             // HOROVOD_AUTOTUNE
   std::string autotune_log;          // HOROVOD_AUTOTUNE_LOG

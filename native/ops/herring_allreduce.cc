@@ -6,6 +6,7 @@
 
 #include "kernels/reduce.h"
 #include "ops/shm_staging.h"
+#include "ops/tensor_notice.h"
 
 namespace herring {
 
@@ -73,7 +74,7 @@ void HerringAllreduce::Execute(ExecContext& ctx, AllreduceBatch& batch) {
 }
 
 void HerringAllreduce::PipelineThroughSharedMemory(ExecContext& ctx, AllreduceBatch& batch, int64_t chunk_elems,
-                                                   int64_t chunks, bool offer_zero_copy) {
+                                                   int64_t chunks, bool offer_tensors) {
   const int64_t total = batch.total_count();
   const size_t esz = ElementSize(batch.dtype);
   ShmArena& arena = *ctx.set.arena;
@@ -93,6 +94,9 @@ void HerringAllreduce::PipelineThroughSharedMemory(ExecContext& ctx, AllreduceBa
   // of 1/local_size of the buffer saved.
   const bool owner_reads_own_input = batch.prescale == 1.0;
   const bool one_host = ctx.set.hosts.size() == 1;
+  // Set once every rank's notice is out (below): the others' slices of the sum are copied out of
+  // their tensors (ops/peer_output_reads.h), and mine are summed into a private buffer.
+  bool read_peers = false;
   // My slice of a chunk, in elements from the chunk's start.
   auto my_slice = [&](const ElementRange& r) {
     return SplitEvenly(r.size(), local_size, AlignElements(batch.dtype))[me];
@@ -125,12 +129,12 @@ void HerringAllreduce::PipelineThroughSharedMemory(ExecContext& ctx, AllreduceBa
   // Stage 2: reduce my slice of everyone's chunk (in local order), then across hosts.
   auto reduce = [&](int64_t c) {
     const ElementRange r = range(c);
-    uint8_t* result = arena.result() + offset(c);
+    uint8_t* result = read_peers ? own_sum_.Get(sub_slot_bytes) : arena.result() + offset(c);
     {
       TimelinePhase phase(ctx.timeline, ctx.lane, "SHM_REDUCE_SCATTER");
       if (ctx.faults) ctx.faults->At("shm", &ctx.net);
       check(arena.WaitAll(kInputReady, seq(c), ctx.StepDeadline()), "staging in shared memory");
-      if (seq(c) > kPipelineDepth) {
+      if (seq(c) > kPipelineDepth && !read_peers) {
         check(arena.WaitAll(kConsumed, seq(c) - kPipelineDepth, ctx.StepDeadline()), "shared-memory result reuse");
       }
       const ElementRange mine = my_slice(r);
@@ -178,15 +182,24 @@ void HerringAllreduce::PipelineThroughSharedMemory(ExecContext& ctx, AllreduceBa
       arena.Publish(kSliceDone, seq(c));  // my slice now holds the sum over every host
     }
     TimelinePhase phase(ctx.timeline, ctx.lane, "COPY_OUT");
-    check(arena.WaitAll(kSliceDone, seq(c), ctx.StepDeadline()), "all-gather in shared memory");
     const ElementRange r = range(c);
-    const uint8_t* result = arena.result() + offset(c);
-    if (one_host) {  // my own slice went out at the reduce
-      around_my_slice(r, [&](int64_t begin, int64_t end, size_t at) {
-        batch.ScatterOutputs(begin, end, result + at, batch.postscale);
-      });
+    if (read_peers) {  // each other rank's slice from its tensors, as soon as it is there
+      const auto slices = SplitEvenly(r.size(), local_size, AlignElements(batch.dtype));
+      for (int i = 0; i < local_size; ++i) {
+        if (i == me || slices[i].empty()) continue;
+        check(arena.WaitFor(kSliceDone, i, seq(c), ctx.StepDeadline()), "all-gather from the local ranks' tensors");
+        peer_reads_.Read(ctx, batch, i, r.begin + slices[i].begin, r.begin + slices[i].end);
+      }
     } else {
-      batch.ScatterOutputs(r.begin, r.end, result, batch.postscale);
+      check(arena.WaitAll(kSliceDone, seq(c), ctx.StepDeadline()), "all-gather in shared memory");
+      const uint8_t* result = arena.result() + offset(c);
+      if (one_host) {  // my own slice went out at the reduce
+        around_my_slice(r, [&](int64_t begin, int64_t end, size_t at) {
+          batch.ScatterOutputs(begin, end, result + at, batch.postscale);
+        });
+      } else {
+        batch.ScatterOutputs(r.begin, r.end, result, batch.postscale);
+      }
     }
     if (ctx.faults && !batch.entries.empty()) {
       ctx.faults->At("scatter", &ctx.net, batch.entries[0].output, batch.entries[0].count ? 1 : 0);
@@ -197,23 +210,26 @@ void HerringAllreduce::PipelineThroughSharedMemory(ExecContext& ctx, AllreduceBa
   // Software pipeline: while the others still reduce chunk c, stage chunk c + 1 and copy out
   // chunk c - 1. Each stage only waits for what other ranks did earlier in their own program
   // order, so this cannot deadlock (kPipelineDepth >= 3).
-  if (offer_zero_copy) zero_copy_.Offer(ctx, batch);  // published before chunk 0's kInputReady
+  uint64_t notice_round = 0;  // published before chunk 0's kInputReady
+  if (offer_tensors) notice_round = OfferTensors(ctx, batch, OwnZeroCopyPool(ctx), peer_reads_.Wanted(ctx));
   copy_in(0);
-  if (offer_zero_copy) {
-    // Chunk 0 staged by everyone means everyone's offer is out: all ranks read the same offers
+  if (offer_tensors) {
+    // Chunk 0 staged by everyone means everyone's notice is out: all ranks read the same notices
     // here and take the same branch, at the cost of one staged chunk when they go zero-copy and
-    // of no extra wait when they do not.
+    // of no extra wait otherwise.
     check(arena.WaitAll(kInputReady, seq(0), ctx.StepDeadline()), "staging in shared memory");
-    if (zero_copy_.EveryoneOffered(ctx)) {
+    const TensorReach reach = AgreedReach(arena, notice_round);
+    if (reach == TensorReach::kZeroCopy) {
       // Close this batch's sequence numbers as if every chunk had gone through: nobody reads the
       // staged chunk, and later batches wait on these counters.
       arena.Publish(kSliceDone, seq(chunks - 1));
       arena.Publish(kConsumed, seq(chunks - 1));
-      if (!zero_copy_.Run(ctx, batch)) {
+      if (!zero_copy_.Run(ctx, batch, notice_round)) {
         PipelineThroughSharedMemory(ctx, batch, chunk_elems, chunks, false);  // afresh, staged
       }
       return;
     }
+    read_peers = reach == TensorReach::kOutputsByAddress && peer_reads_.Prepare(ctx, batch, notice_round);
   }
   for (int64_t c = 0; c < chunks; ++c) {
     if (c + 1 < chunks) copy_in(c + 1);
@@ -221,6 +237,11 @@ void HerringAllreduce::PipelineThroughSharedMemory(ExecContext& ctx, AllreduceBa
     if (c >= 1) copy_out(c - 1);
   }
   copy_out(chunks - 1);
+  if (read_peers) {
+    // My outputs must stay as they are until every other rank has copied my slices out of them.
+    TimelinePhase phase(ctx.timeline, ctx.lane, "COPY_OUT");
+    check(arena.WaitAll(kConsumed, seq(chunks - 1), ctx.StepDeadline()), "the local ranks reading this rank's tensors");
+  }
 }
 
 void HerringAllreduce::ReduceInOneStep(ExecContext& ctx, AllreduceBatch& batch) {

@@ -7,11 +7,13 @@
 //      order and sends the sum back (the "pull");
 //   4. all-gather inside the host: everyone copies the whole result out (postscaled). On one host
 //      a rank copies its own slice out right after summing it, while the sum and its tensors are
-//      still in its cache, and only the others' slices at this step.
+//      still in its cache, and only the others' slices at this step: from their tensors where
+//      it can read them (ops/peer_output_reads.h), else from the shared result area.
 // Large buffers stream through the slots in chunks, pipelined (stage, reduce, copy out). Every element is reduced exactly once, by
 // one owner, in a fixed order, so the bits are identical on every rank and from run to run.
 #pragma once
 
+#include "ops/peer_output_reads.h"
 #include "ops/small_exchange.h"
 #include "ops/zero_copy_allreduce.h"
 #include "ps/shard_server.h"
@@ -42,16 +44,19 @@ class HerringAllreduce : public AllreduceImpl {
   // A small batch on one host (HERRING_SMALL_MESSAGE_BYTES, at most one chunk): every rank
   // stages its input and reduces all of them itself; one hand-off instead of two.
   void ReduceInOneStep(ExecContext& ctx, AllreduceBatch& batch);
-  // With offer_zero_copy, the ranks first find out (at chunk 0) whether every one of them has
-  // its tensors in zero-copy memory, and if so reduce them in place instead of staging.
+  // With offer_tensors (one host), the ranks first find out (at chunk 0) where every one of them
+  // has its tensors (ops/tensor_notice.h): in zero-copy memory, they reduce them in place instead
+  // of staging; in memory the others can read, the all-gather copies out of the others' tensors.
   void PipelineThroughSharedMemory(ExecContext& ctx, AllreduceBatch& batch, int64_t chunk_elems,
-                                   int64_t chunks, bool offer_zero_copy);
+                                   int64_t chunks, bool offer_tensors);
   // Worker side of one chunk across hosts: pushes this rank's host-reduced slice (in `result`)
   // to the shards and posts the receives of the sums into the same place.
   PullWork PushAndPostPull(ExecContext& ctx, const AllreduceBatch& batch, int64_t chunk_index, int64_t n,
                            uint8_t* result);
   void AwaitPull(ExecContext& ctx, const AllreduceBatch& batch, const PullWork& work);
   ZeroCopyAllreduce zero_copy_;     // one host, tensors in zero-copy memory: no staging
+  PeerOutputReads peer_reads_;      // one host, ordinary tensors: the all-gather reads the others' outputs
+  ScratchBuffer own_sum_;           // then this rank's slice of a chunk's sum, before its outputs
   ScratchBuffer private_slot_[kNetworkDepth];  // stand in for the shared slot when a rank is alone on its host
   ScratchBuffer one_step_sum_;  // the small path's result before it is scaled into the outputs
   HostSumsExchange host_sums_;  // small batches across hosts (ops/small_exchange.h)

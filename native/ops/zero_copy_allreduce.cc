@@ -5,106 +5,46 @@
 
 #include "common/logging.h"
 #include "kernels/reduce.h"
+#include "ops/shm_staging.h"
+#include "ops/tensor_notice.h"
 
 namespace herring {
 namespace {
-
-// Arena flags of this path (the staging pipeline uses 0-2). Values count rounds; the notice and
-// mapping rounds publish 2 * round + yes/no, so one store carries the answer and its round.
-constexpr int kNoticeFlag = 3;
-constexpr int kMappedFlag = 4;
-constexpr int kDoneFlag = 5;
 
 // Units small enough that the partial sum stays in the L2 cache while it is written to every
 // rank's output.
 constexpr size_t kUnitBytes = 128 << 10;
 
-struct NoticeHeader {
-  ZeroCopyPoolId pool;
-  uint32_t entries;
-  uint32_t in_zero_copy_memory;  // 1: every input and output of the batch is in `pool`
-};
-struct EntryOffsets {
-  uint64_t input;
-  uint64_t output;
-};
-constexpr size_t kMaxEntries = (ShmArena::kNoticeBytes - sizeof(NoticeHeader)) / sizeof(EntryOffsets);
-
-// Writes this rank's notice; returns whether the batch can go zero-copy from this rank's side.
-bool WriteNotice(uint8_t* notice, const AllreduceBatch& batch, const ZeroCopyPool* pool) {
-  auto* header = reinterpret_cast<NoticeHeader*>(notice);
-  auto* offsets = reinterpret_cast<EntryOffsets*>(notice + sizeof(NoticeHeader));
-  bool ok = pool != nullptr && batch.entries.size() <= kMaxEntries;
-  const size_t esz = ElementSize(batch.dtype);
-  for (size_t i = 0; ok && i < batch.entries.size(); ++i) {
-    const ReduceEntry& e = batch.entries[i];
-    ok = pool->Locate(e.input, e.count * esz, &offsets[i].input) &&
-         pool->Locate(e.output, e.count * esz, &offsets[i].output);
-  }
-  header->pool = ok ? pool->id() : ZeroCopyPoolId{};
-  header->entries = static_cast<uint32_t>(ok ? batch.entries.size() : 0);
-  header->in_zero_copy_memory = ok ? 1 : 0;
-  return ok;
-}
-
-// Whether every member published 2 * round + 1 on `flag` (each is known to have published this
-// round's value). Nobody can publish the next round before everyone finished this batch, so the
-// value read is this round's.
-bool AllSaidYes(ShmArena& arena, int flag, uint64_t round) {
-  for (int i = 0; i < arena.local_size(); ++i) {
-    if (arena.Load(flag, i) != 2 * round + 1) return false;
-  }
-  return true;
-}
-
-// This process's pool, from the context (the engine's owner hands it over); null if none yet.
-const ZeroCopyPool* OwnPool(const ExecContext& ctx) { return ctx.zero_copy ? ctx.zero_copy->pool() : nullptr; }
-
 }  // namespace
 
-void ZeroCopyAllreduce::Offer(ExecContext& ctx, const AllreduceBatch& batch) {
-  ShmArena& arena = *ctx.set.arena;
-  const uint64_t round = ++ctx.set.zero_copy_rounds;
-  const bool mine = WriteNotice(arena.notice(arena.local_index()), batch, OwnPool(ctx));
-  arena.Publish(kNoticeFlag, 2 * round + (mine ? 1 : 0));
-}
-
-bool ZeroCopyAllreduce::EveryoneOffered(ExecContext& ctx) {
-  return AllSaidYes(*ctx.set.arena, kNoticeFlag, ctx.set.zero_copy_rounds);
-}
-
-bool ZeroCopyAllreduce::Run(ExecContext& ctx, AllreduceBatch& batch) {
+bool ZeroCopyAllreduce::Run(ExecContext& ctx, AllreduceBatch& batch, uint64_t round) {
   ShmArena& arena = *ctx.set.arena;
   const int local_size = arena.local_size();
-  const uint64_t round = ctx.set.zero_copy_rounds;
 
   // Everyone's tensors are in zero-copy memory: map the others' (once per peer process).
   std::string why;
   bool mapped = true;
-  const ZeroCopyPool* own = OwnPool(ctx);
+  const ZeroCopyPool* own = OwnZeroCopyPool(ctx);
   peers_.resize(local_size);
   for (int i = 0; i < local_size; ++i) {
-    const uint8_t* notice = arena.notice(i);
-    const auto* header = reinterpret_cast<const NoticeHeader*>(notice);
-    const auto* offsets = reinterpret_cast<const EntryOffsets*>(notice + sizeof(NoticeHeader));
+    const TensorNoticeHeader& header = NoticeHeaderOf(arena.notice(i));
+    const TensorNoticeEntry* offsets = NoticeEntriesOf(arena.notice(i));
     Peer& peer = peers_[i];
-    peer.offsets.assign(header->entries, {});
-    for (uint32_t e = 0; e < header->entries; ++e) peer.offsets[e] = {offsets[e].input, offsets[e].output};
-    if (header->entries != batch.entries.size()) {
+    peer.offsets.assign(header.entries, {});
+    for (uint32_t e = 0; e < header.entries; ++e) peer.offsets[e] = {offsets[e].input, offsets[e].output};
+    if (header.entries != batch.entries.size()) {
       throw Error(Status::Internal("zero-copy allreduce of '" + batch.label + "': local rank " + std::to_string(i) +
-                                   " announced " + std::to_string(header->entries) + " tensors, this rank has " +
+                                   " announced " + std::to_string(header.entries) + " tensors, this rank has " +
                                    std::to_string(batch.entries.size())));
     }
     std::string peer_why;
-    peer.base = pools_.Map(header->pool, own, &peer_why);
+    peer.base = pools_.Map(header.pool, own, &peer_why);
     if (!peer.base && mapped) {
       mapped = false;
       why = "local rank " + std::to_string(i) + ": " + peer_why;
     }
   }
-  arena.Publish(kMappedFlag, 2 * round + (mapped ? 1 : 0));
-  ThrowIfArenaFailed(arena.WaitAll(kMappedFlag, 2 * round, ctx.StepDeadline()), "zero-copy memory mapping");
-  if (!AllSaidYes(arena, kMappedFlag, round)) {
+  if (!EveryoneReaches(ctx, round, mapped, "zero-copy memory mapping")) {
     if (!warned_) {
       HLOG(Warning) << "zero-copy memory of the other local ranks cannot be mapped"
                     << (why.empty() ? std::string(" by some rank") : " (" + why + ")")
@@ -129,8 +69,8 @@ bool ZeroCopyAllreduce::Run(ExecContext& ctx, AllreduceBatch& batch) {
     ReduceUnit(ctx, batch, begin, std::min(total, begin + unit));
   }
   // My tensors are complete once every rank finished its units.
-  arena.Publish(kDoneFlag, round);
-  ThrowIfArenaFailed(arena.WaitAll(kDoneFlag, round, ctx.StepDeadline()), "zero-copy allreduce");
+  arena.Publish(kZeroCopyDoneFlag, round);
+  ThrowIfArenaFailed(arena.WaitAll(kZeroCopyDoneFlag, round, ctx.StepDeadline()), "zero-copy allreduce");
   ctx.counters.zero_copy_allreduces++;
   return true;
 }

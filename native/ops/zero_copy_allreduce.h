@@ -10,7 +10,7 @@
 // waiting for the descheduled ones. Which rank sums a unit does not change its bits: the order of
 // the sum is fixed by local rank.
 //
-// Every local rank must agree on taking this path. Each one offers (in its notice area) where its
+// Every local rank must agree on taking this path. Each one offers (ops/tensor_notice.h) where its
 // tensors are in zero-copy memory, or says it cannot; the staging pipeline publishes the offer
 // before chunk 0 and reads everyone's once chunk 0 is staged, a wait it does anyway, so ordinary
 // tensors pay nothing for the question. The path then runs if every rank offered and every rank
@@ -31,15 +31,11 @@ class ZeroCopyAllreduce {
   // zero-copy's extra round.
   static constexpr size_t kMinBytes = 64 << 10;
 
-  // Writes this rank's offer for the next batch into its notice area and publishes it, without
-  // waiting. Only for process sets within one host with a shared-memory arena.
-  void Offer(ExecContext& ctx, const AllreduceBatch& batch);
-  // After every rank's Offer is known to be published: did every rank offer? Same answer on all.
-  bool EveryoneOffered(ExecContext& ctx);
-  // Maps the others' memory and runs the batch in place, returning true; returns false (having
-  // changed nothing) when some rank could not map some other's memory, so all must stage instead.
+  // Once every rank's notice of `round` offered zero-copy memory (ops/tensor_notice.h): maps the
+  // others' memory and runs the batch in place, returning true; returns false (having changed
+  // nothing) when some rank could not map some other's memory, so all must stage instead.
   // Throws Error like any collective.
-  bool Run(ExecContext& ctx, AllreduceBatch& batch);
+  bool Run(ExecContext& ctx, AllreduceBatch& batch, uint64_t round);
 
  private:
   struct Peer {

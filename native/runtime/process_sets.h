@@ -28,7 +28,9 @@ struct ProcessSet {
 
   std::unique_ptr<ShmArena> arena;      // shared memory with the members on my host (if > 1)
   uint64_t arena_sequence = 0;          // buffers passed through the arena so far
-  uint64_t zero_copy_rounds = 0;        // batches that asked whether to go zero-copy
+  uint64_t notice_rounds = 0;           // batches whose ranks told each other where their tensors are
+  // Whether every local member can read every other's memory (process_vm_readv): -1 not asked yet.
+  int peers_readable = -1;
   uint64_t zero_copy_units = 0;         // work units of zero-copy batches handed out so far
   ServerLayout servers;                 // server shards of the PS allreduce over this set
 

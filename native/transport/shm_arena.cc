@@ -664,6 +664,13 @@ uint8_t* ShmArena::slot(int member) {
 
 uint8_t* ShmArena::result() { return impl_->base + impl_->layout.result_offset; }
 
+int ShmArena::MemberPid(int member) const {
+  const auto& line = impl_->member_line(member);
+  const uint64_t ns = line.pid_namespace.load(std::memory_order_relaxed);
+  const pid_t pid = line.pid.load(std::memory_order_relaxed);
+  return ns != 0 && ns == impl_->pid_namespace && pid > 0 ? pid : -1;
+}
+
 uint8_t* ShmArena::notice(int member) {
   if (member < 0 || member >= impl_->local_size) {
     throw Error(Status::InvalidArgument(impl_->Describe() + ": notice " + std::to_string(member) +

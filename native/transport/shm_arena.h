@@ -62,6 +62,9 @@ class ShmArena {
   // kNoticeBytes that `member` writes and the others read (4096-aligned); its meaning is the
   // collective's, and so is the flag that says it is ready.
   uint8_t* notice(int member);
+  // The process id of `member` as this process names it (to read its memory by process_vm_readv),
+  // or -1 when it lives in another pid namespace, where its id means another process.
+  int MemberPid(int member) const;
 
   // Hands out work units to whichever member asks first: returns the next unit below `limit`, or
   // `limit` once every unit was handed out. The counter only grows, across collectives: the

@@ -220,6 +220,29 @@ def hvd_counters():
     return hvd_herring.counters()
 
 
+def run_checks_and_report(checks, **extra):
+    """Runs every check in this rank, writes {"results": {check: "ok" | traceback}, "counters": ...,
+    **extra} to $HERRING_TEST_RESULTS/<rank>.json, shuts down, and exits non-zero if one failed.
+    `extra` values that are callables are called after the checks."""
+    results = {}
+    for fn in checks:
+        try:
+            fn()
+            results[fn.__name__] = "ok"
+        except Exception:
+            results[fn.__name__] = traceback.format_exc()
+    rank = hvd.rank()
+    report = {"results": results, "counters": hvd_counters()}
+    report.update({k: v() if callable(v) else v for k, v in extra.items()})
+    with open(os.path.join(os.environ["HERRING_TEST_RESULTS"], f"{rank}.json"), "w") as f:
+        json.dump(report, f)
+    hvd.shutdown()
+    failed = [k for k, v in results.items() if v != "ok"]
+    for k in failed:
+        print(f"rank {rank}: {k} FAILED\n{results[k]}", file=sys.stderr)
+    sys.exit(1 if failed else 0)
+
+
 # --- grouped allreduce -------------------------------------------------------------------------
 
 @check

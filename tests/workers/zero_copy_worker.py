@@ -7,17 +7,14 @@ HERRING_TEST_EXPECT_ZERO_COPY=1 when the ranks share one host (the path must run
 spread over simulated hosts (it must not: the buffers cross hosts through the servers). Results go
 to $HERRING_TEST_RESULTS/<rank>.json, one entry per check."""
 
-import json
 import os
-import sys
-import traceback
 
 import torch
 
 import horovod.torch as hvd
 from hvd_herring.basics import basics
 
-from collectives_worker import assert_close, hvd_counters, make, reduce_reference
+from collectives_worker import assert_close, hvd_counters, make, reduce_reference, run_checks_and_report
 
 CHECKS = []
 EXPECT = os.environ.get("HERRING_TEST_EXPECT_ZERO_COPY") == "1"
@@ -212,20 +209,7 @@ def main():
     global N, R
     hvd.init()
     N, R = hvd.size(), hvd.rank()
-    results = {}
-    for fn in CHECKS:
-        try:
-            fn()
-            results[fn.__name__] = "ok"
-        except Exception:
-            results[fn.__name__] = traceback.format_exc()
-    with open(os.path.join(os.environ["HERRING_TEST_RESULTS"], f"{R}.json"), "w") as f:
-        json.dump({"results": results, "counters": hvd_counters()}, f)
-    hvd.shutdown()
-    failed = [k for k, v in results.items() if v != "ok"]
-    for k in failed:
-        print(f"rank {R}: {k} FAILED\n{results[k]}", file=sys.stderr)
-    sys.exit(1 if failed else 0)
+    run_checks_and_report(CHECKS)
 
 
 if __name__ == "__main__":

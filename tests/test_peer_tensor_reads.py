@@ -1,0 +1,77 @@
+"""One-host allreduces whose all-gather reads the other ranks' tensors (HERRING_READ_PEER_TENSORS,
+native/ops/peer_output_reads.h): every check inside real ranks launched by horovodrun, against
+references from every rank's inputs; the same results bit for bit as through the shared result
+area; which route ran, from the counters. Faults during it are in test_reliability.py."""
+
+import os
+import shutil
+
+import pytest
+
+import launch
+
+WORKER = os.path.join("tests", "workers", "peer_reads_worker.py")
+CHECK_NAMES = ["every_dtype_and_op_in_place_and_out_of_place", "scaling_factors",
+               "fused_tensors_with_empty_ones_and_many_pieces", "large_buffer_repeated"]
+# name -> (ranks, ranks per simulated host or 0 for one host, HERRING_READ_PEER_TENSORS)
+CONFIGS = {
+    "np2-auto": (2, 0, "auto"),
+    "np3-always": (3, 0, "always"),
+    "np3-never": (3, 0, "never"),
+    "2hosts-np4-always": (4, 2, "always"),
+}
+
+
+def reads_expected(name, data):
+    _, per_host, setting = CONFIGS[name]
+    if per_host or setting == "never":
+        return False  # across hosts the result area also takes the servers' sums
+    return setting == "always" or data["local_size"] <= data["cpus"]
+
+
+@pytest.fixture(scope="module")
+def launches():
+    done = {}
+
+    def get(name):
+        if name not in done:
+            np, per_host, setting = CONFIGS[name]
+            results = launch.scratch_dir("herring-peer-reads-")
+            args = [WORKER]
+            if per_host:
+                args = [os.path.join("tests", "workers", "as_simulated_host.py"), str(per_host), WORKER]
+            run = launch.horovodrun(np, args, timeout=400, HERRING_TEST_RESULTS=results,
+                                    HERRING_READ_PEER_TENSORS=setting)
+            done[name] = (np, run, launch.rank_results(results, np))
+            shutil.rmtree(results, ignore_errors=True)
+        return done[name]
+    return get
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_every_check_passes_on_every_rank(launches, name):
+    np, run, per_rank = launches(name)
+    assert sorted(per_rank) == list(range(np)), f"{name}: ranks reported {sorted(per_rank)}\n{run.output[-4000:]}"
+    for r, data in sorted(per_rank.items()):
+        for check in CHECK_NAMES:
+            assert data["results"].get(check) == "ok", f"{name}: rank {r}: {check}: {data['results'].get(check)}"
+    assert run.returncode == 0, f"{name}: exit status {run.returncode}\n{run.output[-6000:]}"
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_the_expected_route_ran(launches, name):
+    np, run, per_rank = launches(name)
+    for r, data in sorted(per_rank.items()):
+        reads = data["counters"]["peer_output_reads"]
+        if reads_expected(name, data):
+            assert reads > 0, f"{name}: rank {r} never read another rank's tensors"
+        else:
+            assert reads == 0, f"{name}: rank {r} read other ranks' tensors {reads} times"
+
+
+def test_same_bits_as_through_the_result_area(launches):
+    _, _, direct = launches("np3-always")
+    _, _, staged = launches("np3-never")
+    for r in range(3):
+        assert direct[r]["digests"] and direct[r]["digests"] == staged[r]["digests"], \
+            f"rank {r}: results differ between the two routes\n{direct[r]['digests']}\n{staged[r]['digests']}"
