@@ -197,9 +197,10 @@ const std::vector<KnobSpec>& AllKnobs() {
        "One-host allreduces above HERRING_SMALL_MESSAGE_BYTES: each rank sums its slice of a chunk "
        "straight into its own tensors and the other local ranks copy it from there "
        "(process_vm_readv, same user), instead of through the shared result area, whose lines "
-       "every sum would first have to take back from the other cores' caches. `auto`: where every "
-       "local rank has a core (with more ranks than cores the result area measured faster); "
-       "`always`; `never`. Where some local rank cannot read another's memory (another pid "
+       "every sum would first have to take back from the other cores' caches. Which is faster depends "
+       "on how far apart the cores are: `auto` measures both as the job runs, per size, and keeps "
+       "the faster, where every local rank has a core (with more ranks than cores the result area "
+       "measured faster); `always`; `never`. Where some local rank cannot read another's memory (another pid "
        "namespace, a seccomp profile without process_vm_readv), the result area is used.", true},
       {"HERRING_DIST_ZERO_COPY", "1", "bool",
        "torch.distributed (backend \"herring\"), every rank on one host: a buffer allreduced a "

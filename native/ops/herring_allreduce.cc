@@ -211,7 +211,9 @@ void HerringAllreduce::PipelineThroughSharedMemory(ExecContext& ctx, AllreduceBa
   // chunk c - 1. Each stage only waits for what other ranks did earlier in their own program
   // order, so this cannot deadlock (kPipelineDepth >= 3).
   uint64_t notice_round = 0;  // published before chunk 0's kInputReady
-  if (offer_tensors) notice_round = OfferTensors(ctx, batch, OwnZeroCopyPool(ctx), peer_reads_.Wanted(ctx));
+  if (offer_tensors) {
+    notice_round = OfferTensors(ctx, batch, OwnZeroCopyPool(ctx), peer_reads_.Offers(ctx, batch.total_bytes()));
+  }
   copy_in(0);
   if (offer_tensors) {
     // Chunk 0 staged by everyone means everyone's notice is out: all ranks read the same notices
@@ -231,6 +233,7 @@ void HerringAllreduce::PipelineThroughSharedMemory(ExecContext& ctx, AllreduceBa
     }
     read_peers = reach == TensorReach::kOutputsByAddress && peer_reads_.Prepare(ctx, batch, notice_round);
   }
+  const Clock::time_point everyone_staged = Clock::now();
   for (int64_t c = 0; c < chunks; ++c) {
     if (c + 1 < chunks) copy_in(c + 1);
     reduce(c);
@@ -241,6 +244,10 @@ void HerringAllreduce::PipelineThroughSharedMemory(ExecContext& ctx, AllreduceBa
     // My outputs must stay as they are until every other rank has copied my slices out of them.
     TimelinePhase phase(ctx.timeline, ctx.lane, "COPY_OUT");
     check(arena.WaitAll(kConsumed, seq(chunks - 1), ctx.StepDeadline()), "the local ranks reading this rank's tensors");
+  }
+  if (offer_tensors) {
+    peer_reads_.Finished(ctx, batch.total_bytes(), read_peers,
+                         std::chrono::duration<double>(Clock::now() - everyone_staged).count());
   }
 }
 

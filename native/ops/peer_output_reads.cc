@@ -20,13 +20,17 @@ std::string LocalRankName(const ExecContext& ctx, int member) {
 
 }  // namespace
 
-bool PeerOutputReads::Wanted(const ExecContext& ctx) const {
+bool PeerOutputReads::Offers(const ExecContext& ctx, size_t bytes) {
   switch (ctx.config.read_peer_tensors) {
     case PeerTensorReads::kAlways: return true;
     case PeerTensorReads::kNever: return false;
     case PeerTensorReads::kAuto: break;
   }
-  return ctx.set.arena && ctx.set.arena->local_size() <= available_cpus_;
+  return ctx.set.arena->local_size() <= available_cpus_ && chooser_.Next(bytes);
+}
+
+void PeerOutputReads::Finished(const ExecContext& ctx, size_t bytes, bool read_peers, double seconds) {
+  if (ctx.config.read_peer_tensors == PeerTensorReads::kAuto) chooser_.Record(bytes, read_peers, seconds);
 }
 
 bool PeerOutputReads::Prepare(ExecContext& ctx, const AllreduceBatch& batch, uint64_t round) {

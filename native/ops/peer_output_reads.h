@@ -13,9 +13,11 @@
 // A rank's outputs must stay where they are until every other rank has read its slices: the
 // pipeline waits for everyone's copy-out (kConsumed) before the batch completes.
 //
-// Only where every local rank has a core: with 4 ranks on 2 cores it measured slower than the
-// result area (256 KiB 95-98 against 77-81 us, 1 MiB 210-215 against 184-187 us, 64 MiB 15.4-15.6
-// against 13.5-14.3 ms), the ranks holding the cores waiting at the end for descheduled ones.
+// It is not faster everywhere: where the vCPUs are close the result area wins, and `auto` measures
+// both as the job runs (ops/route_chooser.h). It does so only where every local rank has a core:
+// with 4 ranks on 2 cores reading measured slower than the result area (256 KiB 95-98 against
+// 77-81 us, 1 MiB 210-215 against 184-187 us, 64 MiB 15.4-15.6 against 13.5-14.3 ms), the ranks
+// holding the cores waiting at the end for descheduled ones.
 //
 // Every local rank must agree: the rank's notices (ops/tensor_notice.h) give their outputs'
 // addresses, and the first batch of a process set that would read them asks, in one round, whether
@@ -31,15 +33,20 @@
 #include <vector>
 
 #include "common/cpus.h"
+#include "ops/route_chooser.h"
 #include "runtime/collective.h"
 
 namespace herring {
 
 class PeerOutputReads {
  public:
-  // Whether this rank offers its outputs' addresses (HERRING_READ_PEER_TENSORS; `auto`: where every
-  // local rank has a core). Ranks that differ offer differently, and then all use the result area.
-  bool Wanted(const ExecContext& ctx) const;
+  // Whether this rank offers its outputs' addresses for the next batch of `bytes`
+  // (HERRING_READ_PEER_TENSORS; `auto`: where every local rank has a core, as the route chooser
+  // says). Ranks that differ offer differently, and then all use the result area.
+  bool Offers(const ExecContext& ctx, size_t bytes);
+  // A batch offered for is done: it took `seconds` since every rank staged its first chunk, by
+  // the route the ranks agreed on (for the chooser).
+  void Finished(const ExecContext& ctx, size_t bytes, bool read_peers, double seconds);
   // Once every rank's notice of `round` gave its outputs' addresses: takes the others' addresses,
   // and on the set's first such batch asks every rank whether it can read every other's memory.
   // True: the batch's all-gather reads the others' outputs (same answer on every rank).
@@ -58,6 +65,7 @@ class PeerOutputReads {
   std::vector<iovec> local_, remote_;
   bool warned_ = false;
   const int available_cpus_ = CpusAvailable();
+  RouteChooser chooser_;
 };
 
 }  // namespace herring
