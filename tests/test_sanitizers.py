@@ -123,6 +123,24 @@ def test_every_collective_under_sanitizers(sanitized, hosts):
         assert per_rank[0]["counters"]["server_ranges"] > 0, per_rank[0]["counters"]
 
 
+def test_reading_each_others_tensors_under_sanitizers(sanitized):
+    # The one-host all-gather out of the other ranks' tensors (HERRING_READ_PEER_TENSORS=always, so
+    # that 3 ranks on 2 cores take it too): every check of its worker, including the fused buffer
+    # whose reads take several process_vm_readv calls.
+    from test_peer_tensor_reads import CHECK_NAMES as READ_CHECKS, WORKER as READ_WORKER
+    results = launch.scratch_dir("herring-asan-results-")
+    run = launch.horovodrun(3, [READ_WORKER], timeout=900, HERRING_TEST_RESULTS=results,
+                            HERRING_READ_PEER_TENSORS="always", **sanitized.env)
+    assert_no_sanitizer_report(sanitized, run.output)
+    per_rank = launch.rank_results(results, 3)
+    assert sorted(per_rank) == [0, 1, 2], f"ranks reported {sorted(per_rank)}\n{run.output[-5000:]}"
+    assert run.returncode == 0, run.output[-5000:]
+    for r, data in per_rank.items():
+        failed = {c: data["results"].get(c) for c in READ_CHECKS if data["results"].get(c) != "ok"}
+        assert not failed, f"rank {r}: {failed}"
+        assert data["counters"]["peer_output_reads"] > 0, data["counters"]
+
+
 def test_connection_reset_mid_push_under_sanitizers(sanitized):
     np, victim = 4, 2
     results = launch.scratch_dir("herring-asan-fault-")
