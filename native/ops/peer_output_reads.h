@@ -23,7 +23,7 @@
 // addresses, and the first batch of a process set that would read them asks, in one round, whether
 // every rank can read every other's memory (same user, same pid namespace, process_vm_readv not
 // blocked by a seccomp profile); the answer holds for the set's life. Otherwise the pipeline uses
-// the result area, as with HERRING_READ_PEER_TENSORS=0.
+// the result area, as with HERRING_READ_PEER_TENSORS=never.
 #pragma once
 
 #include <sys/uio.h>
