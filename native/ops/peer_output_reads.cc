@@ -50,9 +50,7 @@ bool PeerOutputReads::Prepare(ExecContext& ctx, const AllreduceBatch& batch, uin
     for (uint32_t e = 0; e < header.entries; ++e) outputs_[i][e] = entries[e].output;
     pids_[i] = arena.MemberPid(i);
   }
-  entry_begin_.resize(batch.entries.size() + 1);
-  entry_begin_[0] = 0;
-  for (size_t e = 0; e < batch.entries.size(); ++e) entry_begin_[e + 1] = entry_begin_[e] + batch.entries[e].count;
+  layout_.Reset(batch);
 
   if (ctx.set.peers_readable < 0) {  // the set's first such batch: every rank asks at this batch
     std::string why;
@@ -95,16 +93,11 @@ void PeerOutputReads::Read(ExecContext& ctx, const AllreduceBatch& batch, int me
   const size_t esz = ElementSize(batch.dtype);
   local_.clear();
   remote_.clear();
-  size_t e = std::upper_bound(entry_begin_.begin(), entry_begin_.end(), begin) - entry_begin_.begin() - 1;
-  for (; begin < end; ++e) {
-    const int64_t offset = begin - entry_begin_[e];
-    const int64_t count = std::min(end, entry_begin_[e + 1]) - begin;
-    if (count <= 0) continue;
+  layout_.ForEachPiece(begin, end, [&](size_t e, int64_t offset, int64_t count) {
     const size_t bytes = static_cast<size_t>(count) * esz;
     local_.push_back({static_cast<uint8_t*>(batch.entries[e].output) + offset * esz, bytes});
     remote_.push_back({reinterpret_cast<void*>(outputs_[member][e] + offset * esz), bytes});
-    begin += count;
-  }
+  });
   // At most IOV_MAX pieces per call; a call can also stop short (a fault in the other process).
   for (size_t at = 0; at < local_.size(); at += IOV_MAX) {
     const size_t n = std::min<size_t>(IOV_MAX, local_.size() - at);

@@ -61,7 +61,7 @@ class PeerOutputReads {
 
   std::vector<int> pids_;                        // by local member
   std::vector<std::vector<uint64_t>> outputs_;   // by local member, by entry: the output's address
-  std::vector<int64_t> entry_begin_;             // first element of each entry in the fused layout
+  FusedLayout layout_;
   std::vector<iovec> local_, remote_;
   bool warned_ = false;
   const int available_cpus_ = CpusAvailable();

@@ -56,10 +56,8 @@ bool ZeroCopyAllreduce::Run(ExecContext& ctx, AllreduceBatch& batch, uint64_t ro
 
   TimelinePhase phase(ctx.timeline, ctx.lane, "ZERO_COPY_REDUCE");
   if (ctx.faults) ctx.faults->At("shm", &ctx.net);
-  entry_begin_.resize(batch.entries.size() + 1);
-  entry_begin_[0] = 0;
-  for (size_t e = 0; e < batch.entries.size(); ++e) entry_begin_[e + 1] = entry_begin_[e] + batch.entries[e].count;
-  const int64_t total = entry_begin_.back();
+  layout_.Reset(batch);
+  const int64_t total = layout_.total();
   const int64_t unit = static_cast<int64_t>(kUnitBytes / ElementSize(batch.dtype));
   const uint64_t units = static_cast<uint64_t>((total + unit - 1) / unit);
   const uint64_t first = ctx.set.zero_copy_units;
@@ -82,10 +80,7 @@ void ZeroCopyAllreduce::ReduceUnit(const ExecContext& ctx, const AllreduceBatch&
   uint8_t* sum = sum_.Get(kUnitBytes);
   uint8_t* scaled = prescaled ? scaled_.Get(kUnitBytes * n) : nullptr;
   std::vector<const void*> srcs(n);
-  size_t e = std::upper_bound(entry_begin_.begin(), entry_begin_.end(), begin) - entry_begin_.begin() - 1;
-  while (begin < end) {
-    const int64_t offset = begin - entry_begin_[e];
-    const int64_t count = std::min(end, entry_begin_[e + 1]) - begin;
+  layout_.ForEachPiece(begin, end, [&](size_t e, int64_t offset, int64_t count) {
     for (int p = 0; p < n; ++p) {
       srcs[p] = peers_[p].base + peers_[p].offsets[e].first + offset * esz;
       if (prescaled) {
@@ -98,9 +93,7 @@ void ZeroCopyAllreduce::ReduceUnit(const ExecContext& ctx, const AllreduceBatch&
     for (int p = 0; p < n; ++p) {
       std::memcpy(peers_[p].base + peers_[p].offsets[e].second + offset * esz, sum, count * esz);
     }
-    begin += count;
-    ++e;
-  }
+  });
 }
 
 }  // namespace herring

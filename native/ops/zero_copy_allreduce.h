@@ -46,7 +46,7 @@ class ZeroCopyAllreduce {
 
   PeerPools pools_;
   std::vector<Peer> peers_;
-  std::vector<int64_t> entry_begin_;  // first element of each entry in the fused layout
+  FusedLayout layout_;
   ScratchBuffer sum_;
   ScratchBuffer scaled_;
   bool warned_ = false;

@@ -3,6 +3,7 @@
 // Error on failure (a lost peer, a deadline); the engine turns that into the job's error.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -112,6 +113,35 @@ struct AllreduceBatch {
   void GatherInputs(int64_t begin, int64_t end, uint8_t* dst, double scale) const;
   // Copies elements [begin, end) of the fused layout from src into the outputs, scaled.
   void ScatterOutputs(int64_t begin, int64_t end, const uint8_t* src, double scale) const;
+};
+
+// Where each tensor of a fused buffer begins, so that the pieces of a range are found without
+// walking every tensor before it (a batch can hold thousands; the paths that reach other ranks'
+// tensors look them up for every unit or slice).
+class FusedLayout {
+ public:
+  void Reset(const AllreduceBatch& batch) {
+    begin_.resize(batch.entries.size() + 1);
+    begin_[0] = 0;
+    for (size_t e = 0; e < batch.entries.size(); ++e) begin_[e + 1] = begin_[e] + batch.entries[e].count;
+  }
+  int64_t total() const { return begin_.back(); }
+  // Calls visit(entry, offset, count) for each non-empty piece of elements [begin, end) of the
+  // fused layout that lies in one tensor, in order: `entry` indexes the batch's entries and
+  // `offset` is the piece's first element in that tensor.
+  template <typename Visit>
+  void ForEachPiece(int64_t begin, int64_t end, Visit&& visit) const {
+    size_t e = static_cast<size_t>(std::upper_bound(begin_.begin(), begin_.end(), begin) - begin_.begin()) - 1;
+    for (; begin < end && e + 1 < begin_.size(); ++e) {
+      const int64_t count = std::min(end, begin_[e + 1]) - begin;
+      if (count <= 0) continue;
+      visit(e, begin - begin_[e], count);
+      begin += count;
+    }
+  }
+
+ private:
+  std::vector<int64_t> begin_{0};
 };
 
 class AllreduceImpl {
