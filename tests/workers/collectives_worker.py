@@ -222,8 +222,8 @@ def hvd_counters():
 
 def run_checks_and_report(checks, **extra):
     """Runs every check in this rank, writes {"results": {check: "ok" | traceback}, "counters": ...,
-    **extra} to $HERRING_TEST_RESULTS/<rank>.json, shuts down, and exits non-zero if one failed.
-    `extra` values that are callables are called after the checks."""
+    **extra} to $HERRING_TEST_RESULTS/<rank>.json (when set), shuts down, and exits non-zero if
+    one failed. `extra` values that are callables are called after the checks."""
     results = {}
     for fn in checks:
         try:
@@ -232,10 +232,12 @@ def run_checks_and_report(checks, **extra):
         except Exception:
             results[fn.__name__] = traceback.format_exc()
     rank = hvd.rank()
-    report = {"results": results, "counters": hvd_counters()}
-    report.update({k: v() if callable(v) else v for k, v in extra.items()})
-    with open(os.path.join(os.environ["HERRING_TEST_RESULTS"], f"{rank}.json"), "w") as f:
-        json.dump(report, f)
+    out_dir = os.environ.get("HERRING_TEST_RESULTS")
+    if out_dir:
+        report = {"results": results, "counters": hvd_counters()}
+        report.update({k: v() if callable(v) else v for k, v in extra.items()})
+        with open(os.path.join(out_dir, f"{rank}.json"), "w") as f:
+            json.dump(report, f)
     hvd.shutdown()
     failed = [k for k, v in results.items() if v != "ok"]
     for k in failed:
@@ -654,24 +656,7 @@ def main():
     hvd.init(process_sets=[STATIC_SET])
     N, R = hvd.size(), hvd.rank()
     only = os.environ.get("HERRING_TEST_ONLY")
-    results = {}
-    for fn in CHECKS:
-        if only and fn.__name__ not in only.split(","):
-            continue
-        try:
-            fn()
-            results[fn.__name__] = "ok"
-        except Exception:
-            results[fn.__name__] = traceback.format_exc()
-    out_dir = os.environ.get("HERRING_TEST_RESULTS")
-    if out_dir:
-        with open(os.path.join(out_dir, f"{R}.json"), "w") as f:
-            json.dump({"results": results, "counters": hvd_counters(), "size": N}, f)
-    hvd.shutdown()
-    failed = [k for k, v in results.items() if v != "ok"]
-    for k in failed:
-        print(f"rank {R}: {k} FAILED\n{results[k]}", file=sys.stderr)
-    sys.exit(1 if failed else 0)
+    run_checks_and_report([fn for fn in CHECKS if not only or fn.__name__ in only.split(",")], size=N)
 
 
 if __name__ == "__main__":
