@@ -66,7 +66,7 @@ void Engine::DrainControl() {
   }
 }
 
-Engine::Trigger Engine::LookForCycle() {
+Engine::Trigger Engine::LookForCycle(bool known_new_work) {
   const auto cycle_time = std::chrono::duration_cast<Clock::duration>(
       std::chrono::duration<double, std::milli>(cycle_config_.cycle_time_ms));
   // After an agreed shutdown, peers closing their connections is expected, not a failure; after
@@ -90,13 +90,14 @@ Engine::Trigger Engine::LookForCycle() {
     return (m.type == kContributeMessage || m.type == kBeginMessage) && CycleOf(m.payload) == cycle_ + 1;
   });
   invited = invited || (shm_bits_ && shm_bits_->SomeonePosted(cycle_ + 1));
-  bool new_work = reannounce_ || shutdown_requested_.load() || membership_.HasPending();
+  bool new_work = known_new_work || reannounce_ || shutdown_requested_.load() || membership_.HasPending();
   if (!new_work) {
     std::lock_guard<std::mutex> lock(queue_mu_);
     new_work = !incoming_.empty();
   }
   // Read once for every check below: a synchronous call looks for work on its own thread.
   const Clock::time_point now = Clock::now();
+  looked_at_ = now;
   UncacheStalled(now);
   ReportBlocked(new_work, now);
   new_work = new_work || reannounce_;
@@ -104,7 +105,7 @@ Engine::Trigger Engine::LookForCycle() {
     Status stalled = stall_.Inspect(*coordinator_, now);
     counters_.stall_warnings = stall_.warnings();
     if (!stalled.ok()) throw Error(stalled);
-    CheckDeadlock();
+    CheckDeadlock(now);
     // Responses the coordinator decided on its own (deadlock errors) go out in a cycle.
     new_work = new_work || coordinator_->HasDecided();
   }
@@ -187,6 +188,9 @@ bool Engine::WaiterRuns(const Request& request) const {
 
 void Engine::RunCycleForWaiter(int64_t handle) {
   if (!config_.caller_runs_cycles || stopped_.load()) return;
+  // The cycle's lock first: held, the request found queued below stays queued (only a cycle takes
+  // it), so LookForCycle need not look at the queue again.
+  std::unique_lock<std::mutex> cycle(cycle_mu_, std::try_to_lock);
   {
     std::lock_guard<std::mutex> lock(queue_mu_);
     auto it = std::find_if(incoming_.begin(), incoming_.end(),
@@ -194,7 +198,6 @@ void Engine::RunCycleForWaiter(int64_t handle) {
     // Not queued (taken, or held behind its name), or the loop's to run (and woken for it).
     if (it == incoming_.end() || !it->first.waiter_follows) return;
   }
-  std::unique_lock<std::mutex> cycle(cycle_mu_, std::try_to_lock);
   if (!cycle.owns_lock()) {
     // The loop is in a cycle, or between looking for work and sleeping: it looks again after
     // this wake-up (the request may not have woken it: Request::waiter_follows).
@@ -202,16 +205,19 @@ void Engine::RunCycleForWaiter(int64_t handle) {
     return;
   }
   try {
-    const Trigger next = LookForCycle();
+    const Trigger next = LookForCycle(/*known_new_work=*/true);
+    bool queued;
     if (next.kind == Trigger::kRun) {
       counters_.waiter_cycles++;
       waiter_cycle_ = true;
       RunCycle();
       waiter_cycle_ = false;
-    }
-    cycle.unlock();
-    bool queued;
-    {
+      // A request queued after RunCycle looked was queued with the cycle's lock held: its waiter
+      // found the lock taken and woke the loop, or the request woke it itself.
+      queued = queued_after_cycle_;
+      cycle.unlock();
+    } else {
+      cycle.unlock();
       std::lock_guard<std::mutex> lock(queue_mu_);
       queued = !incoming_.empty();
     }
@@ -254,7 +260,16 @@ void Engine::TakeNewRequests(std::vector<RequestMeta>* uncached, std::vector<uin
       timeline_->Span(lane, "QUEUE", p.request.enqueued_us, p.taken_us);
       timeline_->Begin(lane, "NEGOTIATE_" + Timeline::UpperName(OpTypeName(m.type)));
     }
-    pending_.insert_or_assign(std::move(key), std::move(p));
+    auto found = pending_.find(key);
+    if (found != pending_.end()) {
+      found->second = std::move(p);
+    } else if (!spare_pending_.empty()) {
+      spare_pending_.key() = std::move(key);
+      spare_pending_.mapped() = std::move(p);
+      pending_.insert(std::move(spare_pending_));  // leaves spare_pending_ empty
+    } else {
+      pending_.emplace(std::move(key), std::move(p));
+    }
   }
   fresh.clear();  // keeps its map and a block for the next cycle's swap
   if (departures_.load() > 0) FailRequestsOfDepartedSets();  // submitted just as a member left
@@ -580,9 +595,9 @@ void Engine::ReportBlocked(bool new_work, Clock::time_point now) {
   }
 }
 
-void Engine::CheckDeadlock() {
+void Engine::CheckDeadlock(Clock::time_point now) {
   if (!deadlock_) return;
-  auto verdict = deadlock_->Check(*coordinator_, size());
+  auto verdict = deadlock_->Check(*coordinator_, size(), now);
   if (!verdict) return;
   HLOG(Error) << verdict->message;
   coordinator_->FailEntries(verdict->collectives, verdict->fail_join, verdict->message);
@@ -601,15 +616,16 @@ void Engine::RunCycle() {
   RunCycleSteps();
   // What arrived while the cycle ran is a burst still going on (see WaitForTrigger).
   std::lock_guard<std::mutex> lock(queue_mu_);
+  queued_after_cycle_ = !incoming_.empty();
   // A request that arrived during a cycle this rank only joined (another rank's, or one with
   // nothing of its own) is not part of a burst: it starts the next cycle at once.
-  batching_ = took_requests_ && !incoming_.empty();
-  batch_since_ = Clock::now();
+  batching_ = took_requests_ && queued_after_cycle_;
+  if (batching_) batch_since_ = Clock::now();  // read only while batching
 }
 
 void Engine::RunCycleSteps() {
   ++cycle_;
-  last_cycle_start_ = Clock::now();
+  last_cycle_start_ = looked_at_;  // LookForCycle decided on this cycle just now
   const int64_t cycle_start_us = timeline_ ? Timeline::NowMicros() : 0;
   if (timeline_) timeline_->MarkCycleStart();
   std::vector<RequestMeta> uncached;
@@ -633,7 +649,8 @@ void Engine::RunCycleSteps() {
   counters_.cycles++;
   if (coordinator_round) CoordinatorRound(uncached, stale, &fresh, &evict);
 
-  std::vector<Response> ready;
+  std::vector<Response>& ready = ready_;
+  ready.clear();
   BitLayout layout(cache_.capacity());
   // In position order, word by word: only the set bits of (ready and not idle) are visited.
   for (size_t w = 0; w < layout.words_per_half; ++w) {
@@ -641,7 +658,15 @@ void Engine::RunCycleSteps() {
     for (; go != 0; go &= go - 1) {
       const uint32_t p = static_cast<uint32_t>(64 * w + __builtin_ctzll(go));
       if (!cache_.occupied(p)) continue;
-      ready.push_back(cache_.at(p));
+      // Copied into a response of an earlier cycle where there is one: its name and shapes keep
+      // their memory.
+      if (!spare_responses_.empty()) {
+        ready.push_back(std::move(spare_responses_.back()));
+        spare_responses_.pop_back();
+        ready.back() = cache_.at(p);
+      } else {
+        ready.push_back(cache_.at(p));
+      }
       cache_.Touch(p);
     }
   }
@@ -678,6 +703,10 @@ void Engine::RunCycleSteps() {
   BeginDepartures(ready);
   Execute(ready);
   CompleteDepartures(ready);
+  for (auto& r : ready) {
+    if (spare_responses_.size() < kSpareResponses) spare_responses_.push_back(std::move(r));
+  }
+  ready.clear();
   AutotuneAfterCycle();
   inputs_with_bits_ = InputsWithBits{};  // they live in the notice areas, which the next cycles reuse
   // Servers join and leave between two steps: after this cycle's collectives, on every rank.

@@ -430,7 +430,12 @@ int64_t Engine::Enqueue(Request request) {
                                           ": a collective with this name is already in flight; names must "
                                           "stay unique until the earlier one completes"));
     }
-    in_flight_.insert(std::move(key));
+    if (spare_name_.empty()) {
+      in_flight_.insert(std::move(key));
+    } else {
+      spare_name_.value() = std::move(key);
+      in_flight_.insert(std::move(spare_name_));  // leaves spare_name_ empty
+    }
     last_enqueue_ticks_.store(now.time_since_epoch().count(), std::memory_order_relaxed);
     handle = handles_.Create(std::move(request.on_complete));
     incoming_.emplace_back(std::move(request), handle);

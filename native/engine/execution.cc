@@ -31,7 +31,8 @@ void Engine::Execute(const std::vector<Response>& ready) {
       if (r.ok() && set != nullptr && set->contains(rank())) ObserveForAutotune(r);
     }
   }
-  std::vector<bool> done(ready.size(), false);
+  std::vector<bool>& done = fused_;
+  done.assign(ready.size(), false);
   const size_t threshold = static_cast<size_t>(cycle_config_.fusion_threshold_bytes);
   for (size_t i = 0; i < ready.size(); ++i) {
     if (done[i]) continue;
@@ -53,7 +54,8 @@ void Engine::Execute(const std::vector<Response>& ready) {
       ExecuteOne(r, unit);
       continue;
     }
-    std::vector<const Response*> batch = {&r};
+    std::vector<const Response*>& batch = fusion_;
+    batch.assign(1, &r);
     size_t bytes = TensorBytes(r);
     if (threshold > 0) {
       for (size_t j = i + 1; j < ready.size(); ++j) {
@@ -123,7 +125,7 @@ void Engine::FinishSucceeded(const std::vector<const Response*>& responses) {
       if (it == pending_.end()) continue;  // a joined rank's neutral part
       handles.push_back(it->second.handle);
       ReleaseNameLocked(it->first);
-      pending_.erase(it);
+      spare_pending_ = pending_.extract(it);  // its node serves the next request taken
     }
   }
   if (handles.empty()) return;
@@ -136,7 +138,8 @@ void Engine::ReleaseNameLocked(const Key& key) {
   // loop takes with its next cycle.
   auto held = held_.find(key);
   if (held == held_.end()) {
-    in_flight_.erase(key);
+    auto node = in_flight_.extract(key);
+    if (!node.empty()) spare_name_ = std::move(node);  // serves the next name enqueued
     return;
   }
   incoming_.push_back(std::move(held->second.front()));
@@ -157,16 +160,18 @@ bool Engine::HeldRequestAwaited(const Key& key) const {
 void Engine::ExecuteAllreduceBatch(const std::vector<const Response*>& responses, uint32_t unit) {
   const Response& first = *responses.front();
   ProcessSet& set = *sets_.Find(first.process_set);
-  AllreduceBatch batch;
+  AllreduceBatch& batch = fusion_batch_;
   batch.dtype = first.dtype;
   batch.op = ExecutedOp(first.reduce_op);
   batch.prescale = first.prescale;
   batch.postscale = ExecutedPostscale(first.reduce_op, first.postscale, set.size());
+  batch.entries.clear();
+  batch.label.clear();
   const size_t esz = ElementSize(first.dtype);
 
   // A joined rank contributes zeros and discards the result. Each request is looked up once.
-  std::vector<Pending*> requests;
-  requests.reserve(responses.size());
+  std::vector<Pending*>& requests = fusion_requests_;
+  requests.clear();
   size_t missing = 0;
   for (const Response* r : responses) {
     requests.push_back(FindPending(*r));

@@ -8,8 +8,20 @@ namespace herring {
 int64_t HandleTable::Create(Callback on_complete) {
   std::lock_guard<std::mutex> lock(mu_);
   int64_t h = next_++;
-  slots_[h].on_complete = std::move(on_complete);
+  if (spare_.empty()) {
+    slots_[h].on_complete = std::move(on_complete);
+    return h;
+  }
+  spare_.key() = h;
+  spare_.mapped() = Slot{};
+  spare_.mapped().on_complete = std::move(on_complete);
+  slots_.insert(std::move(spare_));  // leaves spare_ empty
   return h;
+}
+
+void HandleTable::RemoveLocked(Slots::iterator it) {
+  spare_ = slots_.extract(it);
+  spare_.mapped() = Slot{};  // frees the result's buffers now, not at the next Create
 }
 
 HandleTable::Callback HandleTable::SettleLocked(int64_t handle, OpResult* result, bool* sleepers) {
@@ -17,7 +29,7 @@ HandleTable::Callback HandleTable::SettleLocked(int64_t handle, OpResult* result
   if (it == slots_.end() || it->second.done) return nullptr;
   if (it->second.on_complete) {
     Callback callback = std::move(it->second.on_complete);
-    slots_.erase(it);  // nobody waits on a callback handle
+    RemoveLocked(it);  // nobody waits on a callback handle
     return callback;
   }
   it->second.done = true;
@@ -111,7 +123,7 @@ OpResult HandleTable::Take(int64_t handle) {
   if (it == slots_.end()) throw Error(Status::InvalidArgument("unknown handle " + std::to_string(handle)));
   if (!it->second.done) throw Error(Status::InvalidArgument("handle " + std::to_string(handle) + " is still pending"));
   OpResult r = std::move(it->second.result);
-  slots_.erase(it);
+  RemoveLocked(it);
   return r;
 }
 

@@ -66,7 +66,13 @@ class HandleTable {
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::unordered_map<int64_t, Slot> slots_;  // looked up per tensor; nothing depends on its order
+  using Slots = std::unordered_map<int64_t, Slot>;
+  Slots slots_;  // looked up per tensor; nothing depends on its order
+  // The node of the last slot removed, reused by the next Create: a synchronous call creates and
+  // removes one slot, and would otherwise allocate and free its node every time.
+  Slots::node_type spare_;
+  // Removes `it`'s slot, keeping its node as the spare.
+  void RemoveLocked(Slots::iterator it);
   int64_t next_ = 1;
 };
 

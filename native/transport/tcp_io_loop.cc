@@ -379,6 +379,7 @@ void TcpTransport::Impl::DeliverControl(Stream* s) {
   {
     std::lock_guard<std::mutex> lock(inbox_mu_);
     inbox_.push_back(ControlMessage{s->peer->rank, type, std::move(s->control)});
+    inbox_count_.store(inbox_.size(), std::memory_order_release);
   }
   s->control.clear();
   NotifyEvent();

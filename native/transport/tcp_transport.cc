@@ -625,6 +625,7 @@ void TcpTransport::Impl::SendControl(int peer, uint32_t type, const std::string&
     {
       std::lock_guard<std::mutex> lock(inbox_mu_);
       inbox_.push_back(ControlMessage{peer, type, payload});
+      inbox_count_.store(inbox_.size(), std::memory_order_release);
     }
     notify_requested_.store(true);
     Wake();
@@ -649,10 +650,12 @@ void TcpTransport::Impl::SendControl(int peer, uint32_t type, const std::string&
 }
 
 bool TcpTransport::Impl::PopControl(ControlMessage* out) {
+  if (inbox_count_.load(std::memory_order_acquire) == 0) return false;
   std::lock_guard<std::mutex> lock(inbox_mu_);
   if (inbox_.empty()) return false;
   *out = std::move(inbox_.front());
   inbox_.pop_front();
+  inbox_count_.store(inbox_.size(), std::memory_order_release);
   return true;
 }
 
@@ -679,10 +682,12 @@ void TcpTransport::Impl::RecordFailureLocked(const Status& status) {
   if (first_failure_.ok() ||
       (first_failure_.code() == StatusCode::kShutdown && status.code() != StatusCode::kShutdown)) {
     first_failure_ = status;
+    has_failure_.store(true, std::memory_order_release);
   }
 }
 
 Status TcpTransport::Impl::FirstFailure() const {
+  if (!has_failure_.load(std::memory_order_acquire)) return Status::OK();
   std::lock_guard<std::mutex> lock(mu_);
   return first_failure_;
 }

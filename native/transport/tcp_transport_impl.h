@@ -249,6 +249,9 @@ class TcpTransport::Impl {
   Status abort_;
   bool closed_ = false;
   Status first_failure_;
+  // Set once first_failure_ is: the engine asks for it every cycle, and the answer is nearly
+  // always "none", which this tells without taking mu_.
+  std::atomic<bool> has_failure_{false};
   std::unordered_map<MessageKey, std::shared_ptr<InMessage>, tcp::MessageKeyHash> in_;
   std::unordered_map<MessageKey, std::shared_ptr<OutMessage>, tcp::MessageKeyHash> out_;
   struct AnySourceWait {
@@ -270,6 +273,9 @@ class TcpTransport::Impl {
 
   std::mutex inbox_mu_;
   std::deque<ControlMessage> inbox_;
+  // inbox_.size(), readable without inbox_mu_: the engine drains the inbox every cycle, and it is
+  // nearly always empty.
+  std::atomic<size_t> inbox_count_{0};
 
   std::mutex close_mu_;  // serializes Close()
   bool close_done_ = false;
