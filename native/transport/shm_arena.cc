@@ -526,6 +526,22 @@ struct ShmArena::Impl {
     return Status::OK();
   }
 
+  // Whether the member `blocker` names will never publish again (CheckMemberGone). A member that
+  // published what we wait for and then left is no failure: it may have done both between our
+  // find() and this check (a waiter failed so, 1 launch in a few hundred, at the end of a test's
+  // last round). So a gone member is looked at again; once gone its counters never change, and a
+  // seq_cst read of its state saw the leave, which came after its last publish: this look is final.
+  // Updates *blocker to what blocks now (nothing, or another member the caller then checks).
+  template <typename Find>
+  Status BlockerGone(Find& find, Blocker* blocker, bool probe_process) const {
+    Status gone = CheckMemberGone(blocker->member, probe_process);
+    if (gone.ok()) return gone;
+    const Blocker again = find();
+    if (again.waitable != nullptr && again.member == blocker->member) return gone;
+    *blocker = again;
+    return Status::OK();
+  }
+
   // Waits until find() reports nothing left to wait for: spins `spin`, then sleeps on the
   // blocker's futex, polling check_abort and the blocker's liveness every poll_interval.
   template <typename Find, typename OnTimeout>
@@ -557,8 +573,9 @@ struct ShmArena::Impl {
     Clock::time_point next_poll = start;
     for (;;) {
       if (Poisoned()) return PoisonStatus();
-      Status gone = CheckMemberGone(blocker.member, /*probe_process=*/false);
+      Status gone = BlockerGone(find, &blocker, /*probe_process=*/false);
       if (!gone.ok()) return gone;
+      if (blocker.waitable == nullptr) return Status::OK();
       const Clock::time_point now = Clock::now();
       if (deadline.Expired()) return on_timeout(now - start);
       if (now >= next_poll) {
@@ -566,8 +583,9 @@ struct ShmArena::Impl {
           Status s = check_abort();
           if (!s.ok()) return s;
         }
-        Status dead = CheckMemberGone(blocker.member, /*probe_process=*/true);
+        Status dead = BlockerGone(find, &blocker, /*probe_process=*/true);
         if (!dead.ok()) return dead;
+        if (blocker.waitable == nullptr) return Status::OK();
         next_poll = now + poll_interval;
       }
       Waitable& w = *blocker.waitable;
