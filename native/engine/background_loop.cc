@@ -260,15 +260,17 @@ void Engine::TakeNewRequests(std::vector<RequestMeta>* uncached, std::vector<uin
       timeline_->Span(lane, "QUEUE", p.request.enqueued_us, p.taken_us);
       timeline_->Begin(lane, "NEGOTIATE_" + Timeline::UpperName(OpTypeName(m.type)));
     }
-    auto found = pending_.find(key);
-    if (found != pending_.end()) {
-      found->second = std::move(p);
-    } else if (!spare_pending_.empty()) {
+    if (spare_pending_.empty()) {
+      pending_.insert_or_assign(std::move(key), std::move(p));
+    } else {
       spare_pending_.key() = std::move(key);
       spare_pending_.mapped() = std::move(p);
-      pending_.insert(std::move(spare_pending_));  // leaves spare_pending_ empty
-    } else {
-      pending_.emplace(std::move(key), std::move(p));
+      auto placed = pending_.insert(std::move(spare_pending_));  // empties spare_pending_ if inserted
+      if (!placed.inserted) {
+        // The name was pending already: the newer request replaces it (as insert_or_assign does).
+        placed.position->second = std::move(placed.node.mapped());
+        spare_pending_ = std::move(placed.node);
+      }
     }
   }
   fresh.clear();  // keeps its map and a block for the next cycle's swap

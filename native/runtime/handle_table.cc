@@ -12,8 +12,7 @@ int64_t HandleTable::Create(Callback on_complete) {
     slots_[h].on_complete = std::move(on_complete);
     return h;
   }
-  spare_.key() = h;
-  spare_.mapped() = Slot{};
+  spare_.key() = h;  // its slot was reset when it was removed (RemoveLocked)
   spare_.mapped().on_complete = std::move(on_complete);
   slots_.insert(std::move(spare_));  // leaves spare_ empty
   return h;
