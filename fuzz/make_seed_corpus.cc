@@ -74,6 +74,12 @@ void DecodeOrThrow(WireDecoder decoder, const std::string& p) {
     case kR2spSession: DecodeR2spSession(p); break;
     case kR2spEnd: DecodeR2spEnd(p); break;
     case kAwaited: DecodeAwaited(p); break;
+    case kMissingRanksQuery: DecodeMissingQuery(p); break;
+    case kMissingRanksAnswer: {
+      std::optional<std::vector<int>> missing;
+      DecodeMissingAnswer(p, &missing);
+      break;
+    }
     default: throw Error(Status::InvalidArgument("unknown decoder"));
   }
 }
@@ -291,6 +297,9 @@ int main(int argc, char** argv) {
   Write(dir, kR2spEnd, EncodeR2spEnd(3));
   Write(dir, kAwaited, EncodeAwaited({{0, "grad.fc1", OpType::kAllreduce}, {0, "join", OpType::kJoin},
                                         {0, "torch.allreduce.float32.4.sum", OpType::kAllreduce, true}}));
+  Write(dir, kMissingRanksQuery, EncodeMissingQuery({0, "torch.allreduce.float32.4.sum"}));
+  Write(dir, kMissingRanksAnswer, EncodeMissingAnswer({1, "grad.fc1"}, std::vector<int>{2, 5}));
+  Write(dir, kMissingRanksAnswer, EncodeMissingAnswer({0, "grad.fc2"}, std::nullopt));
   std::printf("%d\n", written);
   return 0;
 }

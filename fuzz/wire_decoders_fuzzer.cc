@@ -174,10 +174,21 @@ void CheckAwaited(const std::string& p) {
   Require(EncodeAwaited(DecodeAwaited(p)) == p, "DecodeAwaited", "does not re-encode to the same bytes");
 }
 
+void CheckMissingQuery(const std::string& p) {
+  Require(EncodeMissingQuery(DecodeMissingQuery(p)) == p, "DecodeMissingQuery", "does not re-encode to the same bytes");
+}
+
+void CheckMissingAnswer(const std::string& p) {
+  std::optional<std::vector<int>> missing;
+  const CollectiveKey key = DecodeMissingAnswer(p, &missing);
+  Require(EncodeMissingAnswer(key, missing) == p, "DecodeMissingAnswer", "does not re-encode to the same bytes");
+}
+
 const char* DecoderName(int which) {
   static const char* names[kNumWireDecoders] = {"frame header", "bits", "cycle", "contribution", "result",
                                                 "uncached", "responses", "request", "response", "R2SP session",
-                                                "R2SP end", "blocked report"};
+                                                "R2SP end", "blocked report", "missing-ranks query",
+                                                "missing-ranks answer"};
   return names[which];
 }
 
@@ -201,6 +212,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       case kR2spSession: CheckR2spSession(payload); break;
       case kR2spEnd: CheckR2spEnd(payload); break;
       case kAwaited: CheckAwaited(payload); break;
+      case kMissingRanksQuery: CheckMissingQuery(payload); break;
+      case kMissingRanksAnswer: CheckMissingAnswer(payload); break;
     }
   } catch (const Error& e) {
     // The expected outcome for malformed bytes: a clean error with a reason.

@@ -21,7 +21,9 @@ enum WireDecoder : uint8_t {
   kR2spSession = 9,    // DecodeR2spSession (kR2spSessionMessage: a server's ranges of an R2SP session)
   kR2spEnd = 10,       // DecodeR2spEnd (kR2spEndMessage)
   kAwaited = 11,       // DecodeAwaited (kBlockedReport: what a rank is blocked on)
-  kNumWireDecoders = 12,
+  kMissingRanksQuery = 12,  // DecodeMissingQuery (kMissingQuery: who has not submitted this collective?)
+  kMissingRanksAnswer = 13, // DecodeMissingAnswer (kMissingAnswer: those ranks, or "not known")
+  kNumWireDecoders = 14,
 };
 
 }  // namespace herring_fuzz

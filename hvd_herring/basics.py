@@ -300,6 +300,12 @@ class HerringBasics:
     def poll(self, handle):
         return self.engine().poll(handle)
 
+    def missing_ranks(self, handle, timeout):
+        """The global ranks that have not submitted the collective `handle` waits for, as rank 0
+        sees it; None if not known within `timeout` seconds."""
+        engine = self._engine
+        return None if engine is None else engine.missing_ranks(handle, float(timeout))
+
     def counters(self):
         return dict(self.engine().counters())
 

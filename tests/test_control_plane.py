@@ -19,6 +19,7 @@ from test_collectives import WORKER as COLLECTIVES_WORKER
 AS_HOST = os.path.join("tests", "workers", "as_simulated_host.py")
 STEADY_WORKER = os.path.join("tests", "workers", "control_plane_worker.py")
 FAULT_WORKER = os.path.join("tests", "workers", "fault_worker.py")
+TORCH_DIST_WORKER = os.path.join("tests", "workers", "torch_distributed_worker.py")
 
 
 def read_results(results, np):
@@ -58,6 +59,22 @@ def test_collectives_across_3_hosts_agree_through_the_leaders():
     for r in (1, 3, 5):  # not leaders: TCP only for the coordinator's rounds, with their leader
         assert c[r]["control_messages_sent"] == c[r]["coordinator_rounds"], (r, c[r])
         assert c[r]["shm_negotiations"] == c[r]["cycles"], (r, c[r])
+
+
+def test_a_timed_out_wait_names_the_ranks_that_have_not_issued_it_across_3_hosts():
+    """torch.distributed's timeout check (tests/workers/torch_distributed_worker.py) on 3 hosts x
+    2 ranks: a Work that timed out names the ranks missing, as rank 0's coordinator sees them.
+    The last rank, not a leader, asks rank 0 across the hosts about a cached collective (which
+    only the leaders' ANDs carried), while rank 0's application thread sleeps."""
+    check = "timeouts_raise_and_the_collective_can_still_complete"
+    results = launch.scratch_dir("herring-plane-")
+    run = launch.horovodrun(6, [AS_HOST, "2", TORCH_DIST_WORKER], timeout=600, HERRING_TEST_RESULTS=results,
+                            HERRING_TEST_ONLY=check, HERRING_CONTROL_PLANE="auto")
+    per_rank = read_results(results, 6)
+    assert sorted(per_rank) == list(range(6)) and run.returncode == 0, \
+        f"exit status {run.returncode}, ranks reported {sorted(per_rank)}\n{run.output[-6000:]}"
+    for r, data in sorted(per_rank.items()):
+        assert data["results"] == {check: "ok"}, f"rank {r}: {data['results']}"
 
 
 @pytest.mark.parametrize("plane", ["auto", "tcp"])

@@ -304,6 +304,15 @@ PYBIND11_MODULE(_native, m) {
            "the GIL, and its value returned, in one call and without a Work. Raises the request's error.")
       .def("wait", &WaitSimple, py::arg("handle"), py::arg("timeout_seconds") = -1.0)
       .def("poll", &Engine::Poll)
+      .def(
+          "missing_ranks",
+          [](Engine& e, int64_t handle, double timeout_seconds) {
+            py::gil_scoped_release release;
+            return e.MissingRanks(handle, Deadline::AfterSeconds(timeout_seconds));
+          },
+          py::arg("handle"), py::arg("timeout_seconds"),
+          "The members (global ranks) that have not submitted the collective `handle` waits for, as rank 0 "
+          "sees it; None if that is not known within `timeout_seconds` (for a wait that timed out).")
       .def("wait_and_take", &WaitAndTake, py::arg("handle"), py::arg("timeout_seconds") = -1.0,
            py::arg("dtype") = 0)
       .def("process_set_ids", &Engine::ProcessSetIds)

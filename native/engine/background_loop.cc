@@ -21,6 +21,7 @@ void Engine::Loop() {
   }
   Status why = failure();
   stopped_ = true;
+  AbandonMissingQuestions();
   handles_.FailAll(why.ok() ? Status::Shutdown("Horovod has been shut down") : why);
   {
     std::lock_guard<std::mutex> lock(loop_done_mu_);
@@ -61,6 +62,16 @@ void Engine::DrainControl() {
       RouteBlockedReport(origin, report);
       continue;
     }
+    if (m.type == kMissingQuery) {
+      if (coordinator_) missing_queries_.push_back({m.from, DecodeMissingQuery(m.payload), cycle_});
+      continue;
+    }
+    if (m.type == kMissingAnswer) {
+      std::optional<std::vector<int>> missing;
+      const Key key = DecodeMissingAnswer(m.payload, &missing);
+      DeliverMissing(key, missing);
+      continue;
+    }
     if (m.type >= kContributeMessage && m.type <= kResponsesMessage) counters_.control_messages_received++;
     inbox_.push_back(std::move(m));
   }
@@ -75,6 +86,7 @@ Engine::Trigger Engine::LookForCycle(bool known_new_work) {
   DrainControl();
   Status f = WorldFailure();
   if (!f.ok()) throw Error(f);
+  ServeMissingRanks();
 
   // Invitations for cycles we already took part in are stale.
   inbox_.erase(std::remove_if(inbox_.begin(), inbox_.end(),

@@ -161,6 +161,12 @@ class Engine {
   // wake-ups, more than a small collective itself.
   Status Wait(int64_t handle, Deadline deadline);
   OpResult Take(int64_t handle) { return handles_.Take(handle); }
+  // The members of its process set that have not submitted the collective `handle` waits for
+  // (global ranks, sorted), as rank 0's coordinator sees it once every member that has it pending
+  // has announced it there: what a wait that timed out names (engine/missing_ranks.cc). nullopt
+  // when that is not known by `deadline`: the request is not pending here (complete, or not taken
+  // by a cycle yet), rank 0 has no entry for it, or did not answer in time.
+  std::optional<std::vector<int>> MissingRanks(int64_t handle, Deadline deadline);
 
   std::vector<int32_t> ProcessSetIds() const;
   // Throws Error(InvalidArgument) for an unknown id.
@@ -223,6 +229,15 @@ class Engine {
   void CreateProcessSet(int32_t id, const std::vector<int>& ranks, Deadline deadline);
   std::string ArenaName(int32_t set_id) const;
   void ValidateAndComplete(Request* request) const;
+
+  // MissingRanks' part in the loop (missing_ranks.cc), called as it looks for work: sends the
+  // questions asked since (a cached collective first goes through the coordinator, as the stall
+  // inspector sends one, so that rank 0 sees who submitted it) and, on rank 0, answers those
+  // whose table has settled.
+  void ServeMissingRanks();
+  void AnswerMissingQueries();
+  void DeliverMissing(const Key& key, const std::optional<std::vector<int>>& missing);
+  void AbandonMissingQuestions();  // the loop ended: nobody will answer
 
   // Background loop (background_loop.cc).
   void StartLoop();  // starts the loop's thread, named for top -H and gdb (engine.cc)
@@ -443,7 +458,28 @@ class Engine {
   Status failure_;
   std::atomic<bool> stopped_{false};
 
+  // MissingRanks' questions, by handle (guarded by missing_mu_): `sent` once the loop took one
+  // up, `done` once answered (`missing` then holds what rank 0 knew).
+  struct MissingQuestion {
+    bool sent = false;
+    bool done = false;
+    std::optional<std::vector<int>> missing;
+  };
+  std::mutex missing_mu_;
+  std::condition_variable missing_cv_;
+  std::map<int64_t, MissingQuestion> missing_questions_;
+  std::atomic<bool> missing_question_new_{false};  // one not sent yet: read without the lock
+
   // Owned by the loop (cycle_mu_).
+  // MissingRanks: the handles asking about each collective, and rank 0's questions to answer
+  // (from whom, about what, and the last cycle run when it came).
+  std::map<Key, std::vector<int64_t>> missing_asked_;
+  struct MissingQuery {
+    int origin;
+    Key key;
+    uint64_t came_after_cycle;
+  };
+  std::vector<MissingQuery> missing_queries_;
   // Hashed (looked up per tensor); what is built by walking it is put in (set, name) order.
   std::unordered_map<Key, Pending, CollectiveKeyHash> pending_;
   // Scratch of TakeNewRequests and FinishSucceeded, kept between cycles so that a cycle allocates

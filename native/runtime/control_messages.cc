@@ -272,4 +272,45 @@ std::string DecodeRelayedReport(const std::string& payload, int32_t* origin) {
   return report;
 }
 
+std::string EncodeMissingQuery(const CollectiveKey& key) {
+  WireWriter w;
+  w.I32(key.first);
+  w.Str(key.second);
+  return w.Take();
+}
+
+CollectiveKey DecodeMissingQuery(const std::string& payload) {
+  WireReader r(payload, "missing-ranks query");
+  CollectiveKey key;
+  key.first = r.I32();
+  key.second = r.Str();
+  r.ExpectEnd();
+  return key;
+}
+
+std::string EncodeMissingAnswer(const CollectiveKey& key, const std::optional<std::vector<int>>& missing) {
+  WireWriter w;
+  w.I32(key.first);
+  w.Str(key.second);
+  w.U8(missing ? 1 : 0);
+  if (missing) w.I32s(std::vector<int32_t>(missing->begin(), missing->end()));
+  return w.Take();
+}
+
+CollectiveKey DecodeMissingAnswer(const std::string& payload, std::optional<std::vector<int>>* missing) {
+  WireReader r(payload, "missing-ranks answer");
+  CollectiveKey key;
+  key.first = r.I32();
+  key.second = r.Str();
+  const uint8_t known = r.U8();
+  if (known > 1) throw Error(Status::Internal("missing-ranks answer: bad flag"));
+  missing->reset();
+  if (known == 1) {
+    const std::vector<int32_t> ranks = r.I32s();
+    *missing = std::vector<int>(ranks.begin(), ranks.end());
+  }
+  r.ExpectEnd();
+  return key;
+}
+
 }  // namespace herring

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,8 @@ enum ControlType : uint32_t {
   // The same, relayed by the hosts' leaders up the hierarchical plane's tree (engine/control_tree.h),
   // naming the rank whose report it is.
   kRelayedBlockedReport = 13,
+  kMissingQuery = 14,   // anyone -> rank 0: who has not submitted this collective? (engine/missing_ranks.cc)
+  kMissingAnswer = 15,  // rank 0 -> the asker: those members, or "not known"
 };
 
 // Status bits live in word 0 of the bit vector and are stored inverted (set = "no"), so the same
@@ -147,6 +150,13 @@ std::vector<AwaitedCollective> DecodeAwaited(const std::string& payload);  // va
 // kRelayedBlockedReport: `origin`'s kBlockedReport payload, as its leader forwards it.
 std::string EncodeRelayedReport(int32_t origin, const std::string& report);
 std::string DecodeRelayedReport(const std::string& payload, int32_t* origin);  // returns the report
+
+// kMissingQuery / kMissingAnswer (engine/missing_ranks.cc): a collective, and the members of its
+// process set that have not submitted it (global ranks; nullopt: rank 0 does not know).
+std::string EncodeMissingQuery(const CollectiveKey& key);
+CollectiveKey DecodeMissingQuery(const std::string& payload);
+std::string EncodeMissingAnswer(const CollectiveKey& key, const std::optional<std::vector<int>>& missing);
+CollectiveKey DecodeMissingAnswer(const std::string& payload, std::optional<std::vector<int>>* missing);
 
 // Peeks at the cycle number any of the messages above starts with (0 if too short).
 uint64_t CycleOf(const std::string& payload);

@@ -737,6 +737,29 @@ TEST(EngineLogic, EngineDeadlockReportRoundTripsAndRejectsBadTypes) {
   EXPECT_TRUE(threw);
 }
 
+// Engine::MissingRanks' question and answer (engine/missing_ranks.cc): the collective, and the
+// missing members or "not known", round-trip; a malformed answer is rejected.
+TEST(EngineLogic, EngineMissingRanksQueryAndAnswerRoundTrip) {
+  const CollectiveKey key{3, "torch.allreduce.float32"};
+  EXPECT_TRUE(DecodeMissingQuery(EncodeMissingQuery(key)) == key);
+  std::optional<std::vector<int>> missing;
+  EXPECT_TRUE(DecodeMissingAnswer(EncodeMissingAnswer(key, std::vector<int>{1, 4}), &missing) == key);
+  EXPECT_TRUE(missing.has_value() && *missing == std::vector<int>({1, 4}));
+  EXPECT_TRUE(DecodeMissingAnswer(EncodeMissingAnswer(key, std::vector<int>{}), &missing) == key);
+  EXPECT_TRUE(missing.has_value() && missing->empty());  // everyone submitted: still a known answer
+  EXPECT_TRUE(DecodeMissingAnswer(EncodeMissingAnswer(key, std::nullopt), &missing) == key);
+  EXPECT_FALSE(missing.has_value());
+  std::string bad = EncodeMissingAnswer(key, std::nullopt);
+  bad.back() = static_cast<char>(2);  // neither known nor unknown
+  bool threw = false;
+  try {
+    DecodeMissingAnswer(bad, &missing);
+  } catch (const Error&) {
+    threw = true;
+  }
+  EXPECT_TRUE(threw);
+}
+
 // A departure (engine/departures.cc): the leaving rank's request is decided at once, and the
 // entries of the sets that include it are dropped, those of the other sets kept.
 TEST(EngineLogic, EngineCoordinatorDecidesALeaveAtOnceAndForgetsTheSetsWithIt) {

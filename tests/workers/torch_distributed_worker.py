@@ -492,7 +492,7 @@ def mismatched_collectives_are_named():
     # HERRING_DEADLOCK_TIME_SECONDS (16 s measured at np=3 with the default 15 s), counted from the
     # last rank to arrive. The group's timeout (TIMEOUT_SECONDS) counts from each rank's own
     # arrival: a rank ahead by a few seconds (a loaded host) timed out first, and its "timed out"
-    # error, which names no rank, was not what this check asserts. Here the group waits for 3x
+    # error, which names the ranks missing but not what differed, was not what this check asserts. Here the group waits for 3x
     # that time, as torch's default timeout (30 min) would.
     from hvd_herring import _native
     deadlock_seconds = float(_native.resolved_knobs()["HERRING_DEADLOCK_TIME_SECONDS"])
@@ -510,9 +510,18 @@ def mismatched_collectives_are_named():
         assert torch.equal(t, torch.full((2,), float(N)))
 
 
+def _names_missing(message, ranks):
+    """Whether a timeout's message names `ranks` (global) as the ones that have not issued it."""
+    listed = ", ".join(str(r) for r in ranks)
+    return (f"global rank {listed} has not issued it" if len(ranks) == 1 else
+            f"global ranks {listed} have not issued it") in message
+
+
 @check
 def timeouts_raise_and_the_collective_can_still_complete():
-    # Rank 0 waits alone (its peers are late): Work.wait(timeout) and the group's timeout raise.
+    # Rank 0 waits alone (its peers are late): Work.wait(timeout) and the group's timeout raise,
+    # naming the ranks that have not issued the collective (rank 0 asks its own coordinator).
+    others = list(range(1, N))
     if R == 0:
         t = torch.ones(3)
         work = dist.all_reduce(t, async_op=True)
@@ -520,7 +529,7 @@ def timeouts_raise_and_the_collective_can_still_complete():
         try:
             work.wait(timeout=timedelta(seconds=1))
         except dist.DistBackendError as e:
-            assert "timed out after 1 s" in str(e), str(e)
+            assert "timed out after 1 s" in str(e) and _names_missing(str(e), others), str(e)
         else:
             raise AssertionError("wait(timeout=1 s) did not time out")
         assert time.monotonic() - start < 5
@@ -529,7 +538,7 @@ def timeouts_raise_and_the_collective_can_still_complete():
             try:
                 late.wait()
             except dist.DistBackendError as e:
-                assert "timed out after 1.5 s" in str(e), str(e)
+                assert "timed out after 1.5 s" in str(e) and _names_missing(str(e), others), str(e)
             else:
                 raise AssertionError("the group's timeout did not apply")
         # A synchronous all_reduce completes before it returns (no Work left pending) unless it
@@ -539,7 +548,7 @@ def timeouts_raise_and_the_collective_can_still_complete():
             try:
                 dist.all_reduce(at_once)
             except dist.DistBackendError as e:
-                assert "timed out after 0.25 s" in str(e), str(e)
+                assert "timed out after 0.25 s" in str(e) and _names_missing(str(e), others), str(e)
             else:
                 raise AssertionError("a synchronous all_reduce did not time out")
         dist.barrier()  # the late ranks arrive; the barrier finishes the earlier collectives first
@@ -548,10 +557,27 @@ def timeouts_raise_and_the_collective_can_still_complete():
         late.wait()
         assert torch.equal(t, torch.full((3,), float(N)))
     else:
-        time.sleep(3.5)
+        time.sleep(5.0)
         dist.all_reduce(torch.ones(3))
         dist.all_reduce(torch.ones(2))
         dist.all_reduce(torch.ones(5))
+        dist.barrier()
+    # Now the last rank waits alone for a collective every rank ran before (so cached: negotiated
+    # by bits alone, which rank 0 sees nothing of until the waiting rank sends it through the
+    # coordinator), while rank 0 sleeps: its engine answers the question without it.
+    if R == N - 1:
+        again = torch.ones(3)
+        try:
+            dist.all_reduce(again, async_op=True).wait(timeout=timedelta(seconds=1))
+        except dist.DistBackendError as e:
+            assert "timed out after 1 s" in str(e) and _names_missing(str(e), list(range(N - 1))), str(e)
+        else:
+            raise AssertionError("wait(timeout=1 s) did not time out")
+        dist.barrier()
+        assert torch.equal(again, torch.full((3,), float(N))), again
+    else:
+        time.sleep(3.0)
+        dist.all_reduce(torch.ones(3))
         dist.barrier()
 
 

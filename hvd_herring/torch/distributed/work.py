@@ -208,7 +208,27 @@ class HerringWork(dist.Work):
 
     def _timeout_error(self, timeout, why=""):
         return _as_dist_error(f"herring: {self._what} timed out after {timeout:g} s (the timeout of "
-                              f"init_process_group / new_group, or of Work.wait); it is still pending{why}")
+                              f"init_process_group / new_group, or of Work.wait); it is still pending{why}"
+                              f"{self._who_is_missing(timeout)}")
+
+    def _who_is_missing(self, timeout):
+        """What rank 0 knows of the members that have not issued the collective this Work still
+        waits for (asked for at most _EXPLAIN_SECONDS more), as the end of a timeout's message."""
+        values = self._values if self._values is not None else ()
+        part = self._parts[len(values)] if len(values) < len(self._parts) else None
+        if not isinstance(part, EnginePart):
+            return ""
+        try:
+            missing = basics.missing_ranks(part.handle, min(_EXPLAIN_SECONDS, max(0.5, timeout)))
+        except Exception:  # the engine failed meanwhile: the timeout is still the error to report
+            return ""
+        if missing is None:
+            return ""
+        if not missing:
+            return "; every member has issued it (as rank 0 sees it)"
+        ranks = ", ".join(str(r) for r in missing)
+        return (f"; global rank{'s' if len(missing) > 1 else ''} {ranks} "
+                f"{'have' if len(missing) > 1 else 'has'} not issued it (as rank 0 sees it)")
 
 
 class _InFlight:
@@ -265,6 +285,11 @@ class _InFlight:
 
 
 _in_flight = _InFlight()
+
+
+# How long a timed-out wait asks rank 0 who has not issued its collective: the error comes that
+# much later at most (half a second for timeouts shorter than that, the timeout itself up to this).
+_EXPLAIN_SECONDS = 2.0
 
 
 def _wait_and_finish(parts, values, finish, deadline):
