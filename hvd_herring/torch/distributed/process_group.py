@@ -117,6 +117,10 @@ def _copy_pieces(flat, outputs):
         offset += n
 
 
+def _nothing_to_finish(values):
+    """An in-place collective's finish: the engine wrote the caller's tensor."""
+
+
 def _in_inference_mode(finish):
     def finish_in_inference_mode(values):
         with torch.inference_mode():
@@ -279,6 +283,10 @@ class HerringProcessGroup(dist.ProcessGroup):
     def allreduce(self, tensors, opts=None, op=None):
         """allreduce(tensors, opts) | allreduce(tensors, op) | allreduce(tensor, op=SUM). Several
         tensors are ONE reduction, as on gloo: every tensor gets the reduction of all of them."""
+        if type(opts) is dist.AllreduceOptions and type(tensors) is list and len(tensors) == 1:
+            done = self._allreduce_one_now(tensors, opts)
+            if done is not None:
+                return done
         tensors = as_list(tensors)
         opts = options(dist.AllreduceOptions, opts, reduceOp=reduce_op_of(opts, op))
         sparse = check_allreduce(tensors, opts.reduceOp)
@@ -296,6 +304,30 @@ class HerringProcessGroup(dist.ProcessGroup):
                 t.copy_(scratch)
 
         return self._work("allreduce", [part], finish, tensors, opts, [scratch])
+
+    def _allreduce_one_now(self, tensors, opts):
+        """dist.all_reduce(t) without async_op, the common case: one dense contiguous CPU tensor,
+        an arithmetic op, nothing of the group pending. Issued and completed as allreduce's general
+        path would (the same name, checks, engine request and errors), reading each of torch's
+        attributes once: each costs 0.05-0.25 us, and the general path read some of them several
+        times (12.8 -> 7.3 us per dist.all_reduce of 4 KiB at np=1). None: not that case."""
+        t = tensors[0]
+        if opts.asyncOp is not False or not t.is_cpu or t.is_sparse or not t.is_contiguous():
+            return None
+        dtype = t.dtype
+        code = _DTYPE_CODES.get(dtype)
+        op = _ENGINE_OPS_BY_VALUE.get(_kind(opts.reduceOp).value)
+        if code is None or op is None or dtype is torch.bool or not _in_flight.nothing_pending_in(self._set):
+            return None
+        persistent_buffers.visit(t)  # may move it into zero-copy memory: before its address is taken
+        address = t.data_ptr()
+        entries = [(address, address, list(t.shape), [])]
+        name = collective_name(self._set, _signature("allreduce", code, op, -1, entries))
+        handle = basics.enqueue("allreduce", name, self._set, code, op, 1.0, 1.0, -1, entries, in_program_order=True,
+                                waiter_follows=True)
+        self._sequence += 1
+        return complete_at_once(self._what("allreduce"), [EnginePart(handle)], _nothing_to_finish, tensors,
+                                self._timeout_of(opts), tensors, last_chain(), self._set)
 
     def allreduce_coalesced(self, tensors, opts=None):
         tensors = as_list(tensors)
