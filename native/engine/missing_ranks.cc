@@ -8,7 +8,6 @@
 // announcement is in a cycle after its question was sent, the others' in the cycle after that.
 // Until then rank 0 keeps cycles coming (an empty one, if nobody else has work), so an answer
 // never waits for an application thread. Asking costs nothing unless a wait timed out.
-#include "common/logging.h"
 #include "engine/engine.h"
 
 namespace herring {
