@@ -220,7 +220,7 @@ class HerringWork(dist.Work):
             return ""
         try:
             missing = basics.missing_ranks(part.handle, min(_EXPLAIN_SECONDS, max(0.5, timeout)))
-        except Exception:  # the engine failed meanwhile: the timeout is still the error to report
+        except RuntimeError:  # the engine's error (it failed meanwhile): the timeout is still the one to report
             return ""
         if missing is None:
             return ""
