@@ -564,12 +564,15 @@ void Engine::ApplyMapUpdate(const MapUpdate& update) {
 void Engine::UncacheStalled(Clock::time_point now) {
   for (auto& kv : pending_) {
     Pending& p = kv.second;
-    if (p.state == RequestState::kCached && stall_.ShouldUncache(p.taken_at, now)) {
-      p.state = RequestState::kNew;
-      p.uncache_position = p.position;
-      reannounce_ = true;
-    }
+    if (p.state == RequestState::kCached && stall_.ShouldUncache(p.taken_at, now)) SendThroughCoordinator(&p);
   }
+}
+
+void Engine::SendThroughCoordinator(Pending* p) {
+  // As stale: its entry is evicted everywhere, and every rank that has it pending announces it.
+  p->state = RequestState::kNew;
+  p->uncache_position = p->position;
+  reannounce_ = true;
 }
 
 void Engine::ReportBlocked(bool new_work, Clock::time_point now) {

@@ -307,6 +307,9 @@ class Engine {
   void RevertCachedAt(uint32_t position);
   // `now`: LookForCycle's one reading of the clock (these checks count in seconds).
   void UncacheStalled(Clock::time_point now);
+  // A cached request goes to rank 0's coordinator in the next cycle, so that rank 0 sees who
+  // submitted it (the stall inspector's and MissingRanks' way).
+  void SendThroughCoordinator(Pending* p);
   // Deadlocks (engine/deadlock_detector.h): every rank reports what it is blocked on; rank 0
   // fails the collectives of ranks that can only wait for each other.
   void ReportBlocked(bool new_work, Clock::time_point now);

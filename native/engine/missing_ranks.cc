@@ -71,12 +71,7 @@ void Engine::ServeMissingRanks() {
       missing_cv_.notify_all();
       continue;
     }
-    Pending& p = pending->second;
-    if (p.state == RequestState::kCached) {
-      p.state = RequestState::kNew;
-      p.uncache_position = static_cast<int64_t>(p.position);
-      reannounce_ = true;
-    }
+    if (pending->second.state == RequestState::kCached) SendThroughCoordinator(&pending->second);
     std::vector<int64_t>& askers = missing_asked_[*key];
     askers.push_back(handle);
     if (askers.size() > 1) continue;  // already asked rank 0 about it
