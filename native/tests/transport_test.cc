@@ -7,6 +7,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -1072,6 +1073,47 @@ TEST(Transport, TransportGoodbyeReportsShutdown) {
   EXPECT_TRUE((*mesh)[0].PeerStatus(1).code() == StatusCode::kShutdown);
   EXPECT_TRUE((*mesh)[0].FirstFailure().code() == StatusCode::kShutdown);
   mesh->Close();
+}
+
+// A send is complete once the kernel has all its bytes. A peer that reads it and shuts down at
+// once must not turn it into a failure because the sending thread had not yet marked it done:
+// on an oversubscribed host that thread is preempted right there (its write wakes the receiver),
+// and the peer's goodbye is handled first (a retiring server's, say, right after the push it
+// needed). Here every thread shares one CPU and the sender runs at SCHED_IDLE, so the receiver,
+// its goodbye and this rank's handling of it all run before the sender returns from Send.
+TEST(Transport, TransportSendWrittenBeforeThePeersGoodbyeSucceeds) {
+  cpu_set_t previous;
+  ASSERT_EQ(sched_getaffinity(0, sizeof previous, &previous), 0);
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (CPU_ISSET(c, &previous)) {
+      CPU_SET(c, &one);
+      break;
+    }
+  }
+  ASSERT_EQ(sched_setaffinity(0, sizeof one, &one), 0);  // the threads started from here inherit it
+  for (int round = 0; round < 10; ++round) {
+    auto mesh = MakeMesh(2);
+    ASSERT_TRUE(mesh != nullptr);
+    std::vector<uint8_t> data = Pattern(4096, round), got(4096);
+    CompletionPtr r = (*mesh)[1].Recv(0, 7, got.data(), got.size());
+    std::thread receiver([&] {
+      if (WaitOne(r).ok()) (*mesh)[1].Close();
+    });
+    Status sent;
+    std::thread sender([&] {
+      sched_param none{};
+      sched_setscheduler(0, SCHED_IDLE, &none);  // this thread only (Linux)
+      sent = WaitOne((*mesh)[0].Send(1, 7, data.data(), data.size()));
+    });
+    sender.join();
+    receiver.join();
+    EXPECT_TRUE(sent.ok()) << "round " << round << ": " << sent.message();
+    EXPECT_TRUE(got == data);
+    mesh->Close();
+  }
+  ASSERT_EQ(sched_setaffinity(0, sizeof previous, &previous), 0);
 }
 
 TEST(Transport, TransportSilentPeerTimesOut) {

@@ -736,6 +736,13 @@ void TcpTransport::Impl::FailPending(const Status& status, int only_peer) {
         ++it;
         continue;
       }
+      if (it->second->frames_left.load() == 0) {
+        // Every byte is with the kernel: the send completed, and the thread that wrote its last
+        // frame finishes it (FinishSends) once it runs again. A peer that read it and said
+        // goodbye meanwhile (the writer preempted by that very wake-up) must not fail it.
+        ++it;
+        continue;
+      }
       it->second->failed.store(true);
       sends.push_back(std::move(it->second));
       it = out_.erase(it);
