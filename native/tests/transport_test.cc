@@ -1093,6 +1093,10 @@ TEST(Transport, TransportSendWrittenBeforeThePeersGoodbyeSucceeds) {
     }
   }
   ASSERT_EQ(sched_setaffinity(0, sizeof one, &one), 0);  // the threads started from here inherit it
+  struct RestoreAffinity {  // the tests after this one run on every CPU again, even if it fails
+    cpu_set_t cpus;
+    ~RestoreAffinity() { sched_setaffinity(0, sizeof cpus, &cpus); }
+  } restore{previous};
   for (int round = 0; round < 10; ++round) {
     auto mesh = MakeMesh(2);
     ASSERT_TRUE(mesh != nullptr);
@@ -1113,7 +1117,6 @@ TEST(Transport, TransportSendWrittenBeforeThePeersGoodbyeSucceeds) {
     EXPECT_TRUE(got == data);
     mesh->Close();
   }
-  ASSERT_EQ(sched_setaffinity(0, sizeof previous, &previous), 0);
 }
 
 TEST(Transport, TransportSilentPeerTimesOut) {
