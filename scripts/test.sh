@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# The README's test command: sets up (idempotent) and runs the whole test suite (what CI runs).
-#   bash scripts/test.sh            the full suite
+# The README's test command: sets up (idempotent) and runs the test suite (what CI runs).
+#   bash scripts/test.sh            the suite but its separate tiers (what CI runs)
+#   bash scripts/test.sh --all      the whole suite, the separate tiers too (tests/conftest.py
+#                                   lists them; `-m <tier>` runs one)
 #   bash scripts/test.sh --fast     the fast tier: native unit tests and one multi-process smoke per
 #                                   framework and launch path (tests/conftest.py lists it)
 # Other arguments go to pytest.
@@ -12,7 +14,15 @@ bash "$ROOT/scripts/setup.sh"
 bash "$ROOT/benchmarks/peers/setup_deepspeed.sh" >/dev/null
 cd "$ROOT"
 args=()
+paths=()   # test files or ids named on the command line; the whole tests/ directory when none
 for a in "$@"; do
-  if [ "$a" = "--fast" ]; then args+=(-m fast); else args+=("$a"); fi
+  case "$a" in
+    --fast) args+=(-m fast) ;;
+    --all) args+=(--all-tiers) ;;
+    -*) args+=("$a") ;;
+    tests/*|*.py|*::*) paths+=("$a") ;;
+    *) args+=("$a") ;;
+  esac
 done
-exec "$ROOT/.venv/bin/pytest" tests "${args[@]}"
+[ ${#paths[@]} -gt 0 ] || paths=(tests)
+exec "$ROOT/.venv/bin/pytest" "${paths[@]}" "${args[@]}"
