@@ -274,11 +274,13 @@ class HerringBasics:
             raise HorovodInternalError(str(e)) from e
 
     def enqueue_one(self, op_type, name, process_set_id, dtype, reduce_op, prescale, postscale, root,
-                    input_ptr, output_ptr, shape):
-        """One tensor, outputs provided by the caller: the hot path of a training step."""
+                    input_ptr, output_ptr, shape, in_program_order=False, waiter_follows=False):
+        """One tensor without splits: enqueue() without its list of tuples, the hot path of a
+        training step. output_ptr 0: the engine allocates the output."""
         try:
             return self.engine().enqueue_one(OP_TYPES[op_type], name or "", process_set_id, dtype, reduce_op,
-                                             prescale, postscale, root, input_ptr, output_ptr, shape)
+                                             prescale, postscale, root, input_ptr, output_ptr, shape,
+                                             waiter_follows, in_program_order)
         except _native.HerringError as e:
             raise HorovodInternalError(str(e)) from e
 

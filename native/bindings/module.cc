@@ -67,8 +67,9 @@ int64_t EnqueueFromPython(Engine& e, int op_type, const std::string& name, int p
 // and the shape moved, not copied.
 int64_t EnqueueOne(Engine& e, int op_type, const std::string& name, int process_set, int dtype, int reduce_op,
                    double prescale, double postscale, int root, uintptr_t input, uintptr_t output,
-                   std::vector<int64_t> shape, bool waiter_follows) {
+                   std::vector<int64_t> shape, bool waiter_follows, bool in_program_order = false) {
   Request req = MakeRequest(op_type, name, process_set, dtype, reduce_op, prescale, postscale, root, waiter_follows);
+  req.in_program_order = in_program_order;
   req.meta.tensors.push_back({std::move(shape), {}});
   req.buffers.push_back({reinterpret_cast<const void*>(input), reinterpret_cast<void*>(output)});
   return e.Enqueue(std::move(req));
@@ -277,7 +278,7 @@ PYBIND11_MODULE(_native, m) {
            py::arg("in_program_order") = false, py::arg("waiter_follows") = false)
       .def("enqueue_one", &EnqueueOne, py::arg("op_type"), py::arg("name"), py::arg("process_set"), py::arg("dtype"),
            py::arg("reduce_op"), py::arg("prescale"), py::arg("postscale"), py::arg("root"), py::arg("input"),
-           py::arg("output"), py::arg("shape"), py::arg("waiter_follows") = false)
+           py::arg("output"), py::arg("shape"), py::arg("waiter_follows") = false, py::arg("in_program_order") = false)
       .def(
           "enqueue_one_work",
           [](std::shared_ptr<Engine> e, py::object keep_alive, py::object result, int op_type, const std::string& name,

@@ -17,7 +17,17 @@ import threading
 
 from torch.futures import Future
 
-_local = threading.local()      # .scope: the naming scope of the callback running on this thread
+
+class _ThreadNaming(threading.local):
+    """Per thread: `scope`, the naming scope of the callback running on it (None outside
+    callbacks); `last`, the chain id collective_name() last gave. Defaults as class attributes:
+    getattr(a_local, name, default) on an attribute a thread never set raises and catches an
+    AttributeError inside, 1.2 us, about a twentieth of a small dist.all_reduce."""
+    scope = None
+    last = "torch"
+
+
+_local = _ThreadNaming()
 _counters = {}                  # process set -> counter of the collectives its application threads issued
 _counters_lock = threading.Lock()
 
@@ -35,7 +45,7 @@ def collective_name(process_set, signature):
     """The name of the next collective issued on this thread, `signature` saying what it is. Also
     gives it a chain id, unique in the job, for last_chain(): a future's callbacks name their
     collectives after it, so two collectives of one name never share a chain."""
-    scope = getattr(_local, "scope", None)
+    scope = _local.scope
     if scope is not None:
         name = chain = scope.next_name()
     else:
@@ -51,7 +61,7 @@ def collective_name(process_set, signature):
 
 def last_chain():
     """The chain id collective_name() last gave on this thread (the chain a Work's future roots)."""
-    return getattr(_local, "last", "torch")
+    return _local.last
 
 
 def raising_when_read_by_cpp(error):
@@ -83,7 +93,7 @@ class HerringFuture(Future):
         child = HerringFuture(f"{self._chain}.{position}")
 
         def run(_):
-            outer = getattr(_local, "scope", None)
+            outer = _local.scope
             _local.scope = _Scope(child._chain)
             try:
                 value = callback(self)

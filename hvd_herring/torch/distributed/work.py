@@ -365,11 +365,15 @@ def _still_pending(what, parts, finish, result, timeout, keep_alive, chain, orde
 
 # --- settlers -------------------------------------------------------------------------------------
 
-_thread_role = threading.local()   # .depth: 0 on the application's threads, d on settler d
+class _ThreadRole(threading.local):
+    depth = 0   # 0 on the application's threads, d on settler d (a default: see naming._ThreadNaming)
+
+
+_thread_role = _ThreadRole()
 
 
 def _depth():
-    return getattr(_thread_role, "depth", 0)
+    return _thread_role.depth
 
 
 class _Settler:
