@@ -39,13 +39,17 @@ class CMakeBuild(build_ext):
         cfg = ["-DPython3_EXECUTABLE=" + sys.executable, "-DCMAKE_BUILD_TYPE=Release"]
         if os.environ.get("HERRING_SANITIZE") == "1":
             cfg.append("-DHERRING_SANITIZE=ON")
-        if os.environ.get("HERRING_TENSORFLOW"):  # AUTO (default), ON or OFF
-            cfg.append("-DHERRING_TENSORFLOW=" + os.environ["HERRING_TENSORFLOW"])
+        for knob in ("HERRING_TENSORFLOW", "HERRING_TORCH"):  # AUTO (default), ON or OFF
+            if os.environ.get(knob):
+                cfg.append(f"-D{knob}={os.environ[knob]}")
         subprocess.check_call(["cmake", ROOT] + cfg, cwd=build_dir)
-        # The TensorFlow op library exists only where CMake found TensorFlow.
+        # The TensorFlow op library and the torch calls exist only where CMake found their framework.
         with open(os.path.join(build_dir, "CMakeCache.txt")) as f:
-            with_tf = "HERRING_TENSORFLOW_OPS_BUILT:INTERNAL=ON" in f.read()
-        targets = ["_native", "herring_native_tests"] + (["herring_tensorflow"] if with_tf else [])
+            cache = f.read()
+        with_tf = "HERRING_TENSORFLOW_OPS_BUILT:INTERNAL=ON" in cache
+        with_torch = "HERRING_TORCH_CALLS_BUILT:INTERNAL=ON" in cache
+        targets = (["_native", "herring_native_tests"] + (["herring_tensorflow"] if with_tf else [])
+                   + (["_torch_native"] if with_torch else []))
         jobs = str(os.cpu_count() or 2)
         subprocess.check_call(["cmake", "--build", ".", "--target", *targets, "-j", jobs], cwd=build_dir)
         suffix = sysconfig.get_config_var("EXT_SUFFIX")
@@ -55,12 +59,13 @@ class CMakeBuild(build_ext):
         for built in ("_native" + suffix, "libherring_core.so"):
             for d in package_dirs:
                 install_file(os.path.join(build_dir, built), os.path.join(d, built))
-        for d in package_dirs:
-            tf_ops = os.path.join(d, TF_OPS)
-            if with_tf:
-                install_file(os.path.join(build_dir, TF_OPS), tf_ops)
-            elif os.path.exists(tf_ops):
-                os.remove(tf_ops)  # stale: it would not match this core
+        for built, wanted in ((TF_OPS, with_tf), ("_torch_native" + suffix, with_torch)):
+            for d in package_dirs:
+                installed = os.path.join(d, built)
+                if wanted:
+                    install_file(os.path.join(build_dir, built), installed)
+                elif os.path.exists(installed):
+                    os.remove(installed)  # stale: it would not match this core
 
 
 class BuildPyWithPth(build_py):

@@ -28,6 +28,7 @@ class HerringBasics:
     def __init__(self):
         self._engine = None
         self._slot = _native.EngineSlot()
+        self.slot_address = self._slot.address  # where hvd_herring._torch_native finds the engine
         self._slot_owner = (None, "")  # (pid, process identity) when last read
         self.zero_copy = _native.ZeroCopyMemory()
         self._epoch = 0

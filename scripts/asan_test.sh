@@ -27,7 +27,11 @@ build() {
   cmake -S "$ROOT" -B "$BUILD" -DPython3_EXECUTABLE="$PY" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O0 -g" -DHERRING_SANITIZE=ON -DHERRING_TENSORFLOW=OFF \
     > "$BUILD/configure.log" 2>&1 || { cat "$BUILD/configure.log" >&2; exit 1; }
-  if ! cmake --build "$BUILD" --target _native herring_native_tests -j "$(nproc)" > "$BUILD/build.log" 2>&1; then
+  # The torch calls (native/torch) too, where torch is importable: the checks that interrupt a
+  # synchronous call mid-flight run through them.
+  local targets=(_native herring_native_tests)
+  grep -q "HERRING_TORCH_CALLS_BUILT:INTERNAL=ON" "$BUILD/CMakeCache.txt" && targets+=(_torch_native)
+  if ! cmake --build "$BUILD" --target "${targets[@]}" -j "$(nproc)" > "$BUILD/build.log" 2>&1; then
     tail -60 "$BUILD/build.log" >&2
     exit 1
   fi
@@ -37,6 +41,7 @@ build() {
   cp -r "$ROOT/hvd_herring" "$PKG.tmp/"
   find "$PKG.tmp" \( -name '*.so' -o -name '__pycache__' \) -prune -exec rm -rf {} +
   cp "$BUILD"/_native*.so "$BUILD/libherring_core.so" "$PKG.tmp/hvd_herring/"
+  if [[ " ${targets[*]} " == *" _torch_native "* ]]; then cp "$BUILD"/_torch_native*.so "$PKG.tmp/hvd_herring/"; fi
   rm -rf "$PKG"
   mv "$PKG.tmp" "$PKG"
   say "sanitized core built in $((SECONDS - start)) s: $PKG"

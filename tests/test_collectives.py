@@ -13,7 +13,7 @@ WORKER = os.path.join("tests", "workers", "collectives_worker.py")
 CHECK_NAMES = [
     "allreduce_every_dtype_and_op", "allreduce_bool_min_max", "allreduce_in_place_async_poll_and_scaling",
     "allreduce_results_bitwise_identical_on_every_rank", "allreduce_large_tensor_through_chunks",
-    "allreduce_empty_and_scalar", "allreduce_non_contiguous_input", "many_small_tensors_are_fused",
+    "allreduce_empty_and_scalar", "synchronous_calls_read_tensors_in_cpp", "allreduce_non_contiguous_input", "many_small_tensors_are_fused",
     "grouped_allreduce_variants", "grouped_collectives_with_mixed_dtypes", "allgather_first_dimension_differs_per_rank",
     "grouped_allgather_and_empty_contribution", "broadcast_from_every_root_and_dtype",
     "broadcast_object_and_allgather_object", "alltoall_with_and_without_splits",

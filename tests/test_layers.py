@@ -1,6 +1,6 @@
 """The native folders are layers: each may include only the layers CMakeLists.txt says it builds
 on (its herring_layer(... DEPENDS ...) line, followed transitively), so no folder-level include
-cycle can come back unnoticed. The front ends (bindings, tensorflow) and the unit tests sit on
+cycle can come back unnoticed. The front ends (bindings, tensorflow, torch) and the unit tests sit on
 top and may include any layer."""
 
 import os
@@ -8,7 +8,7 @@ import re
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NATIVE = os.path.join(ROOT, "native")
-FRONT_ENDS = {"bindings", "tensorflow", "tests"}
+FRONT_ENDS = {"bindings", "tensorflow", "torch", "tests"}
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([a-z_]+)/[^"]+"', re.M)
 
 

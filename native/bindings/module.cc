@@ -29,25 +29,6 @@ namespace {
 // One tensor as Python hands it over: (input address, output address, shape, splits).
 using TensorArg = std::tuple<uintptr_t, uintptr_t, std::vector<int64_t>, std::vector<int64_t>>;
 
-// The request's scalar fields, checked: what every enqueue path from Python fills alike.
-Request MakeRequest(int op_type, const std::string& name, int process_set, int dtype, int reduce_op,
-                    double prescale, double postscale, int root, bool waiter_follows) {
-  if (op_type < 0 || op_type >= kNumOpTypes) throw Error(Status::InvalidArgument("bad op type"));
-  if (!IsValidDataType(dtype)) throw Error(Status::InvalidArgument("bad dtype"));
-  if (!IsValidReduceOp(reduce_op)) throw Error(Status::InvalidArgument("bad reduce op"));
-  Request req;
-  req.meta.type = static_cast<OpType>(op_type);
-  req.meta.name = name;
-  req.meta.process_set = process_set;
-  req.meta.dtype = static_cast<DataType>(dtype);
-  req.meta.reduce_op = static_cast<ReduceOp>(reduce_op);
-  req.meta.prescale = prescale;
-  req.meta.postscale = postscale;
-  req.meta.root = root;
-  req.waiter_follows = waiter_follows;
-  return req;
-}
-
 int64_t EnqueueFromPython(Engine& e, int op_type, const std::string& name, int process_set, int dtype,
                           int reduce_op, double prescale, double postscale, int root,
                           const std::vector<TensorArg>& tensors, const std::vector<int32_t>& set_ranks,
@@ -133,6 +114,12 @@ PYBIND11_MODULE(_native, m) {
   m.doc() = "hvd_herring native core";
 
   BindErrors(m);  // HerringError, and Error -> ValueError / TimeoutError / HerringError
+  m.def(
+      "error_for",
+      [](int code, const std::string& message) { return ExceptionFor(Status(static_cast<StatusCode>(code), message)); },
+      py::arg("code"), py::arg("message"),
+      "The exception this module raises for a status (code, message): how hvd_herring._torch_native raises "
+      "the same errors without sharing this module's pybind11.");
 
   py::dict dtypes;
   for (int i = 0; i < kNumDataTypes; ++i) dtypes[DataTypeName(static_cast<DataType>(i))] = i;

@@ -397,6 +397,24 @@ void Engine::StopTimeline() {
   }
 }
 
+Request MakeRequest(int op_type, const std::string& name, int process_set, int dtype, int reduce_op, double prescale,
+                    double postscale, int root, bool waiter_follows) {
+  if (op_type < 0 || op_type >= kNumOpTypes) throw Error(Status::InvalidArgument("bad op type"));
+  if (!IsValidDataType(dtype)) throw Error(Status::InvalidArgument("bad dtype"));
+  if (!IsValidReduceOp(reduce_op)) throw Error(Status::InvalidArgument("bad reduce op"));
+  Request req;
+  req.meta.type = static_cast<OpType>(op_type);
+  req.meta.name = name;
+  req.meta.process_set = process_set;
+  req.meta.dtype = static_cast<DataType>(dtype);
+  req.meta.reduce_op = static_cast<ReduceOp>(reduce_op);
+  req.meta.prescale = prescale;
+  req.meta.postscale = postscale;
+  req.meta.root = root;
+  req.waiter_follows = waiter_follows;
+  return req;
+}
+
 int64_t Engine::Enqueue(Request request) {
   if (stopped_.load()) {
     Status f = failure();

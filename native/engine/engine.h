@@ -97,6 +97,11 @@ struct Request {
   bool waiter_follows = false;
 };
 
+// A request's scalar fields from a front end's plain integers, checked (Error: InvalidArgument
+// for an op type, dtype or reduce op out of range): what every front end fills alike.
+Request MakeRequest(int op_type, const std::string& name, int process_set, int dtype, int reduce_op, double prescale,
+                    double postscale, int root, bool waiter_follows);
+
 // With more local ranks than CPUs, a synchronous request of at most this many bytes runs on its
 // caller (HERRING_CALLER_RUNS_CYCLES), a larger one on the loop's thread. Measured at np=4 on 2
 // cores (3 interleaved launches each): 256 KiB 144 -> 113 us and 1 MiB 479 -> 228 us on the

@@ -168,6 +168,31 @@ def allreduce_empty_and_scalar():
 
 
 @check
+def synchronous_calls_read_tensors_in_cpp():
+    # hvd.allreduce_, allreduce, broadcast_ and broadcast read their tensors in C++
+    # (hvd_herring._torch_native), built wherever torch is importable. What it does not take (not
+    # a tensor, not dense and contiguous, a dtype without an engine code) it hands back (None) to
+    # the Python path, whose checks raise Horovod's errors (allreduce_non_contiguous_input,
+    # bad_input_is_rejected_locally).
+    from hvd_herring.basics import basics
+    from hvd_herring.torch import mpi_ops
+    native = mpi_ops._torch_native
+    assert native is not None, "hvd_herring._torch_native was not built"
+
+    def run(tensor, name):
+        return native.run_one(basics.slot_address, tensor, tensor, mpi_ops._ALLREDUCE, name, 0, hvd.Sum, 1.0, 1.0,
+                              -1)
+
+    t = torch.full((3, 4), float(R + 1), dtype=torch.float64)
+    assert run(t, "cpp.direct") is not None
+    assert torch.all(t == N * (N + 1) / 2), t
+    for what, tensor in (("a list", [1.0]), ("a non-contiguous tensor", torch.ones(4, 4).t()),
+                         ("a complex tensor", torch.ones(2, dtype=torch.complex64)),
+                         ("a sparse tensor", torch.ones(2).to_sparse())):
+        assert run(tensor, "cpp.not.taken") is None, f"{what} must be left to the Python path"
+
+
+@check
 def allreduce_non_contiguous_input():
     base = make(R, (6, 8), torch.float32, 97)
     view = base.t()  # not contiguous

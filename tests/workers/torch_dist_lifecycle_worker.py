@@ -210,6 +210,10 @@ def horovod_synchronous_call_interrupted_and_its_tensor_dropped():
     def interrupt(signum, frame):
         raise Interrupted()
 
+    # The ranks start the timed part together: a rank still busy with the previous check more than
+    # 0.7 s after the others (seen on a loaded machine) would otherwise find their submissions in
+    # and complete before its alarm.
+    dist.barrier()
     if R == 0:
         previous = signal.signal(signal.SIGALRM, interrupt)
         t = torch.ones(n)
