@@ -32,6 +32,36 @@ def test_direct_import_works_without_the_switch():
     assert run.output.strip().splitlines()[-1] == "[1.0, 1.0]"
 
 
+# A build without hvd_herring._torch_native (HERRING_TORCH=OFF, or torch installed after the
+# package): the module is made unfindable, as it is in such a build.
+WITHOUT_TORCH_CALLS = (
+    "import sys, importlib.machinery\n"
+    "class Hide(importlib.machinery.PathFinder):\n"
+    "    @classmethod\n"
+    "    def find_spec(cls, name, path=None, target=None):\n"
+    "        return None if name == 'hvd_herring._torch_native' else importlib.machinery.PathFinder.find_spec(name, path, target)\n"
+    "sys.meta_path = [Hide if f is importlib.machinery.PathFinder else f for f in sys.meta_path]\n"
+    "import torch, hvd_herring.torch as hvd\n"
+    "from hvd_herring.torch import mpi_ops\n"
+    "hvd.init()\n"
+    "t = torch.ones(3)\n"
+    "hvd.allreduce_(t, op=hvd.Sum)\n"
+    "b = hvd.broadcast(torch.arange(3.0), root_rank=0)\n"
+    "try:\n"
+    "    hvd.allreduce_(torch.ones(4, 4).t())\n"
+    "except ValueError as e:\n"
+    "    print('error:', e)\n"
+    "print(mpi_ops._torch_native, t.tolist(), b.tolist())\n")
+
+
+def test_torch_collectives_work_without_the_torch_calls_module():
+    run = launch.python(["-c", WITHOUT_TORCH_CALLS], HOROVOD_BACKEND=None)
+    assert run.returncode == 0, run.output
+    lines = run.output.strip().splitlines()
+    assert lines[-2:] == ["error: Tensor is required to be contiguous.", "None [1.0, 1.0, 1.0] [0.0, 1.0, 2.0]"], \
+        run.output
+
+
 def test_horovodrun_check_build_sees_torch_and_gloo():
     run = launch._run([os.path.join(launch.BIN, "horovodrun"), "--check-build"], launch.herring_env(), 120)
     assert run.returncode == 0, run.output

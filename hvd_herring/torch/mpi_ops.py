@@ -5,6 +5,8 @@ integer naming a native Work (native/bindings/work_handle.h) that keeps the tens
 holds the result; synchronize() waits on it without the GIL.
 """
 
+import importlib.util
+
 import torch
 import torch.utils.dlpack
 
@@ -32,8 +34,10 @@ _ALLREDUCE = _OP_TYPES["allreduce"]
 try:
     # The synchronous collectives of one tensor with the tensors read in C++ (native/torch).
     from hvd_herring import _torch_native
-except ModuleNotFoundError:  # built without torch's headers (HERRING_TORCH=OFF): read in Python
-    _torch_native = None
+except ImportError:
+    if importlib.util.find_spec("hvd_herring._torch_native") is not None:
+        raise  # built but not loadable: a broken installation, not one without the module
+    _torch_native = None  # built without torch's headers (HERRING_TORCH=OFF): read in Python
 else:
     _torch_native.set_dtype_codes([(torch.empty(0, dtype=t), code) for t, code in _DTYPE_CODES.items()])
 
