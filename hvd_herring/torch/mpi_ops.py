@@ -144,15 +144,21 @@ def _run_one(op_type, name, tensor, output, process_set, op, prescale, postscale
     """_enqueue_one's synchronous twin (allreduce_, allreduce, broadcast_, broadcast): the calling
     thread runs the cycle itself (HERRING_CALLER_RUNS_CYCLES) and gets `result` back, with no handle
     or Work in between, since nobody else can ever wait on it."""
-    if _ran_in_cpp(_OP_TYPES[op_type], name, tensor, output, process_set, op, prescale, postscale, root):
-        return result
+    op_code = _OP_TYPES[op_type]
+    if not _ran_in_cpp(op_code, name, tensor, output, process_set, op, prescale, postscale, root):
+        _run_one_in_python(op_code, name, tensor, output, process_set, op, prescale, postscale, root)
+    return result
+
+
+def _run_one_in_python(op_code, name, tensor, output, process_set, op, prescale, postscale, root):
+    """_run_one with the tensors read in Python: without hvd_herring._torch_native, or for what it
+    leaves to this path (whose checks raise Horovod's errors)."""
     engine, code = _engine_and_code(tensor)
     try:
-        engine.run_one(tensor, output, _OP_TYPES[op_type], name or "", process_set.process_set_id, code, op,
+        engine.run_one(tensor, output, op_code, name or "", process_set.process_set_id, code, op,
                        prescale, postscale, root, tensor.data_ptr(), output.data_ptr(), tensor.shape)
     except _native.HerringError as e:
         raise HorovodInternalError(str(e)) from e
-    return result
 
 
 def _enqueue(op_type, name, tensors, outputs, process_set, op=None, prescale=1.0, postscale=1.0,
@@ -311,26 +317,13 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
 def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                process_set=global_process_set):
     """In-place allreduce of `tensor`."""
-    # A training loop's synchronous call (a metric, a small tensor each step). The tensor is read
-    # in C++ (_ran_in_cpp). Without that module, _inplace's and _run_one's work is done in this
-    # frame, each torch attribute read once (the input is the output); the helpers run only to
-    # raise their errors. The op is resolved only when it needs to be.
+    # A training loop's synchronous call (a metric, a small tensor each step): the tensor is read
+    # in C++ (_ran_in_cpp); the op is resolved only when it needs to be.
     if op is None or average is not None or op == Adasum:
         op = _inplace_allreduce_op(op, average, process_set)
-    if _ran_in_cpp(_ALLREDUCE, name, tensor, tensor, process_set, op, prescale_factor, postscale_factor, -1):
-        return tensor
-    if not (tensor.is_cpu and tensor.is_contiguous()):
-        _inplace(tensor)
-    code = _DTYPE_CODES.get(tensor.dtype)
-    engine = _basics._engine
-    if code is None or engine is None:
-        engine, code = _engine_and_code(tensor)
-    address = tensor.data_ptr()
-    try:
-        engine.run_one(tensor, tensor, _ALLREDUCE, name or "", process_set.process_set_id, code, op,
-                       prescale_factor, postscale_factor, -1, address, address, tensor.shape)
-    except _native.HerringError as e:
-        raise HorovodInternalError(str(e)) from e
+    if not _ran_in_cpp(_ALLREDUCE, name, tensor, tensor, process_set, op, prescale_factor, postscale_factor, -1):
+        _run_one_in_python(_ALLREDUCE, name, _inplace(tensor), tensor, process_set, op, prescale_factor,
+                           postscale_factor, -1)
     return tensor
 
 
