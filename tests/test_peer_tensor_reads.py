@@ -1,7 +1,9 @@
-"""One-host allreduces whose all-gather reads the other ranks' tensors (HERRING_READ_PEER_TENSORS,
-native/ops/peer_output_reads.h): every check inside real ranks launched by horovodrun, against
-references from every rank's inputs; the same results bit for bit as through the shared result
-area; which route ran, from the counters. Faults during it are in test_reliability.py."""
+"""One-host allreduces that reach the other ranks' tensors in their processes
+(HERRING_READ_PEER_TENSORS): the cross-memory allreduce (`always`, native/ops/cross_memory_allreduce.h)
+and the all-gather out of the others' outputs (`outputs`, native/ops/peer_output_reads.h). Every
+check inside real ranks launched by horovodrun, against references from every rank's inputs; the
+same results bit for bit as through the shared result area; which route ran, from the counters.
+Faults during them are in test_reliability.py."""
 
 import os
 import shutil
@@ -17,16 +19,22 @@ CHECK_NAMES = ["every_dtype_and_op_in_place_and_out_of_place", "scaling_factors"
 CONFIGS = {
     "np2-auto": (2, 0, "auto"),
     "np3-always": (3, 0, "always"),
+    "np3-outputs": (3, 0, "outputs"),
     "np3-never": (3, 0, "never"),
+    "np4-always": (4, 0, "always"),  # on 2 cores: the units go to the ranks that hold one
     "2hosts-np4-always": (4, 2, "always"),
 }
+ROUTE_COUNTERS = {"outputs": "peer_output_reads", "always": "cross_memory_allreduces"}
 
 
-def reads_expected(name, data):
+def routes_expected(name, data):
+    """The counters of the routes this launch must have taken (the others must stay at 0)."""
     _, per_host, setting = CONFIGS[name]
     if per_host or setting == "never":
-        return False  # across hosts the result area also takes the servers' sums
-    return setting == "always" or data["local_size"] <= data["cpus"]
+        return set()  # across hosts the result area also takes the servers' sums
+    if setting == "auto":  # its first runs try every route; reading the outputs only with a core each
+        return {"cross_memory_allreduces"} | ({"peer_output_reads"} if data["local_size"] <= data["cpus"] else set())
+    return {ROUTE_COUNTERS[setting]}
 
 
 @pytest.fixture(scope="module")
@@ -62,16 +70,19 @@ def test_every_check_passes_on_every_rank(launches, name):
 def test_the_expected_route_ran(launches, name):
     np, run, per_rank = launches(name)
     for r, data in sorted(per_rank.items()):
-        reads = data["counters"]["peer_output_reads"]
-        if reads_expected(name, data):
-            assert reads > 0, f"{name}: rank {r} never read another rank's tensors"
-        else:
-            assert reads == 0, f"{name}: rank {r} read other ranks' tensors {reads} times"
+        expected = routes_expected(name, data)
+        for counter in ROUTE_COUNTERS.values():
+            n = data["counters"][counter]
+            if counter in expected:
+                assert n > 0, f"{name}: rank {r}: {counter} is 0"
+            else:
+                assert n == 0, f"{name}: rank {r}: {counter} is {n}, expected 0"
 
 
-def test_same_bits_as_through_the_result_area(launches):
-    _, _, direct = launches("np3-always")
+@pytest.mark.parametrize("route", ["np3-always", "np3-outputs"])
+def test_same_bits_as_through_the_result_area(launches, route):
+    _, _, direct = launches(route)
     _, _, staged = launches("np3-never")
     for r in range(3):
         assert direct[r]["digests"] and direct[r]["digests"] == staged[r]["digests"], \
-            f"rank {r}: results differ between the two routes\n{direct[r]['digests']}\n{staged[r]['digests']}"
+            f"rank {r}: results differ between {route} and the result area\n{direct[r]['digests']}\n{staged[r]['digests']}"

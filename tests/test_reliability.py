@@ -51,9 +51,12 @@ ZERO_COPY_STEP = "(during zero-copy allreduce)"
 
 
 # The same faults while the ranks of one host copy each other's slices of the sum out of their
-# tensors (HERRING_READ_PEER_TENSORS=always, 4 ranks): a victim gone mid-read is named, and the
-# readers neither crash nor hang.
+# tensors (HERRING_READ_PEER_TENSORS=outputs, 4 ranks), and while they reduce in place through
+# cross-memory copies (=always: "scatter" there comes after a unit, with the units of the others
+# still to copy): a victim gone mid-read is named, and the others neither crash nor hang.
 PEER_READ_FAULTS = [("kill:shm:2:3", 2, "rank 2"), ("exit:scatter:1:2", 1, "rank 1"), ("stop:shm:3:2", 3, "rank 3")]
+CROSS_MEMORY_FAULTS = [("kill:shm:2:3", 2, "rank 2"), ("exit:scatter:1:2", 1, "rank 1"),
+                       ("kill:scatter:3:5", 3, "rank 3"), ("stop:scatter:0:3", 0, "rank 0")]
 
 
 @pytest.mark.parametrize("spec,victim,needle", FAULTS, ids=[f[0] for f in FAULTS])
@@ -70,7 +73,14 @@ def test_fault_in_a_zero_copy_allreduce(spec, victim, needle):
 
 @pytest.mark.parametrize("spec,victim,needle", PEER_READ_FAULTS, ids=[f[0] for f in PEER_READ_FAULTS])
 def test_fault_while_ranks_read_each_others_tensors(spec, victim, needle):
-    check_fault(spec, victim, needle, hosts=1, HERRING_READ_PEER_TENSORS="always")
+    check_fault(spec, victim, needle, hosts=1, HERRING_READ_PEER_TENSORS="outputs")
+
+
+@pytest.mark.parametrize("spec,victim,needle", CROSS_MEMORY_FAULTS, ids=[f[0] for f in CROSS_MEMORY_FAULTS])
+def test_fault_in_a_cross_memory_allreduce(spec, victim, needle):
+    outcomes = check_fault(spec, victim, needle, hosts=1, HERRING_READ_PEER_TENSORS="always")
+    for r, o in outcomes.items():  # ... and say so: the fault hit the cross-memory path
+        assert "cross-memory allreduce" in o["error"] or "process_vm_" in o["error"], o
 
 
 def check_fault(spec, victim, needle, hosts, **env):

@@ -123,14 +123,16 @@ def test_every_collective_under_sanitizers(sanitized, hosts):
         assert per_rank[0]["counters"]["server_ranges"] > 0, per_rank[0]["counters"]
 
 
-def test_reading_each_others_tensors_under_sanitizers(sanitized):
-    # The one-host all-gather out of the other ranks' tensors (HERRING_READ_PEER_TENSORS=always, so
-    # that 3 ranks on 2 cores take it too): every check of its worker, including the fused buffer
-    # whose reads take several process_vm_readv calls.
+@pytest.mark.parametrize("setting,counter", [("outputs", "peer_output_reads"), ("always", "cross_memory_allreduces")])
+def test_reaching_each_others_tensors_under_sanitizers(sanitized, setting, counter):
+    # The one-host routes through the other ranks' memory (HERRING_READ_PEER_TENSORS, forced, so
+    # that 3 ranks on 2 cores take them too): the all-gather out of the others' outputs, and the
+    # cross-memory allreduce that reads their inputs and writes their outputs. Every check of the
+    # worker, including the fused buffer whose copies take several process_vm_readv/writev calls.
     from test_peer_tensor_reads import CHECK_NAMES as READ_CHECKS, WORKER as READ_WORKER
     results = launch.scratch_dir("herring-asan-results-")
     run = launch.horovodrun(3, [READ_WORKER], timeout=900, HERRING_TEST_RESULTS=results,
-                            HERRING_READ_PEER_TENSORS="always", **sanitized.env)
+                            HERRING_READ_PEER_TENSORS=setting, **sanitized.env)
     assert_no_sanitizer_report(sanitized, run.output)
     per_rank = launch.rank_results(results, 3)
     assert sorted(per_rank) == [0, 1, 2], f"ranks reported {sorted(per_rank)}\n{run.output[-5000:]}"
@@ -138,7 +140,19 @@ def test_reading_each_others_tensors_under_sanitizers(sanitized):
     for r, data in per_rank.items():
         failed = {c: data["results"].get(c) for c in READ_CHECKS if data["results"].get(c) != "ok"}
         assert not failed, f"rank {r}: {failed}"
-        assert data["counters"]["peer_output_reads"] > 0, data["counters"]
+        assert data["counters"][counter] > 0, data["counters"]
+
+
+def test_rank_gone_mid_cross_memory_allreduce_under_sanitizers(sanitized):
+    # A rank exits after writing a unit of the sum into the others' tensors: the survivors, still
+    # copying and writing, fail naming it, with nothing written where it should not be.
+    np, victim = 3, 1
+    results = launch.scratch_dir("herring-asan-fault-")
+    run = launch.horovodrun(np, [os.path.join(WORKERS, "phase_fault_worker.py")], timeout=300,
+                            HERRING_TEST_RESULTS=results, HERRING_FAULT=f"exit:scatter:{victim}:2",
+                            HERRING_READ_PEER_TENSORS="always", HERRING_TIMEOUT_SECONDS=5, **sanitized.env)
+    assert_no_sanitizer_report(sanitized, run.output)
+    assert_survivors_name(run, results, np, victim)
 
 
 def test_connection_reset_mid_push_under_sanitizers(sanitized):
@@ -148,6 +162,11 @@ def test_connection_reset_mid_push_under_sanitizers(sanitized):
     run = launch.horovodrun(np, args, timeout=300, HERRING_TEST_RESULTS=results, HERRING_FAULT=f"reset:push:{victim}:2",
                             HERRING_TIMEOUT_SECONDS=5, **sanitized.env)
     assert_no_sanitizer_report(sanitized, run.output)
+    assert_survivors_name(run, results, np, victim)
+
+
+def assert_survivors_name(run, results, np, victim):
+    """The job failed, and every rank but the victim reported an error naming it."""
     assert run.returncode != 0, run.output[-3000:]
     outcomes = launch.rank_results(results, np)
     for r in range(np):

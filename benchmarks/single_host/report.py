@@ -191,7 +191,7 @@ class Report:
                         + (f"; against `a += b`'s traffic rate (the other column) it measured "
                            f"{vs_add:.2f}x." if vs_add else "."))
         self.add(
-            "**What herring moves.** With ordinary tensors herring stages through shared memory: each "
+            "**What herring moves.** With ordinary tensors staged through shared memory, each "
             "rank copies into its slot the (N-1)/N of its S bytes that the others sum ((N-1)/N·S read "
             "and written), sums its 1/N of every slot, its own part read from its tensor (S read, S/N "
             "written), and copies the whole sum out into its tensor (S read, S written): "
@@ -205,10 +205,12 @@ class Report:
             "Each input byte is read once and each output byte written once: 2·N·S, the bound's own "
             "traffic (the partial sum stays in the L2 cache between its computation and its N writes). "
             "Units go to whichever rank asks first, so with more ranks than cores the ranks holding a "
-            "core do the work." + said("zero-copy") + zero_why + " Reading the peers' memory through "
-            "the kernel instead (`process_vm_readv`) was measured at about a third of memcpy's rate on "
-            "this machine (docs/zero_copy.md), which is why herring maps the memory rather than copying "
-            "through the kernel.\n")
+            "core do the work." + said("zero-copy") + zero_why + " Ordinary tensors can take the same "
+            "units through the kernel instead (`process_vm_readv`/`writev`: the cross-memory "
+            "allreduce, one of the routes `HERRING_READ_PEER_TENSORS=auto` measures as the job runs): "
+            "a pass through the kernel measured at about a third of memcpy's rate on an AMD EPYC and at "
+            "about memcpy's on an Intel Xeon (docs/zero_copy.md), while mapped memory pays no kernel "
+            "pass at all.\n")
 
     def allreduce(self):
         res = self.res

@@ -194,14 +194,16 @@ const std::vector<KnobSpec>& AllKnobs() {
        "tensors there are reduced in place by the ranks of their host, without staging copies. "
        "Pages are used only as tensors are allocated; 0 turns the allocator off.", false},
       {"HERRING_READ_PEER_TENSORS", "auto", "enum",
-       "One-host allreduces above HERRING_SMALL_MESSAGE_BYTES: each rank sums its slice of a chunk "
-       "straight into its own tensors and the other local ranks copy it from there "
-       "(process_vm_readv, same user), instead of through the shared result area, whose lines "
-       "every sum would first have to take back from the other cores' caches. Which is faster depends "
-       "on how far apart the cores are: `auto` measures both as the job runs, per size, and keeps "
-       "the faster, where every local rank has a core (with more ranks than cores the result area "
-       "measured faster); `always`; `never`. Where some local rank cannot read another's memory (another pid "
-       "namespace, a seccomp profile without process_vm_readv), the result area is used.", true},
+       "One-host allreduces above HERRING_SMALL_MESSAGE_BYTES reach the other local ranks' tensors "
+       "in their processes (process_vm_readv/writev, same user) instead of staging everything in "
+       "shared memory. `always`: no staging at all: each rank claims units of the buffer, copies "
+       "the others' inputs of a unit into its cache, sums, and writes the sum into every rank's "
+       "output (cross-memory allreduce). `outputs`: inputs are staged, and each rank sums its slice "
+       "straight into its own tensors, from where the others copy it (instead of through the shared "
+       "result area, whose lines every sum would first have to take back from the other cores' "
+       "caches). `never`: everything through shared memory. `auto` measures the routes as the job "
+       "runs, per size, and keeps the fastest. Where some local rank cannot reach another's memory "
+       "(another pid namespace, a seccomp profile without the calls), everything is staged.", true},
       {"HERRING_DIST_ZERO_COPY", "1", "bool",
        "torch.distributed (backend \"herring\"), every rank on one host: a buffer allreduced a "
        "second time while still alive (DDP's buckets) is moved, once and in place, into zero-copy "
@@ -361,7 +363,7 @@ Config Config::FromEnvironment(const std::map<std::string, std::string>& env) {
   c.shm_slot_bytes = r.Int("HERRING_SHM_SLOT_BYTES", 4096);
   c.chunk_bytes = r.Int("HERRING_CHUNK_BYTES", 4096);
   c.zero_copy_bytes = r.Int("HERRING_ZERO_COPY_BYTES", 0);
-  c.read_peer_tensors = static_cast<PeerTensorReads>(r.Choice("HERRING_READ_PEER_TENSORS", {"auto", "always", "never"}));
+  c.read_peer_tensors = static_cast<PeerTensorReads>(r.Choice("HERRING_READ_PEER_TENSORS", {"auto", "always", "outputs", "never"}));
   c.autotune = r.Bool("HOROVOD_AUTOTUNE");
   c.autotune_log = r.Raw("HOROVOD_AUTOTUNE_LOG");
   const std::string start = r.Raw("HERRING_AUTOTUNE_START");

@@ -29,7 +29,7 @@ enum class AllreduceAlgorithm { kHerring, kRing, kHalvingDoubling, kHalvingDoubl
 
 enum class PushSchedule { kAllAtOnce, kRoundRobin };
 // HERRING_READ_PEER_TENSORS, in the knob's order of values.
-enum class PeerTensorReads { kAuto, kAlways, kNever };
+enum class PeerTensorReads { kAuto, kAlways, kOutputs, kNever };
 
 struct Config {
   int64_t fusion_threshold_bytes;

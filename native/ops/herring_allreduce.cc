@@ -207,33 +207,38 @@ void HerringAllreduce::PipelineThroughSharedMemory(ExecContext& ctx, AllreduceBa
     arena.Publish(kConsumed, seq(c));
   };
 
+  // Where the tensors are offered, every rank first tells the others where its tensors are and
+  // which route it offers; all read the same notices and take the same route.
+  TensorReach reach = TensorReach::kStaged;
+  uint64_t notice_round = 0;
+  Clock::time_point notices_known;
+  if (offer_tensors) {
+    notice_round = OfferTensors(ctx, batch, OwnZeroCopyPool(ctx), routes_.Offer(ctx, batch.total_bytes()));
+    AwaitNotices(ctx, notice_round);
+    notices_known = Clock::now();
+    reach = AgreedReach(arena, notice_round);
+  }
+  if (reach == TensorReach::kZeroCopy || reach == TensorReach::kTensorsByAddress) {
+    // Nothing staged: close this batch's sequence numbers as if every chunk had gone through,
+    // since later batches wait on these counters.
+    arena.Publish(kSliceDone, seq(chunks - 1));
+    arena.Publish(kConsumed, seq(chunks - 1));
+    const bool ran = reach == TensorReach::kZeroCopy ? zero_copy_.Run(ctx, batch, notice_round)
+                                                     : cross_memory_.Run(ctx, batch, notice_round);
+    if (!ran) {
+      PipelineThroughSharedMemory(ctx, batch, chunk_elems, chunks, false);  // afresh, staged
+    } else if (reach == TensorReach::kTensorsByAddress) {
+      routes_.Finished(ctx, batch.total_bytes(), reach,
+                       std::chrono::duration<double>(Clock::now() - notices_known).count());
+    }
+    return;
+  }
+  read_peers = reach == TensorReach::kOutputsByAddress && peer_reads_.Prepare(ctx, batch, notice_round);
+
   // Software pipeline: while the others still reduce chunk c, stage chunk c + 1 and copy out
   // chunk c - 1. Each stage only waits for what other ranks did earlier in their own program
   // order, so this cannot deadlock (kPipelineDepth >= 3).
-  uint64_t notice_round = 0;  // published before chunk 0's kInputReady
-  if (offer_tensors) {
-    notice_round = OfferTensors(ctx, batch, OwnZeroCopyPool(ctx), peer_reads_.Offers(ctx, batch.total_bytes()));
-  }
   copy_in(0);
-  if (offer_tensors) {
-    // Chunk 0 staged by everyone means everyone's notice is out: all ranks read the same notices
-    // here and take the same branch, at the cost of one staged chunk when they go zero-copy and
-    // of no extra wait otherwise.
-    check(arena.WaitAll(kInputReady, seq(0), ctx.StepDeadline()), "staging in shared memory");
-    const TensorReach reach = AgreedReach(arena, notice_round);
-    if (reach == TensorReach::kZeroCopy) {
-      // Close this batch's sequence numbers as if every chunk had gone through: nobody reads the
-      // staged chunk, and later batches wait on these counters.
-      arena.Publish(kSliceDone, seq(chunks - 1));
-      arena.Publish(kConsumed, seq(chunks - 1));
-      if (!zero_copy_.Run(ctx, batch, notice_round)) {
-        PipelineThroughSharedMemory(ctx, batch, chunk_elems, chunks, false);  // afresh, staged
-      }
-      return;
-    }
-    read_peers = reach == TensorReach::kOutputsByAddress && peer_reads_.Prepare(ctx, batch, notice_round);
-  }
-  const Clock::time_point everyone_staged = Clock::now();
   for (int64_t c = 0; c < chunks; ++c) {
     if (c + 1 < chunks) copy_in(c + 1);
     reduce(c);
@@ -246,8 +251,8 @@ void HerringAllreduce::PipelineThroughSharedMemory(ExecContext& ctx, AllreduceBa
     check(arena.WaitAll(kConsumed, seq(chunks - 1), ctx.StepDeadline()), "the local ranks reading this rank's tensors");
   }
   if (offer_tensors) {
-    peer_reads_.Finished(ctx, batch.total_bytes(), read_peers,
-                         std::chrono::duration<double>(Clock::now() - everyone_staged).count());
+    routes_.Finished(ctx, batch.total_bytes(), read_peers ? TensorReach::kOutputsByAddress : TensorReach::kStaged,
+                     std::chrono::duration<double>(Clock::now() - notices_known).count());
   }
 }
 

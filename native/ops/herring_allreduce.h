@@ -13,6 +13,8 @@
 // one owner, in a fixed order, so the bits are identical on every rank and from run to run.
 #pragma once
 
+#include "ops/cross_memory_allreduce.h"
+#include "ops/one_host_routes.h"
 #include "ops/peer_output_reads.h"
 #include "ops/small_exchange.h"
 #include "ops/zero_copy_allreduce.h"
@@ -55,7 +57,9 @@ class HerringAllreduce : public AllreduceImpl {
                            uint8_t* result);
   void AwaitPull(ExecContext& ctx, const AllreduceBatch& batch, const PullWork& work);
   ZeroCopyAllreduce zero_copy_;     // one host, tensors in zero-copy memory: no staging
+  CrossMemoryAllreduce cross_memory_;  // one host, ordinary tensors reached in the others' processes: no staging
   PeerOutputReads peer_reads_;      // one host, ordinary tensors: the all-gather reads the others' outputs
+  OneHostRoutes routes_;            // which of those an ordinary one-host batch takes
   ScratchBuffer own_sum_;           // then this rank's slice of a chunk's sum, before its outputs
   ScratchBuffer private_slot_[kNetworkDepth];  // stand in for the shared slot when a rank is alone on its host
   ScratchBuffer one_step_sum_;  // the small path's result before it is scaled into the outputs

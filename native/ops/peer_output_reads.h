@@ -14,10 +14,7 @@
 // pipeline waits for everyone's copy-out (kConsumed) before the batch completes.
 //
 // It is not faster everywhere: where the vCPUs are close the result area wins, and `auto` measures
-// both as the job runs (ops/route_chooser.h). It does so only where every local rank has a core:
-// with 4 ranks on 2 cores reading measured slower than the result area (256 KiB 95-98 against
-// 77-81 us, 1 MiB 210-215 against 184-187 us, 64 MiB 15.4-15.6 against 13.5-14.3 ms), the ranks
-// holding the cores waiting at the end for descheduled ones.
+// the routes as the job runs (ops/one_host_routes.h).
 //
 // Every local rank must agree: the rank's notices (ops/tensor_notice.h) give their outputs'
 // addresses, and the first batch of a process set that would read them asks, in one round, whether
@@ -32,21 +29,13 @@
 #include <string>
 #include <vector>
 
-#include "common/cpus.h"
-#include "ops/route_chooser.h"
+#include "ops/cross_memory_copy.h"
 #include "runtime/collective.h"
 
 namespace herring {
 
 class PeerOutputReads {
  public:
-  // Whether this rank offers its outputs' addresses for the next batch of `bytes`
-  // (HERRING_READ_PEER_TENSORS; `auto`: where every local rank has a core, as the route chooser
-  // says). Ranks that differ offer differently, and then all use the result area.
-  bool Offers(const ExecContext& ctx, size_t bytes);
-  // A batch offered for is done: it took `seconds` since every rank staged its first chunk, by
-  // the route the ranks agreed on (for the chooser).
-  void Finished(const ExecContext& ctx, size_t bytes, bool read_peers, double seconds);
   // Once every rank's notice of `round` gave its outputs' addresses: takes the others' addresses,
   // and on the set's first such batch asks every rank whether it can read every other's memory.
   // True: the batch's all-gather reads the others' outputs (same answer on every rank).
@@ -56,16 +45,9 @@ class PeerOutputReads {
   void Read(ExecContext& ctx, const AllreduceBatch& batch, int member, int64_t begin, int64_t end);
 
  private:
-  // Whether this rank can read every other local rank's memory; `why` says why not.
-  bool CanReadEveryone(ExecContext& ctx, const AllreduceBatch& batch, std::string* why);
-
-  std::vector<int> pids_;                        // by local member
-  std::vector<std::vector<uint64_t>> outputs_;   // by local member, by entry: the output's address
+  std::vector<PeerTensors> peers_;  // by local member
   FusedLayout layout_;
   std::vector<iovec> local_, remote_;
-  bool warned_ = false;
-  const int available_cpus_ = CpusAvailable();
-  RouteChooser chooser_;
 };
 
 }  // namespace herring

@@ -5,6 +5,10 @@
 
 namespace herring {
 
+RouteChooser::RouteChooser(std::vector<int> routes) : routes_(std::move(routes)) {
+  if (routes_.empty()) routes_.push_back(0);
+}
+
 int RouteChooser::ClassOf(size_t bytes) {
   int c = 0;
   while (bytes > 1) {
@@ -14,40 +18,55 @@ int RouteChooser::ClassOf(size_t bytes) {
   return c;
 }
 
-bool RouteChooser::Next(size_t bytes) {
+int RouteChooser::IndexOf(int route) const {
+  const auto it = std::find(routes_.begin(), routes_.end(), route);
+  return it == routes_.end() ? -1 : static_cast<int>(it - routes_.begin());
+}
+
+int RouteChooser::Next(size_t bytes) {
   SizeClass& k = classes_[ClassOf(bytes)];
+  const int count = static_cast<int>(routes_.size());
+  if (k.samples.empty()) k.samples.resize(count);
   const int64_t n = k.batches++;
-  if (n % kRun == 0) {  // a new run: the result area, then the tensors, then mostly the faster
+  if (n % kRun == 0) {  // a new run: each route in turn, then mostly the fastest
     const int64_t run = n / kRun;
-    if (run == 0) {
-      k.run_reads = false;
-    } else if (run == 1) {
-      k.run_reads = true;
+    if (run < count) {
+      k.run = static_cast<int>(run);
+    } else if (count > 1 && run % kTrialEvery == 0) {
+      // The routes not preferred, each in turn.
+      const int64_t trial = run / kTrialEvery;
+      k.run = static_cast<int>((k.preferred + 1 + trial % (count - 1)) % count);
     } else {
-      k.run_reads = run % kTrialEvery == 0 ? !k.prefers_reads : k.prefers_reads;
+      k.run = k.preferred;
     }
   }
-  return k.run_reads;
+  return routes_[k.run];
 }
 
-void RouteChooser::Record(size_t bytes, bool read_peers, double seconds) {
-  if (bytes == 0) return;
+void RouteChooser::Record(size_t bytes, int route, double seconds) {
+  const int index = IndexOf(route);
+  if (bytes == 0 || index < 0) return;
   SizeClass& k = classes_[ClassOf(bytes)];
-  // The first batch on a route after the other pays for where the other left the lines.
-  const bool measure = k.last_used == static_cast<int>(read_peers);
-  k.last_used = static_cast<int>(read_peers);
+  if (k.samples.empty()) k.samples.resize(routes_.size());
+  // The first batch on a route after another pays for where the other left the lines.
+  const bool measure = k.last_used == index;
+  k.last_used = index;
   if (!measure) return;
-  Samples& s = k.samples[read_peers ? 1 : 0];
+  Samples& s = k.samples[index];
   s.seconds_per_byte[s.count % kSamples] = seconds / static_cast<double>(bytes);
   s.count++;
-  if (k.samples[0].count > 0 && k.samples[1].count > 0) {
-    k.prefers_reads = k.samples[1].Median() < k.samples[0].Median();
+  // The fastest of the routes measured so far.
+  int best = -1;
+  for (int i = 0; i < static_cast<int>(k.samples.size()); ++i) {
+    if (k.samples[i].count == 0) continue;
+    if (best < 0 || k.samples[i].Median() < k.samples[best].Median()) best = i;
   }
+  if (best >= 0) k.preferred = best;
 }
 
-bool RouteChooser::PrefersReads(size_t bytes) const {
+int RouteChooser::Preferred(size_t bytes) const {
   const auto it = classes_.find(ClassOf(bytes));
-  return it != classes_.end() && it->second.prefers_reads;
+  return routes_[it == classes_.end() ? 0 : it->second.preferred];
 }
 
 double RouteChooser::Samples::Median() const {

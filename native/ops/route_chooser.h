@@ -1,25 +1,29 @@
-// Which route the one-host pipeline's all-gather takes under HERRING_READ_PEER_TENSORS=auto: the
-// other ranks' tensors (ops/peer_output_reads.h) or the shared result area. Neither is faster
-// everywhere. Measured at np=2 on this 2-vCPU virtual machine, harness allreduce, same minutes:
-//   vCPUs close (a cache line's round trip 120-140 ns): 1 MiB 47.5 against 43.1 us,
-//     4 MiB 189 against 144 us, 16 MiB 1.15 against 0.68 ms: the result area is faster;
-//   vCPUs far apart (530-590 ns): 1 MiB 64-71 against 116-125 us, 4 MiB 237-282 against
-//     408-447 us, 16 MiB 1.0-1.15 against 1.57-1.75 ms: reading the tensors is faster.
+// Which route a one-host pipelined allreduce takes under HERRING_READ_PEER_TENSORS=auto (the
+// routes are the caller's small integers: ops/one_host_routes.h). None is faster everywhere.
+// Measured at np=2 on 2-vCPU virtual machines, harness allreduce, same minutes:
+//   an AMD EPYC, vCPUs close (a cache line's round trip 120-140 ns): staging with the shared
+//     result area 1 MiB 43.1 us, 4 MiB 144 us, 16 MiB 0.68 ms; reading the sum out of the other
+//     ranks' tensors 47.5 us, 189 us, 1.15 ms;
+//   the same vCPUs far apart (530-590 ns): the result area 116-125 us, 408-447 us, 1.57-1.75 ms;
+//     reading the tensors 64-71 us, 237-282 us, 1.0-1.15 ms;
+//   an Intel Xeon (about 300 ns): the result area 108 us, 550 us, 2.29 ms; reading the sum
+//     120 us, 560 us, 2.44 ms; the cross-memory allreduce 93 us, 358 us, 1.38 ms.
 // The hypervisor moves the vCPUs every few minutes (and when load starts), so `auto` measures
-// both routes as the job runs and keeps the faster, per size class (a power of two of bytes).
+// the routes as the job runs and keeps the fastest, per size class (a power of two of bytes).
 //
 // Batches of a class go in runs of kRun on one route: a route's cost shows only once the cache
-// lines are where it leaves them, so a run's first batch is not measured. The first run of a
-// class takes the result area, the second the tensors; afterwards one run in kTrialEvery tries
-// the route not preferred, so that a move of the vCPUs is noticed, and the rest take the faster.
-// Every local rank runs the same batches and so tries the same runs; outside trials a rank that
-// prefers the result area offers no addresses, and then every rank uses the result area.
+// lines are where it leaves them, so a run's first batch is not measured. The first runs of a
+// class try each route in the caller's order; afterwards one run in kTrialEvery tries a route not
+// preferred (each in turn), so that a move of the vCPUs is noticed, and the rest take the fastest.
+// Every local rank runs the same batches and so tries the same runs; outside trials ranks whose
+// measurements disagree offer differently, and then every rank stages.
 #pragma once
 
 #include <array>
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <vector>
 
 namespace herring {
 
@@ -31,13 +35,17 @@ class RouteChooser {
   // one noisy batch (a late rank, a preempted core) does not flip it.
   static constexpr int kSamples = 3;
 
-  // Whether this rank offers its tensors for the next batch of `bytes`.
-  bool Next(size_t bytes);
-  // The batch's route as agreed and its time, from the moment every rank had staged its first
-  // chunk to its end.
-  void Record(size_t bytes, bool read_peers, double seconds);
+  // `routes`: the candidates, the first one taken by a class not measured yet. At least one.
+  explicit RouteChooser(std::vector<int> routes);
+
+  // The route of the next batch of `bytes`.
+  int Next(size_t bytes);
+  // The batch's route as agreed and its time, from the moment every rank had told the others
+  // where its tensors are to its end. A route that is not a candidate is not recorded.
+  void Record(size_t bytes, int route, double seconds);
   // The route a batch of `bytes` takes outside trials (for tests).
-  bool PrefersReads(size_t bytes) const;
+  int Preferred(size_t bytes) const;
+  const std::vector<int>& routes() const { return routes_; }
 
  private:
   struct Samples {
@@ -46,14 +54,16 @@ class RouteChooser {
     double Median() const;
   };
   struct SizeClass {
-    Samples samples[2];            // [read_peers]
+    std::vector<Samples> samples;  // by index into routes_
     int64_t batches = 0;
-    bool run_reads = false;        // the route of the current run
-    int last_used = -1;            // the route the class's previous batch took (-1: none yet)
-    bool prefers_reads = false;
+    int run = 0;                   // index of the current run's route
+    int last_used = -1;            // index of the route the class's previous batch took
+    int preferred = 0;             // index
   };
   static int ClassOf(size_t bytes);
+  int IndexOf(int route) const;
 
+  std::vector<int> routes_;
   std::map<int, SizeClass> classes_;
 };
 

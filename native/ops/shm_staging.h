@@ -25,10 +25,12 @@ constexpr int kSliceDone = 1;
 constexpr int kConsumed = 2;
 // The tensor notices of pipelined batches (ops/tensor_notice.h), and the rounds in which the ranks
 // tell each other whether they can reach each other's memory (zero-copy mapping, cross-memory
-// reads) and whether they finished a zero-copy batch.
+// copies) and whether they finished their units of a batch reduced in place (ops/claimed_units.h).
 constexpr int kNoticeFlag = 3;
 constexpr int kReachableFlag = 4;
-constexpr int kZeroCopyDoneFlag = 5;
+constexpr int kClaimedUnitsDoneFlag = 5;
+// Odd while a member writes a unit's sum into the other members' outputs (ops/claimed_units.h).
+constexpr int kUnitWritesFlag = 6;
 
 // Bytes between two sub-slots of a slot of `slot_bytes` (64-byte aligned).
 inline size_t SubSlotStride(size_t slot_bytes) { return (slot_bytes / kPipelineDepth) & ~size_t{63}; }

@@ -37,6 +37,7 @@ struct Counters {
   std::atomic<uint64_t> wasted_empty_joins{0};   // of those, cycles that decided nothing
   std::atomic<uint64_t> zero_copy_allreduces{0}; // batches reduced in place in zero-copy memory
   std::atomic<uint64_t> peer_output_reads{0};    // slices of a sum copied out of another local rank's tensors
+  std::atomic<uint64_t> cross_memory_allreduces{0};  // batches reduced in place through cross-memory copies
   std::atomic<uint64_t> server_ranges{0};        // byte ranges reduced by this rank's server shards
   std::atomic<uint64_t> server_pushes{0};        // pieces this rank pushed to server shards
   std::atomic<uint64_t> stall_warnings{0};       // stall reports logged (rank 0)
@@ -84,6 +85,7 @@ struct Counters {
             {"wasted_empty_joins", wasted_empty_joins},
             {"zero_copy_allreduces", zero_copy_allreduces},
             {"peer_output_reads", peer_output_reads},
+            {"cross_memory_allreduces", cross_memory_allreduces},
             {"server_ranges", server_ranges},
             {"server_pushes", server_pushes},
             {"stall_warnings", stall_warnings},

@@ -31,7 +31,11 @@ struct ProcessSet {
   uint64_t notice_rounds = 0;           // batches whose ranks told each other where their tensors are
   // Whether every local member can read every other's memory (process_vm_readv): -1 not asked yet.
   int peers_readable = -1;
-  uint64_t zero_copy_units = 0;         // work units of zero-copy batches handed out so far
+  // Whether every local member can read and write every other's memory (process_vm_readv and
+  // process_vm_writev, ops/cross_memory_allreduce.h): -1 not asked yet.
+  int peers_writable = -1;
+  uint64_t claimed_units = 0;           // work units of claimed-unit batches handed out so far (ops/claimed_units.h)
+  uint64_t unit_writes = 0;             // units whose sums this rank wrote into the others' outputs (kUnitWritesFlag)
   ServerLayout servers;                 // server shards of the PS allreduce over this set
 
   bool contains(int rank) const;

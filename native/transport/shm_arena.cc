@@ -799,4 +799,10 @@ void ShmArena::Poison() { Poison(std::string()); }
 
 void ShmArena::Poison(const std::string& reason) { impl_->Poison(impl_->local_index, reason); }
 
+bool ShmArena::Poisoned() const { return impl_->Poisoned(); }
+
+bool ShmArena::MemberGone(int member) const {
+  return !impl_->CheckMemberGone(member, /*probe_process=*/true).ok();
+}
+
 }  // namespace herring

@@ -98,6 +98,10 @@ class ShmArena {
   // Same, and the peers' Aborted message carries `reason` (the first poisoner's reason wins), so
   // every local process reports the real cause rather than "poisoned by a peer".
   void Poison(const std::string& reason);
+  bool Poisoned() const;
+  // Whether `member` left the arena or its process died, as the waits check it (its pid probed
+  // where the two share a pid namespace). Never true for this member.
+  bool MemberGone(int member) const;
 
  private:
   struct Impl;

@@ -1,0 +1,43 @@
+// Which route a one-host pipelined allreduce of ordinary tensors takes (HERRING_READ_PEER_TENSORS),
+// that is what this rank votes for in its notice (ops/tensor_notice.h):
+//   kStaged: everything through the arena: staged inputs, the shared result area;
+//   kOutputsByAddress: staged inputs; the sum's slices copied out of the other ranks' tensors
+//     (ops/peer_output_reads.h);
+//   kTensorsByAddress: nothing staged: the cross-memory allreduce (ops/cross_memory_allreduce.h).
+// `auto` measures them as the job runs (ops/route_chooser.h); every rank measures, local rank 0's
+// measurements decide. Where some local rank has no core of
+// its own it leaves out reading the outputs: with 4 ranks on 2 cores that measured slower than the
+// result area (256 KiB 95-98 against 77-81 us, 1 MiB 210-215 against 184-187 us, 64 MiB 15.4-15.6
+// against 13.5-14.3 ms), the ranks holding the cores waiting at the end for descheduled ones.
+#pragma once
+
+#include <cstddef>
+
+#include "common/cpus.h"
+#include "ops/route_chooser.h"
+#include "ops/tensor_notice.h"
+#include "runtime/collective.h"
+
+namespace herring {
+
+class OneHostRoutes {
+ public:
+  // What this rank offers for the next batch of `bytes`: its addresses (but under `never`) and
+  // its vote. Local rank 0's vote is the batch's route (ops/tensor_notice.h).
+  AddressOffer Offer(const ExecContext& ctx, size_t bytes);
+  // A batch offered for is done: `route` is what the ranks agreed on, `seconds` its time from the
+  // moment every rank's notice was known.
+  void Finished(const ExecContext& ctx, size_t bytes, TensorReach route, double seconds);
+
+ private:
+  RouteChooser& ChooserFor(const ExecContext& ctx);
+
+  const int available_cpus_ = CpusAvailable();
+  // [some local rank without a core of its own]
+  RouteChooser choosers_[2] = {
+      RouteChooser({static_cast<int>(TensorReach::kStaged), static_cast<int>(TensorReach::kOutputsByAddress),
+                    static_cast<int>(TensorReach::kTensorsByAddress)}),
+      RouteChooser({static_cast<int>(TensorReach::kStaged), static_cast<int>(TensorReach::kTensorsByAddress)})};
+};
+
+}  // namespace herring
