@@ -299,6 +299,18 @@ class HorovodAllreduce(torch.autograd.Function):
 def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None,
               prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
     """Average (or sum, min, max, product) of `tensor` over the process set, differentiable."""
+    # A metric each step (hvd.allreduce(loss)) without a gradient to record: the output is
+    # allocated and the tensor read in C++. Measured at np=1, 4 KiB: 4.8 us through the layers
+    # below, most of it Python.
+    if (_torch_native is not None and compression is Compression.none and average is None and op != Adasum
+            and not _zero_copy.in_use()):
+        try:
+            out = _torch_native.allreduce(_basics.slot_address, tensor, name or "", process_set.process_set_id,
+                                          Average if op is None else op, prescale_factor, postscale_factor)
+        except _native.HerringError as e:
+            raise HorovodInternalError(str(e)) from e
+        if out is not None:
+            return out
     tensor_compressed, cctx = compression.compress(tensor)
     reduced = _apply(HorovodAllreduce, tensor_compressed, average, name, op, prescale_factor, postscale_factor,
                      process_set)

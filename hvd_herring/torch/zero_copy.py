@@ -75,6 +75,11 @@ def zero_copy_gradients(parameters):
     return buffers
 
 
+def in_use():
+    """Whether any zero-copy memory was ever allocated in this process (else no tensor can be in it)."""
+    return _used
+
+
 def in_zero_copy_memory(tensor):
     """True when every byte of `tensor` lies in this process's zero-copy memory."""
     if not _used or tensor.device.type != "cpu":

@@ -7,7 +7,7 @@
 
 namespace herring {
 
-bool ShmBitsExchange::Fits(size_t words) { return HeaderOffset(words) + 64 <= ShmArena::kNoticeBytes / 2; }
+bool ShmBitsExchange::Fits(size_t words) { return HeaderOffset(words) + 64 <= kHalfBytes - kMaxInputBytes; }
 
 std::unique_ptr<ShmBitsExchange> ShmBitsExchange::Attach(const std::string& name, int rank, int size,
                                                          Deadline deadline, std::function<Status()> check_abort) {
@@ -26,12 +26,12 @@ std::unique_ptr<ShmBitsExchange> ShmBitsExchange::AttachHost(const std::string& 
   // The vectors travel in the notice areas; the result area (slot_bytes long) holds the leader's
   // two halves of results, if any.
   o.slot_bytes = std::max<size_t>(64, 2 * HeaderOffset(result_words));
+  o.notice_bytes = 2 * kHalfBytes;
   o.member_ranks = member_ranks;
   o.deadline = deadline;
   o.check_abort = std::move(check_abort);
   // The other ranks usually post within microseconds of each other; a futex sleep and wake-up
-  // costs tens of microseconds on a virtual machine. Spinning longer than the arena's default
-  // pays off here, where the whole exchange is a few cache lines.
+  // costs tens of microseconds on a virtual machine.
   o.spin = kSpin;
   static_assert(kInvitationGrace < kSpin, "the grace before invitations is spent spinning, not asleep");
   return std::unique_ptr<ShmBitsExchange>(new ShmBitsExchange(ShmArena::Attach(o)));
@@ -46,14 +46,14 @@ void ShmBitsExchange::MarkDeparted(int rank) {
 }
 
 uint64_t* ShmBitsExchange::half(int rank, uint64_t cycle) {
-  return reinterpret_cast<uint64_t*>(arena_->notice(rank) + (cycle % 2) * (ShmArena::kNoticeBytes / 2));
+  return reinterpret_cast<uint64_t*>(arena_->notice(rank) + (cycle % 2) * kHalfBytes);
 }
 
 size_t ShmBitsExchange::HeaderOffset(size_t words) { return (words * sizeof(uint64_t) + 63) & ~size_t{63}; }
 
 size_t ShmBitsExchange::InputCapacity(size_t words) {
   const size_t used = HeaderOffset(words) + 64;  // the header has a cache line to itself
-  return used < ShmArena::kNoticeBytes / 2 ? ShmArena::kNoticeBytes / 2 - used : 0;
+  return used < kHalfBytes ? kHalfBytes - used : 0;
 }
 
 ShmBitsExchange::InputHeader* ShmBitsExchange::header(int rank, uint64_t cycle, size_t words) {

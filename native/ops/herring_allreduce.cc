@@ -258,10 +258,20 @@ void HerringAllreduce::PipelineThroughSharedMemory(ExecContext& ctx, AllreduceBa
 
 void HerringAllreduce::ReduceInOneStep(ExecContext& ctx, AllreduceBatch& batch) {
   TimelinePhase phase(ctx.timeline, ctx.lane, "ONE_STEP_SHM_REDUCE");
-  // Every rank reduces every input: the same bits everywhere.
-  uint8_t* sum = one_step_sum_.Get(batch.total_bytes());
-  ReduceHostInOneStep(ctx, batch, sum);
-  ScatterWholeResult(ctx, batch, sum);
+  // Every rank reduces every input: the same bits everywhere. One tensor (a synchronous call's
+  // lone allreduce) takes its sum straight into its output, since every input is read from its
+  // staged copy (in place too): a copy of the buffer saved.
+  if (batch.entries.size() == 1) {
+    ReduceEntry& only = batch.entries[0];
+    uint8_t* out = static_cast<uint8_t*>(only.output);
+    ReduceHostInOneStep(ctx, batch, out);
+    if (batch.postscale != 1.0) ScaleInto(out, out, only.count, batch.dtype, batch.postscale);
+    if (ctx.faults) ctx.faults->At("scatter", &ctx.net, out, only.count ? 1 : 0);
+  } else {
+    uint8_t* sum = one_step_sum_.Get(batch.total_bytes());
+    ReduceHostInOneStep(ctx, batch, sum);
+    ScatterWholeResult(ctx, batch, sum);
+  }
   ctx.counters.one_step_allreduces++;
 }
 

@@ -377,6 +377,57 @@ TEST(ShmArena, ShmArenaSlotDataVisibleAcrossProcesses) {
   ExpectNoShmLeftovers();
 }
 
+// Notice areas of a size of the caller's (the bit-vector exchange's hold an input beside a vector):
+// every member writes all of its area and reads every other's whole, the slots untouched beside.
+TEST(ShmArena, ShmArenaNoticeAreasOfAnotherSizeAreWholeAndApart) {
+  const std::string name = ArenaName("notices");
+  constexpr int kMembers = 3;
+  constexpr size_t kNotice = 192 << 10, kSlot = 4096;
+  auto pattern = [](int member, size_t i) { return uint8_t((member * 53 + i * 7 + (i >> 12)) & 0xff); };
+  Processes procs;
+  for (int i = 0; i < kMembers; ++i) {
+    procs.Spawn([&, i](ChildReport& r) {
+      ShmArenaOptions o = Options(name, i, kMembers, kSlot);
+      o.notice_bytes = kNotice;
+      auto arena = ChildAttach(r, o);
+      if (!arena) return;
+      CHILD_EXPECT(r, arena->notice_bytes() == kNotice);
+      std::memset(arena->slot(i), 0xee, kSlot);
+      for (size_t b = 0; b < kNotice; ++b) arena->notice(i)[b] = pattern(i, b);
+      arena->Publish(0, 1);
+      CHILD_EXPECT(r, arena->WaitAll(0, 1, Deadline::AfterSeconds(5)).ok());
+      for (int m = 0; m < kMembers; ++m) {
+        size_t bad = 0;
+        for (size_t b = 0; b < kNotice; ++b) bad += arena->notice(m)[b] != pattern(m, b);
+        for (size_t b = 0; b < kSlot; ++b) bad += arena->slot(m)[b] != 0xee;
+        CHILD_EXPECT(r, bad == 0);
+      }
+      arena->Publish(1, 1);
+      CHILD_EXPECT(r, arena->WaitAll(1, 1, Deadline::AfterSeconds(5)).ok());
+    });
+  }
+  procs.JoinAll();
+  ExpectNoShmLeftovers();
+}
+
+TEST(ShmArena, ShmArenaMismatchedNoticeBytesIsAClearError) {
+  const std::string name = ArenaName("noticemismatch");
+  Processes procs;
+  procs.Spawn([&](ChildReport& r) {
+    Status s = AttachError(Options(name, 0, 2, 4096, 8.0));
+    CHILD_EXPECT_STATUS(r, s, StatusCode::kAborted, "notice_bytes=196608");
+  });
+  procs.Spawn([&](ChildReport& r) {
+    ShmArenaOptions o = Options(name, 1, 2, 4096, 8.0);
+    o.notice_bytes = 192 << 10;
+    Status s = AttachError(o);
+    CHILD_EXPECT_STATUS(r, s, StatusCode::kMismatch, "notice_bytes=65536 but local member 1");
+  });
+  procs.JoinAll();
+  EXPECT_TRUE(!ShmExists(name));
+  ExpectNoShmLeftovers();
+}
+
 // The hierarchical allreduce pattern: publish input, reduce own slice of every slot into the
 // result, publish, everyone copies the result out, publish consumed. Members run ahead of each
 // other by up to one sequence. poll_interval is far above the per-wait deadline, so a single lost
@@ -665,8 +716,8 @@ TEST(ShmArena, ShmArenaMismatchedSlotBytesIsAClearError) {
   procs.Spawn([&](ChildReport& r) {
     Status s = AttachError(Options(name, 1, 2, 8192, 8.0));
     CHILD_EXPECT_STATUS(r, s, StatusCode::kMismatch,
-                        "created it with local_size=2, slot_bytes=4096 but local member 1 "
-                        "expects local_size=2, slot_bytes=8192");
+                        "created it with local_size=2, slot_bytes=4096, notice_bytes=65536 but local member 1 "
+                        "expects local_size=2, slot_bytes=8192, notice_bytes=65536");
   });
   procs.JoinAll();
   EXPECT_TRUE(!ShmExists(name));

@@ -87,20 +87,25 @@ TEST(ShmBitsExchange, EveryRankAndsTheSameVectors) {
   for (auto& rank : ranks) EXPECT_EQ(And(*rank, 1), (std::vector<uint64_t>{0b0110, ~uint64_t{0}}));
 }
 
+// Inputs of 4 KiB and of 64 KiB (the default HERRING_SMALL_MESSAGE_BYTES), in both halves.
 TEST(ShmBitsExchange, InputsCountWhenEveryRankPostedOneForTheSamePosition) {
   auto ranks = AttachRanks(3, "inputs");
-  PostAll(ranks, 1, {1, 1, 1}, {5, 5, 5}, {4096, 4096, 4096});
-  for (auto& rank : ranks) {
-    And(*rank, 1);
-    uint32_t position = 0;
-    std::vector<const void*> inputs;
-    ASSERT_TRUE(rank->EveryonePostedInput(1, kWords, &position, &inputs));
-    EXPECT_EQ(position, 5u);
-    ASSERT_EQ(inputs.size(), 3u);
-    for (int r = 0; r < 3; ++r) {  // by rank: rank r's bytes
-      const auto* bytes = static_cast<const uint8_t*>(inputs[r]);
-      EXPECT_EQ(bytes[0], r + 1);
-      EXPECT_EQ(bytes[4095], r + 1);
+  uint64_t cycle = 0;
+  for (uint32_t size : {4096u, 65536u, 65536u, 4096u}) {
+    ++cycle;
+    PostAll(ranks, cycle, {1, 1, 1}, {5, 5, 5}, {size, size, size});
+    for (auto& rank : ranks) {
+      And(*rank, cycle);
+      uint32_t position = 0;
+      std::vector<const void*> inputs;
+      ASSERT_TRUE(rank->EveryonePostedInput(cycle, kWords, &position, &inputs));
+      EXPECT_EQ(position, 5u);
+      ASSERT_EQ(inputs.size(), 3u);
+      for (int r = 0; r < 3; ++r) {  // by rank: rank r's bytes
+        const auto* bytes = static_cast<const uint8_t*>(inputs[r]);
+        EXPECT_EQ(bytes[0], r + 1);
+        EXPECT_EQ(bytes[size - 1], r + 1);
+      }
     }
   }
 }
@@ -143,8 +148,9 @@ TEST(ShmBitsExchange, InputsAreIgnoredUnlessAllAgree) {
 TEST(ShmBitsExchange, InputCapacityLeavesRoomForTheVectorAndItsHeader) {
   EXPECT_TRUE(ShmBitsExchange::Fits(kWords));
   const size_t capacity = ShmBitsExchange::InputCapacity(kWords);
-  EXPECT_GE(capacity, size_t{32 << 10} - 256);  // a 4 KiB..32 KiB input fits beside a few words
-  EXPECT_LT(capacity, size_t{32 << 10});
+  // An input of the default HERRING_SMALL_MESSAGE_BYTES (64 KiB) fits beside a few words.
+  EXPECT_GE(capacity, size_t{64 << 10});
+  EXPECT_LT(capacity, size_t{96 << 10});
   EXPECT_GT(ShmBitsExchange::InputCapacity(kWords), ShmBitsExchange::InputCapacity(1000));
 }
 

@@ -92,42 +92,68 @@ Status WaitServingSignals(Engine& e, int64_t handle) {
   }
 }
 
+// Runs the collective of `in` into `out` through the engine and returns its value. Interrupted
+// while the request is pending (a signal handler that raises), the engine still reads and writes
+// the tensors: they are kept for good then, as _native's run_one leaks its references.
+py::object RunTensors(Engine& engine, const at::Tensor& in, const at::Tensor& out, int code, int op_type,
+                      const std::string& name, int process_set, int reduce_op, double prescale, double postscale,
+                      int root) {
+  int64_t handle;
+  try {
+    Request req = MakeRequest(op_type, name, process_set, code, reduce_op, prescale, postscale, root,
+                              /*waiter_follows=*/true);
+    const at::IntArrayRef sizes = in.sizes();
+    req.meta.tensors.push_back({std::vector<int64_t>(sizes.begin(), sizes.end()), {}});
+    req.buffers.push_back({in.data_ptr(), out.data_ptr()});
+    handle = engine.Enqueue(std::move(req));
+  } catch (const Error& e) {
+    Raise(e.status());
+  }
+  Status s;
+  try {
+    s = WaitServingSignals(engine, handle);
+  } catch (...) {
+    KeepForever(in);
+    KeepForever(out);
+    throw;
+  }
+  if (!s.ok()) Raise(s);
+  OpResult r = engine.Take(handle);
+  if (!r.status.ok()) Raise(r.status);
+  return py::int_(r.value);
+}
+
+std::shared_ptr<Engine> EngineIn(uintptr_t slot_address) {
+  return reinterpret_cast<const EngineSlot*>(slot_address)->Get();
+}
+
 // _native's Engine.run_one, reading the tensors here. Returns the collective's value, or None
 // when the call is not this path's (see Usable, or no engine yet): the caller then takes the
-// Python path. Interrupted while the request is pending (a signal handler that raises), the engine
-// still reads and writes the tensors: they are kept for good then, as _native's run_one leaks its
-// references.
+// Python path.
 py::object RunOne(uintptr_t slot_address, py::handle tensor, py::handle output, int op_type, const std::string& name,
                   int process_set, int reduce_op, double prescale, double postscale, int root) {
   int code = -1, output_code = -1;
   const at::Tensor* in = Usable(tensor, &code);
   const at::Tensor* out = in == nullptr ? nullptr : Usable(output, &output_code);
   if (out == nullptr || output_code != code) return py::none();
-  std::shared_ptr<Engine> engine = reinterpret_cast<const EngineSlot*>(slot_address)->Get();
+  std::shared_ptr<Engine> engine = EngineIn(slot_address);
   if (!engine) return py::none();
-  int64_t handle;
-  try {
-    Request req = MakeRequest(op_type, name, process_set, code, reduce_op, prescale, postscale, root,
-                              /*waiter_follows=*/true);
-    const at::IntArrayRef sizes = in->sizes();
-    req.meta.tensors.push_back({std::vector<int64_t>(sizes.begin(), sizes.end()), {}});
-    req.buffers.push_back({in->data_ptr(), out->data_ptr()});
-    handle = engine->Enqueue(std::move(req));
-  } catch (const Error& e) {
-    Raise(e.status());
-  }
-  Status s;
-  try {
-    s = WaitServingSignals(*engine, handle);
-  } catch (...) {
-    KeepForever(*in);
-    KeepForever(*out);
-    throw;
-  }
-  if (!s.ok()) Raise(s);
-  OpResult r = engine->Take(handle);
-  if (!r.status.ok()) Raise(r.status);
-  return py::int_(r.value);
+  return RunTensors(*engine, *in, *out, code, op_type, name, process_set, reduce_op, prescale, postscale, root);
+}
+
+// hvd.allreduce without autograd: the output allocated here, as the Python path allocates it
+// (contiguous, like the input). None when the call is not this path's: an input that needs a
+// gradient while grad mode is on (the Python path records the autograd function), or see RunOne.
+py::object Allreduce(uintptr_t slot_address, py::handle tensor, const std::string& name, int process_set,
+                     int reduce_op, double prescale, double postscale) {
+  int code = -1;
+  const at::Tensor* in = Usable(tensor, &code);
+  if (in == nullptr || (in->requires_grad() && at::GradMode::is_enabled())) return py::none();
+  std::shared_ptr<Engine> engine = EngineIn(slot_address);
+  if (!engine) return py::none();
+  at::Tensor out = at::empty_like(*in, at::MemoryFormat::Contiguous);
+  RunTensors(*engine, *in, out, code, static_cast<int>(OpType::kAllreduce), name, process_set, reduce_op, prescale, postscale, -1);
+  return py::reinterpret_steal<py::object>(THPVariable_Wrap(std::move(out)));
 }
 
 }  // namespace
@@ -137,6 +163,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "hvd_herring's torch front end: synchronous collectives with the tensors read in C++";
   m.def("set_dtype_codes", &herring::SetDtypeCodes, py::arg("examples"),
         "[(a tensor of each dtype, its engine dtype code)]: the dtypes this path takes");
+  m.def("allreduce", &herring::Allreduce, py::arg("slot_address"), py::arg("tensor"), py::arg("name"),
+        py::arg("process_set"), py::arg("reduce_op"), py::arg("prescale"), py::arg("postscale"),
+        "hvd.allreduce of one tensor without autograd into a new tensor, or None if this path does not take it.");
   m.def("run_one", &herring::RunOne, py::arg("slot_address"), py::arg("tensor"), py::arg("output"),
         py::arg("op_type"), py::arg("name"), py::arg("process_set"), py::arg("reduce_op"), py::arg("prescale"),
         py::arg("postscale"), py::arg("root"),

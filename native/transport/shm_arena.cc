@@ -6,7 +6,7 @@
 //   counters region      kMaxFlags x local_size CounterLines: the 64-bit counter, its futex word
 //                        and the number of processes sleeping on it.
 //   slots, result        local_size slots then the result area, each slot_bytes rounded up to 4096.
-//   notices              local_size notice areas of kNoticeBytes: what a member tells the others
+//   notices              local_size notice areas of notice_bytes: what a member tells the others
 //                        about a collective besides its data (the zero-copy path's descriptors).
 //
 // Each counter has its own futex word next to it, so a publish wakes only the processes waiting
@@ -53,7 +53,7 @@ namespace herring {
 namespace {
 
 constexpr uint64_t kMagic = 0x31764153474e5248ull;  // "HRNGSAv1"
-constexpr uint32_t kLayoutVersion = 3;  // 3: a doorbell per member
+constexpr uint32_t kLayoutVersion = 4;  // 3: a doorbell per member; 4: notice_bytes
 constexpr size_t kPage = 4096;
 constexpr size_t kLineBytes = 128;
 constexpr int kMaxLocalSize = 1024;
@@ -90,6 +90,7 @@ struct Header {
   uint32_t version;
   uint32_t local_size;
   uint64_t slot_bytes;
+  uint64_t notice_bytes;
   uint64_t total_bytes;
   alignas(kLineBytes) std::atomic<uint32_t> attached_count;
   Waitable attach_waitable;
@@ -112,12 +113,13 @@ struct Layout {
   size_t slot_stride = 0;
   size_t result_offset = 0;
   size_t notices_offset = 0;
+  size_t notice_stride = 0;
   size_t total_bytes = 0;
 
   // False when the segment would not fit in a size_t.
-  bool Compute(int local_size, size_t slot_bytes) {
+  bool Compute(int local_size, size_t slot_bytes, size_t notice_bytes) {
     const size_t n = static_cast<size_t>(local_size);
-    if (slot_bytes > SIZE_MAX / 2 - kPage) return false;
+    if (slot_bytes > SIZE_MAX / 2 - kPage || notice_bytes > SIZE_MAX / 2 - kPage) return false;
     members_offset = kPage;
     counters_offset = members_offset + n * kLineBytes;
     size_t counters_end = counters_offset + n * ShmArena::kMaxFlags * kLineBytes;
@@ -127,7 +129,9 @@ struct Layout {
     if (slot_stride > (SIZE_MAX - slots_offset) / (n + 1)) return false;
     result_offset = slots_offset + n * slot_stride;
     notices_offset = result_offset + slot_stride;
-    total_bytes = notices_offset + n * ShmArena::kNoticeBytes;
+    notice_stride = std::max(kPage, RoundUp(notice_bytes, kPage));
+    if (notice_stride > (SIZE_MAX - notices_offset) / std::max<size_t>(n, 1)) return false;
+    total_bytes = notices_offset + n * notice_stride;
     return true;
   }
 };
@@ -209,9 +213,10 @@ Status ValidateOptions(const ShmArenaOptions& o) {
                                    std::to_string(o.local_size));
   }
   Layout layout;
-  if (!layout.Compute(o.local_size, o.slot_bytes)) {
+  if (!layout.Compute(o.local_size, o.slot_bytes, o.notice_bytes)) {
     return Status::InvalidArgument("shared-memory arena " + o.name + ": slot_bytes " +
-                                   std::to_string(o.slot_bytes) + " is too large");
+                                   std::to_string(o.slot_bytes) + " or notice_bytes " +
+                                   std::to_string(o.notice_bytes) + " is too large");
   }
   return Status::OK();
 }
@@ -231,6 +236,7 @@ struct ShmArena::Impl {
         local_index(o.local_index),
         local_size(o.local_size),
         slot_bytes(o.slot_bytes),
+        notice_bytes(o.notice_bytes),
         member_ranks(o.member_ranks),
         check_abort(o.check_abort),
         spin(std::max(o.spin, std::chrono::nanoseconds(0))),
@@ -238,7 +244,7 @@ struct ShmArena::Impl {
         poll_interval(std::clamp<std::chrono::nanoseconds>(
             o.poll_interval, std::chrono::microseconds(100), std::chrono::hours(1))),
         pid_namespace(OwnPidNamespace()) {
-    layout.Compute(local_size, slot_bytes);
+    layout.Compute(local_size, slot_bytes, notice_bytes);
   }
 
   ~Impl() {
@@ -330,6 +336,7 @@ struct ShmArena::Impl {
     h->version = kLayoutVersion;
     h->local_size = static_cast<uint32_t>(local_size);
     h->slot_bytes = slot_bytes;
+    h->notice_bytes = notice_bytes;
     h->total_bytes = layout.total_bytes;
     h->magic.store(kMagic, std::memory_order_release);  // last: the others may now read the rest
   }
@@ -406,11 +413,12 @@ struct ShmArena::Impl {
                                    std::to_string(kLayoutVersion) + " (mixed installations?)"));
     }
     if (h.local_size != static_cast<uint32_t>(local_size) || h.slot_bytes != slot_bytes ||
-        h.total_bytes != layout.total_bytes) {
+        h.notice_bytes != notice_bytes || h.total_bytes != layout.total_bytes) {
       std::ostringstream m;
       m << Describe() << ": local member 0 created it with local_size=" << h.local_size
-        << ", slot_bytes=" << h.slot_bytes << " but local member " << local_index
-        << " expects local_size=" << local_size << ", slot_bytes=" << slot_bytes;
+        << ", slot_bytes=" << h.slot_bytes << ", notice_bytes=" << h.notice_bytes << " but local member "
+        << local_index << " expects local_size=" << local_size << ", slot_bytes=" << slot_bytes
+        << ", notice_bytes=" << notice_bytes;
       Status s = Status::Mismatch(m.str());
       // The creator and the other members would otherwise wait for this member until their
       // deadline; the header is valid, so poisoning is safe and gives them the reason.
@@ -632,6 +640,7 @@ struct ShmArena::Impl {
   int local_index;
   int local_size;
   size_t slot_bytes;
+  size_t notice_bytes;
   std::vector<int> member_ranks;
   std::function<Status()> check_abort;
   std::chrono::nanoseconds spin;
@@ -709,8 +718,10 @@ uint8_t* ShmArena::notice(int member) {
                                         " out of range [0, " +
                                         std::to_string(impl_->local_size) + ")"));
   }
-  return impl_->base + impl_->layout.notices_offset + static_cast<size_t>(member) * kNoticeBytes;
+  return impl_->base + impl_->layout.notices_offset + static_cast<size_t>(member) * impl_->layout.notice_stride;
 }
+
+size_t ShmArena::notice_bytes() const { return impl_->layout.notice_stride; }
 
 uint64_t ShmArena::Claim(uint64_t limit) {
   std::atomic<uint64_t>& claimed = impl_->header()->units_claimed;

@@ -191,6 +191,27 @@ def synchronous_calls_read_tensors_in_cpp():
                          ("a sparse tensor", torch.ones(2).to_sparse())):
         assert run(tensor, "cpp.not.taken") is None, f"{what} must be left to the Python path"
 
+    # hvd.allreduce (a new output): the output allocated in C++ unless a gradient must be recorded.
+    def allreduce(tensor, name, op=hvd.Sum):
+        return native.allreduce(basics.slot_address, tensor, name, 0, op, 1.0, 1.0)
+
+    x = torch.full((5,), float(R + 1), dtype=torch.float32)
+    out = allreduce(x, "cpp.new")
+    assert out is not None and out.data_ptr() != x.data_ptr() and torch.all(x == R + 1), (out, x)
+    assert torch.all(out == N * (N + 1) / 2) and out.dtype == x.dtype and out.shape == x.shape, out
+    avg = hvd.allreduce(torch.full((2, 3), float(R + 1)), name="cpp.new.average")  # op None: Average
+    assert torch.allclose(avg, torch.full((2, 3), (N + 1) / 2)), avg
+    needs_grad = torch.ones(3, requires_grad=True)
+    assert allreduce(needs_grad, "cpp.new.grad") is None, "a tensor needing a gradient must take autograd's path"
+    with torch.no_grad():
+        out = allreduce(needs_grad, "cpp.new.nograd")
+    assert out is not None and out.grad_fn is None and not out.requires_grad and torch.all(out == N), out
+    y = hvd.allreduce(torch.ones(3, requires_grad=True), op=hvd.Sum, name="cpp.new.graph")
+    assert y.grad_fn is not None, "autograd's path records the allreduce"
+    for what, tensor in (("a non-contiguous tensor", torch.ones(4, 4).t()),
+                         ("a complex tensor", torch.ones(2, dtype=torch.complex64))):
+        assert allreduce(tensor, "cpp.new.not.taken") is None, f"{what} must be left to the Python path"
+
 
 @check
 def allreduce_non_contiguous_input():
