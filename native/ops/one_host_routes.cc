@@ -2,8 +2,9 @@
 
 namespace herring {
 
-RouteChooser& OneHostRoutes::ChooserFor(const ExecContext& ctx) {
-  return choosers_[ctx.set.arena->local_size() > available_cpus_ ? 1 : 0];
+RouteChooser* OneHostRoutes::ChooserFor(const ExecContext& ctx, size_t bytes) {
+  if (ctx.set.arena->local_size() <= available_cpus_) return &every_rank_a_core_;
+  return bytes >= kOversubscribedCrossMinBytes ? &oversubscribed_ : nullptr;
 }
 
 AddressOffer OneHostRoutes::Offer(const ExecContext& ctx, size_t bytes) {
@@ -13,13 +14,14 @@ AddressOffer OneHostRoutes::Offer(const ExecContext& ctx, size_t bytes) {
     case PeerTensorReads::kNever: return {false, TensorReach::kStaged};
     case PeerTensorReads::kAuto: break;
   }
-  return {true, static_cast<TensorReach>(ChooserFor(ctx).Next(bytes))};
+  RouteChooser* chooser = ChooserFor(ctx, bytes);
+  if (chooser == nullptr) return {false, TensorReach::kStaged};
+  return {true, static_cast<TensorReach>(chooser->Next(bytes))};
 }
 
 void OneHostRoutes::Finished(const ExecContext& ctx, size_t bytes, TensorReach route, double seconds) {
-  if (ctx.config.read_peer_tensors == PeerTensorReads::kAuto) {
-    ChooserFor(ctx).Record(bytes, static_cast<int>(route), seconds);
-  }
+  if (ctx.config.read_peer_tensors != PeerTensorReads::kAuto) return;
+  if (RouteChooser* chooser = ChooserFor(ctx, bytes)) chooser->Record(bytes, static_cast<int>(route), seconds);
 }
 
 }  // namespace herring
