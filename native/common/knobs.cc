@@ -37,7 +37,9 @@ const std::vector<KnobSpec>& AllKnobs() {
        "Fused allreduces up to this size within one host take the one-step path: every rank "
        "writes its input to shared memory and reduces all inputs itself, in rank order (one "
        "hand-off instead of a reduce-scatter and an all-gather); across hosts, each host's sum "
-       "goes straight to the other hosts instead of through the server shards. 0 turns it off.", true},
+       "goes straight to the other hosts instead of through the server shards. Where a host's ranks "
+       "outnumber its cores, its one-step allreduces stop at 16 KiB (larger ones measured faster "
+       "pipelined there). 0 turns it off.", true},
       {"HERRING_CALLER_RUNS_CYCLES", "1", "bool",
        "A synchronous collective (hvd.allreduce, allreduce_, broadcast, broadcast_; on the "
        "torch.distributed backend all_reduce, broadcast and barrier without async_op) that finds "

@@ -1,5 +1,7 @@
 #include "ops/shm_staging.h"
 
+#include <algorithm>
+
 #include <vector>
 
 #include "kernels/reduce.h"
@@ -9,6 +11,10 @@ namespace herring {
 bool OneStepFits(const ExecContext& ctx, size_t bytes) {
   return ctx.set.arena && ctx.set.hosts.size() == 1 && static_cast<int64_t>(bytes) <= ctx.config.small_message_bytes &&
          bytes <= SubSlotStride(ctx.set.arena->slot_bytes());
+}
+
+int64_t OneStepAllreduceBytes(int64_t small_message_bytes, int local_size, int cpus) {
+  return local_size > cpus ? std::min(small_message_bytes, kOversubscribedOneStepBytes) : small_message_bytes;
 }
 
 OneStepStaging::OneStepStaging(ExecContext& ctx) : ctx_(ctx), arena_(*ctx.set.arena), seq_(++ctx.set.arena_sequence) {

@@ -1,0 +1,36 @@
+"""Runs inside every rank: synchronous allreduces of 8 KiB and of 32 KiB, each many times, with
+the engine's counters read around each size, so that the test can tell which path each took (the
+one-step exchange or the pipeline) against how many local ranks share the host's cores. Every
+result is compared with the reference. Writes <HERRING_TEST_RESULTS>/<rank>.json."""
+
+import json
+import os
+
+import torch
+
+import horovod.torch as hvd
+import hvd_herring
+
+REPEATS = 20
+
+
+def main():
+    hvd.init()
+    n, r = hvd.size(), hvd.rank()
+    report = {"local_size": hvd.local_size(), "cpus": len(os.sched_getaffinity(0)), "sizes": {}}
+    for nbytes in (8 << 10, 32 << 10):
+        before = dict(hvd_herring.counters())
+        for i in range(REPEATS):
+            t = torch.full((nbytes // 4,), float(r + 1 + i))
+            hvd.allreduce_(t, op=hvd.Sum, name=f"limit.{nbytes}")
+            expected = n * (n + 1) / 2 + n * i
+            assert torch.all(t == expected), (nbytes, i, t[:4], expected)
+        after = dict(hvd_herring.counters())
+        report["sizes"][str(nbytes)] = {k: after[k] - before[k] for k in ("one_step_allreduces", "shm_chunks")}
+    with open(os.path.join(os.environ["HERRING_TEST_RESULTS"], f"{r}.json"), "w") as f:
+        json.dump(report, f)
+    hvd.shutdown()
+
+
+if __name__ == "__main__":
+    main()
