@@ -20,8 +20,6 @@
 // Otherwise the batch is staged.
 #pragma once
 
-#include <sys/uio.h>
-
 #include <cstdint>
 #include <vector>
 
@@ -34,8 +32,6 @@ namespace herring {
 
 class CrossMemoryAllreduce {
  public:
-  // Below this a batch takes the one-step path (HERRING_SMALL_MESSAGE_BYTES) or stages.
-  static constexpr size_t kMinBytes = 64 << 10;
   // At most this much per unit: a unit's copies of the other ranks' inputs and its sum stay in
   // the L2 cache. Smaller batches are cut into at least two units per rank, so that every rank
   // that holds a core has a share.
