@@ -69,6 +69,9 @@ class DriverStore:
             conn.request(method, path, body=body)
             response = conn.getresponse()
             return response.status, response.read()
+        except TimeoutError as e:  # the socket's, which says only "timed out"
+            raise TimeoutError(f"elastic rendezvous: the driver store {self.addr}:{self.port} did not "
+                               f"answer before the deadline, {what}") from e
         finally:
             conn.close()
 
@@ -91,14 +94,22 @@ class DriverStore:
     def wait_for(self, scope, key, deadline, waiting_for):
         """Polls until the key exists; the pause grows from 1 ms to 50 ms, so a round that is
         quick stays quick and a slow one costs the store little."""
+        def late():
+            return TimeoutError(f"elastic rendezvous: {waiting_for} did not arrive in the driver store "
+                                f"{self.addr}:{self.port} before the deadline (key {scope}/{key})")
+
         pause = 0.001
         while True:
-            value = self.get(scope, key, deadline)
+            try:
+                value = self.get(scope, key, deadline)
+            except TimeoutError as e:
+                # The deadline passed inside a poll (a sleep that overran on a loaded machine, or a
+                # store slow to answer): what is late is still what this waits for.
+                raise late() from e
             if value is not None:
                 return value
             if time.monotonic() + pause > deadline:
-                raise TimeoutError(f"elastic rendezvous: {waiting_for} did not arrive in the driver store "
-                                   f"{self.addr}:{self.port} before the deadline (key {scope}/{key})")
+                raise late()
             time.sleep(pause)
             pause = min(pause * 2, 0.05)
 

@@ -18,10 +18,12 @@ class FakeDriverStore:
     def __init__(self, places):
         self.data = {}
         self.places = places
+        self.get_delay = 0.0  # seconds each GET takes: a store slow to answer
         store = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_GET(self):
+                time.sleep(store.get_delay)
                 _, scope, key = self.path.split("/")
                 if scope == er.RANK_AND_SIZE_SCOPE:
                     value = store.places[key].encode()
@@ -115,6 +117,30 @@ def test_round_exchange_has_a_deadline_naming_the_missing_rank():
         exchange = er.round_exchange(store.client, 0, 2, time.monotonic() + 0.5)
         with pytest.raises(TimeoutError, match="the endpoint of rank 1 \\(of 2\\)"):
             exchange("mine")
+    finally:
+        store.close()
+
+
+def test_a_deadline_passing_inside_a_poll_still_names_the_missing_rank():
+    # The deadline runs out while the store is answering a poll for rank 1's endpoint: the
+    # error is the wait's (which rank is missing), not the socket's "timed out".
+    store = FakeDriverStore({})
+    store.get_delay = 0.4
+    try:
+        exchange = er.round_exchange(store.client, 0, 2, time.monotonic() + 0.6)
+        with pytest.raises(TimeoutError, match="the endpoint of rank 1 \\(of 2\\)"):
+            exchange("mine")
+    finally:
+        store.close()
+
+
+def test_a_store_slower_than_the_deadline_is_named_with_the_request(env):
+    store = FakeDriverStore({"hostb:1": "1,2,0,1,1,2"})
+    store.get_delay = 1.0
+    try:
+        with pytest.raises(TimeoutError, match="driver store 127.0.0.1:[0-9]+ did not answer before the deadline, "
+                                               "reading .*/hostb:1"):
+            er.take_assignment_from_driver(store.client, time.monotonic() + 0.3)
     finally:
         store.close()
 
