@@ -111,23 +111,14 @@ def test_round_exchange_gathers_every_rank_in_a_fresh_scope():
     assert len(scopes) == 1  # one round id, drawn by rank 0
 
 
-def test_round_exchange_has_a_deadline_naming_the_missing_rank():
+# A store slow to answer: the deadline runs out while it answers a poll for rank 1's endpoint,
+# and the error is still the wait's (which rank is missing), not the socket's "timed out".
+@pytest.mark.parametrize("get_delay, seconds", [(0.0, 0.5), (0.4, 0.6)], ids=["quick-store", "slow-store"])
+def test_round_exchange_has_a_deadline_naming_the_missing_rank(get_delay, seconds):
     store = FakeDriverStore({})
+    store.get_delay = get_delay
     try:
-        exchange = er.round_exchange(store.client, 0, 2, time.monotonic() + 0.5)
-        with pytest.raises(TimeoutError, match="the endpoint of rank 1 \\(of 2\\)"):
-            exchange("mine")
-    finally:
-        store.close()
-
-
-def test_a_deadline_passing_inside_a_poll_still_names_the_missing_rank():
-    # The deadline runs out while the store is answering a poll for rank 1's endpoint: the
-    # error is the wait's (which rank is missing), not the socket's "timed out".
-    store = FakeDriverStore({})
-    store.get_delay = 0.4
-    try:
-        exchange = er.round_exchange(store.client, 0, 2, time.monotonic() + 0.6)
+        exchange = er.round_exchange(store.client, 0, 2, time.monotonic() + seconds)
         with pytest.raises(TimeoutError, match="the endpoint of rank 1 \\(of 2\\)"):
             exchange("mine")
     finally:
