@@ -401,7 +401,7 @@ const Engine::Pending* Engine::LoneSmallAllreduce(size_t words) const {
   const ProcessSet* set = sets_.Find(p.request.meta.process_set);
   if (set == nullptr || set->size() != world_size()) return nullptr;
   const size_t bytes = TensorBytes(cache_.at(p.position));
-  const int64_t one_step = OneStepAllreduceBytes(cycle_config_.small_message_bytes, local_size(), available_cpus_);
+  const int64_t one_step = OneStepAllreduceBytes(cycle_config_.small_message_bytes, set->arena.get());
   const size_t limit = std::min<size_t>(ShmBitsExchange::InputCapacity(words), static_cast<size_t>(one_step));
   return bytes > 0 && bytes <= limit ? &p : nullptr;
 }

@@ -22,7 +22,7 @@ void HerringAllreduce::Execute(ExecContext& ctx, AllreduceBatch& batch) {
   const int64_t chunks = (total + chunk_elems - 1) / chunk_elems;
   if (OneStepFits(ctx, batch.total_bytes()) &&
       static_cast<int64_t>(batch.total_bytes()) <=
-          OneStepAllreduceBytes(ctx.config.small_message_bytes, ctx.set.arena->local_size(), available_cpus_)) {
+          OneStepAllreduceBytes(ctx.config.small_message_bytes, ctx.set.arena.get())) {
     ReduceInOneStep(ctx, batch);
   } else if (HostSumsExchangeFits(ctx, batch.total_bytes())) {
     host_sums_.Execute(ctx, batch);

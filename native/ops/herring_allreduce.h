@@ -13,7 +13,6 @@
 // one owner, in a fixed order, so the bits are identical on every rank and from run to run.
 #pragma once
 
-#include "common/cpus.h"
 #include "ops/cross_memory_allreduce.h"
 #include "ops/one_host_routes.h"
 #include "ops/peer_output_reads.h"
@@ -57,7 +56,6 @@ class HerringAllreduce : public AllreduceImpl {
   PullWork PushAndPostPull(ExecContext& ctx, const AllreduceBatch& batch, int64_t chunk_index, int64_t n,
                            uint8_t* result);
   void AwaitPull(ExecContext& ctx, const AllreduceBatch& batch, const PullWork& work);
-  const int available_cpus_ = CpusAvailable();
   ZeroCopyAllreduce zero_copy_;     // one host, tensors in zero-copy memory: no staging
   CrossMemoryAllreduce cross_memory_;  // one host, ordinary tensors reached in the others' processes: no staging
   PeerOutputReads peer_reads_;      // one host, ordinary tensors: the all-gather reads the others' outputs

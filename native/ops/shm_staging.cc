@@ -13,8 +13,9 @@ bool OneStepFits(const ExecContext& ctx, size_t bytes) {
          bytes <= SubSlotStride(ctx.set.arena->slot_bytes());
 }
 
-int64_t OneStepAllreduceBytes(int64_t small_message_bytes, int local_size, int cpus) {
-  return local_size > cpus ? std::min(small_message_bytes, kOversubscribedOneStepBytes) : small_message_bytes;
+int64_t OneStepAllreduceBytes(int64_t small_message_bytes, const ShmArena* arena) {
+  return arena != nullptr && arena->SomeMemberWithoutACore() ? std::min(small_message_bytes, kOversubscribedOneStepBytes)
+                                                             : small_message_bytes;
 }
 
 OneStepStaging::OneStepStaging(ExecContext& ctx) : ctx_(ctx), arena_(*ctx.set.arena), seq_(++ctx.set.arena_sequence) {

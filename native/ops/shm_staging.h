@@ -38,14 +38,16 @@ inline size_t SubSlotStride(size_t slot_bytes) { return (slot_bytes / kPipelineD
 // Whether a collective of `bytes` per member may take a one-step path in this process set: one
 // host with an arena, at most HERRING_SMALL_MESSAGE_BYTES and one sub-slot.
 bool OneStepFits(const ExecContext& ctx, size_t bytes);
-// The largest allreduce that takes one step on a host of `local_size` ranks: the knob's
-// HERRING_SMALL_MESSAGE_BYTES, but at most kOversubscribedOneStepBytes where the ranks outnumber
-// the cores: there every rank's reading of every input is work the cores do in turn, and from 32
+// The largest allreduce that takes one step through `arena` (null: no other rank on the host):
+// the knob's HERRING_SMALL_MESSAGE_BYTES, but at most kOversubscribedOneStepBytes where some rank
+// has fewer cores than the host has ranks (ShmArena::SomeMemberWithoutACore, the same answer on
+// every rank, as the choice must be: ranks bound to different CPU sets took different paths and
+// summed garbage while each asked its own count). There every rank's reading of every input is work the cores do in turn, and from 32
 // KiB the pipeline (each rank sums a slice, then copies the others') was faster. 4 ranks on 2
 // cores, 3 interleaved launches each: 32 KiB 40.5 us in one step against 34.4 staged, 64 KiB 49.3
 // against 42.6 (Open MPI 45.2); 16 KiB alike (36.4 against 36.9).
 constexpr int64_t kOversubscribedOneStepBytes = 16 << 10;
-int64_t OneStepAllreduceBytes(int64_t small_message_bytes, int local_size, int cpus);
+int64_t OneStepAllreduceBytes(int64_t small_message_bytes, const ShmArena* arena);
 
 // One buffer staged by every member and read by the others in one step.
 class OneStepStaging {

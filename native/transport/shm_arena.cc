@@ -53,7 +53,7 @@ namespace herring {
 namespace {
 
 constexpr uint64_t kMagic = 0x31764153474e5248ull;  // "HRNGSAv1"
-constexpr uint32_t kLayoutVersion = 4;  // 3: a doorbell per member; 4: notice_bytes
+constexpr uint32_t kLayoutVersion = 5;  // 3: a doorbell per member; 4: notice_bytes; 5: cpus per member
 constexpr size_t kPage = 4096;
 constexpr size_t kLineBytes = 128;
 constexpr int kMaxLocalSize = 1024;
@@ -82,6 +82,7 @@ struct alignas(kLineBytes) MemberLine {
   std::atomic<uint32_t> state;  // kNotAttached, kAttached, kDetached
   std::atomic<int32_t> pid;
   std::atomic<uint64_t> pid_namespace;  // 0 when unknown: liveness is then not checked
+  std::atomic<int32_t> cpus;            // CpusAvailable() of the member when it attached
   Waitable doorbell;                    // rung by anyone, waited on by this member (Ring)
 };
 
@@ -431,6 +432,7 @@ struct ShmArena::Impl {
     MemberLine& me = member_line(local_index);
     me.pid.store(static_cast<int32_t>(getpid()), std::memory_order_relaxed);
     me.pid_namespace.store(pid_namespace, std::memory_order_relaxed);
+    me.cpus.store(CpusAvailable(), std::memory_order_relaxed);
     if (me.state.exchange(kAttached, std::memory_order_acq_rel) != kNotAttached) {
       throw Error(Status::InvalidArgument(Describe() + ": local member " +
                                           std::to_string(local_index) +
@@ -464,6 +466,10 @@ struct ShmArena::Impl {
       return Status::Timeout(m.str());
     };
     ThrowIfError(Await(find, deadline, on_timeout));
+    // Every member stored its count before it counted itself attached.
+    for (int i = 0; i < local_size; ++i) {
+      if (member_line(i).cpus.load(std::memory_order_relaxed) < local_size) some_member_without_a_core = true;
+    }
   }
 
   // Tells the waiters of this member's counters that nothing more will come from it.
@@ -658,6 +664,7 @@ struct ShmArena::Impl {
   size_t mapped_bytes = 0;
   bool owns_name = false;  // created the name and has not unlinked it yet
   bool joined = false;
+  bool some_member_without_a_core = false;  // from every member's count, once all attached
 };
 
 std::unique_ptr<ShmArena> ShmArena::Attach(const ShmArenaOptions& options) {
@@ -711,6 +718,8 @@ int ShmArena::MemberPid(int member) const {
   const pid_t pid = line.pid.load(std::memory_order_relaxed);
   return ns != 0 && ns == impl_->pid_namespace && pid > 0 ? pid : -1;
 }
+
+bool ShmArena::SomeMemberWithoutACore() const { return impl_->some_member_without_a_core; }
 
 uint8_t* ShmArena::notice(int member) {
   if (member < 0 || member >= impl_->local_size) {

@@ -76,6 +76,11 @@ class ShmArena {
   // The process id of `member` as this process names it (to read its memory by process_vm_readv),
   // or -1 when it lives in another pid namespace, where its id means another process.
   int MemberPid(int member) const;
+  // Whether some member may use fewer CPUs than the arena has members (4 ranks on 2 cores, or a
+  // rank bound to one core): the same answer on every member, as each stored its count when it
+  // attached, so a choice of algorithm made on it is the same everywhere. A member's own count
+  // would not be: ranks bound to different CPU sets would take different paths.
+  bool SomeMemberWithoutACore() const;
 
   // Hands out work units to whichever member asks first: returns the next unit below `limit`, or
   // `limit` once every unit was handed out. The counter only grows, across collectives: the
