@@ -103,23 +103,27 @@ def test_a_lone_request_starts_its_cycle_at_once(runs, config):
 
 # HERRING_SMALL_MESSAGE_BYTES is 64 KiB; where some local rank has fewer cores than the host has
 # ranks, a one-host allreduce takes one step up to 16 KiB only (native/ops/shm_staging.h), and is
-# pipelined above. bind-rank0: rank 0 alone bound to one core, so the ranks' own counts differ and
-# only the host's answer keeps them on one path (each asking its own, they summed garbage).
-@pytest.mark.parametrize("np, bind_rank0", [(3, False), (2, True)], ids=["np3", "np2-bind-rank0"])
-def test_one_step_stops_at_16_kib_where_ranks_outnumber_cores(np, bind_rank0):
+# pipelined above, where reading the sum out of the others' tensors is no candidate route
+# (native/ops/one_host_routes.h). np2-bind-rank1: rank 1 alone bound to one core, so the ranks' own
+# counts differ and only the host's answer keeps them on one path (each asking its own, they summed
+# garbage at 32 KiB) and local rank 0, whose vote picks the route, among the right candidates.
+@pytest.mark.parametrize("np, bind_rank", [(3, None), (2, 1)], ids=["np3", "np2-bind-rank1"])
+def test_one_step_stops_at_16_kib_where_ranks_outnumber_cores(np, bind_rank):
     results = launch.scratch_dir("herring-one-step-limit-")
-    env = {"HERRING_TEST_BIND_RANK0": "1"} if bind_rank0 else {}
+    env = {"HERRING_TEST_BIND_RANK": str(bind_rank)} if bind_rank is not None else {}
     run = launch.horovodrun(np, [os.path.join("tests", "workers", "one_step_limit_worker.py")], timeout=200,
                             HERRING_TEST_RESULTS=results, **env)
     per_rank = launch.rank_results(results, np)
     shutil.rmtree(results, ignore_errors=True)
     assert run.returncode == 0 and sorted(per_rank) == list(range(np)), run.output[-4000:]
     without_a_core = any(d["cpus"] < d["local_size"] for d in per_rank.values())
-    assert without_a_core or not bind_rank0, per_rank
+    assert without_a_core or bind_rank is None, per_rank
     for r, data in per_rank.items():
-        small, mid = data["sizes"][str(8 << 10)], data["sizes"][str(32 << 10)]
+        small, mid, large = (data["sizes"][str(n)] for n in (8 << 10, 32 << 10, 8 << 20))
         assert small["one_step_allreduces"] >= 20 and small["shm_chunks"] == 0, (r, data)
         if without_a_core:
             assert mid["one_step_allreduces"] == 0 and mid["shm_chunks"] >= 20, (r, data)
+            # Its first runs try each candidate: staging, then the cross-memory allreduce.
+            assert large["peer_output_reads"] == 0 and large["cross_memory_allreduces"] > 0, (r, data)
         else:
             assert mid["one_step_allreduces"] >= 20 and mid["shm_chunks"] == 0, (r, data)

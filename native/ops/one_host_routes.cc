@@ -3,7 +3,9 @@
 namespace herring {
 
 RouteChooser* OneHostRoutes::ChooserFor(const ExecContext& ctx, size_t bytes) {
-  if (ctx.set.arena->local_size() <= available_cpus_) return &every_rank_a_core_;
+  // The host's answer, not this rank's CPU count: local rank 0, whose vote decides, must choose
+  // among the same candidates as the ranks that withhold their addresses.
+  if (!ctx.set.arena->SomeMemberWithoutACore()) return &every_rank_a_core_;
   return bytes >= kOversubscribedCrossMinBytes ? &oversubscribed_ : nullptr;
 }
 

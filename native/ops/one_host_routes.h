@@ -5,7 +5,8 @@
 //     (ops/peer_output_reads.h);
 //   kTensorsByAddress: nothing staged: the cross-memory allreduce (ops/cross_memory_allreduce.h).
 // `auto` measures them as the job runs (ops/route_chooser.h); every rank measures, local rank 0's
-// measurements decide. Where some local rank has no core of its own, fewer routes are candidates:
+// measurements decide. Where some local rank has no core of its own (ShmArena::SomeMemberWithoutACore,
+// the same answer on every rank), fewer routes are candidates:
 //   - not reading the outputs: with 4 ranks on 2 cores that measured slower than the result area
 //     (256 KiB 95-98 against 77-81 us, 1 MiB 210-215 against 184-187 us, 64 MiB 15.4-15.6 against
 //     13.5-14.3 ms), the ranks holding the cores waiting at the end for descheduled ones;
@@ -17,7 +18,6 @@
 
 #include <cstddef>
 
-#include "common/cpus.h"
 #include "ops/route_chooser.h"
 #include "ops/tensor_notice.h"
 #include "runtime/collective.h"
@@ -39,7 +39,6 @@ class OneHostRoutes {
   // The chooser of a batch of `bytes`, or null where staging is the only candidate.
   RouteChooser* ChooserFor(const ExecContext& ctx, size_t bytes);
 
-  const int available_cpus_ = CpusAvailable();
   // Every local rank with a core of its own; some without, batches from kOversubscribedCrossMinBytes
   // (smaller ones are staged).
   RouteChooser every_rank_a_core_{{static_cast<int>(TensorReach::kStaged), static_cast<int>(TensorReach::kOutputsByAddress),

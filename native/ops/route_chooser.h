@@ -15,8 +15,8 @@
 // lines are where it leaves them, so a run's first batch is not measured. The first runs of a
 // class try each route in the caller's order; afterwards one run in kTrialEvery tries a route not
 // preferred (each in turn), so that a move of the vCPUs is noticed, and the rest take the fastest.
-// Every local rank runs the same batches and so tries the same runs; outside trials ranks whose
-// measurements disagree offer differently, and then every rank stages.
+// Every local rank runs the same batches and so tries the same runs; the route taken is local
+// rank 0's vote (ops/tensor_notice.h), so ranks whose measurements disagree still agree on it.
 #pragma once
 
 #include <array>
