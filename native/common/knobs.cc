@@ -126,7 +126,8 @@ const std::vector<KnobSpec>& AllKnobs() {
       {"HERRING_TOPOLOGY", "", "path",
        "JSON description of the network for `HERRING_ALLREDUCE=hd-topo`: hosts in groups and how "
        "pairs inside a group and across groups are linked (the simulated cluster's file works as "
-       "is; docs/eflops.md). Must be the same file on every host.", true},
+       "is; docs/eflops.md). Must be the same file on every host: init compares the JSON it holds "
+       "(whitespace and key order aside) as well as the path.", true},
       {"HERRING_NUM_SERVERS", "0", "int",
        "Server shards the fused buffers are cut over; 0 means one per rank, colocated.", true},
       {"HERRING_DEDICATED_SERVERS", "0", "int",
@@ -149,7 +150,10 @@ const std::vector<KnobSpec>& AllKnobs() {
        "Order of the pushes to the server shards: `all` at once, or `r2sp`: each worker starts at "
        "an evenly spaced shard and visits the shards in turn, one push at a time (round-robin "
        "synchronous parallel), so a shard receives from one worker at a time. Same sums either way.", true},
-      {"HERRING_TCP_STREAMS", "2", "int", "TCP streams per peer for bulk data.", true},
+      {"HERRING_TCP_STREAMS", "2", "int",
+       "TCP streams per peer for bulk data. Under HOROVOD_AUTOTUNE, unset means a pair connects the "
+       "most autotune tries and uses the count in force: set on some ranks only, init fails "
+       "naming it.", true},
       {"HERRING_CONNECTIONS", "mesh", "enum",
        "`mesh`: every pair of ranks connects at init (the full mesh, O(N) sockets per rank); "
        "`lazy`: a pair connects (control stream and data streams, authenticated as always) when "

@@ -4,10 +4,12 @@
 #include <cmath>
 
 #include "common/environment.h"
+#include "common/json.h"
 #include "common/logging.h"
 #include "common/thread_name.h"
 #include "ops/adasum_allreduce.h"
 #include "ps/shard_server.h"
+#include "kernels/hash.h"
 #include "kernels/reduce.h"
 #include "rendezvous/rendezvous_protocol.h"
 
@@ -87,6 +89,37 @@ Engine::~Engine() {
   }
 }
 
+namespace {
+
+// The topology file as its JSON reads (whitespace and key order aside), hashed: the knob holds a
+// path, and the same path may hold different files on different hosts.
+std::string TopologyDigest(const std::string& path) {
+  try {
+    // Re-read with nlohmann::json, whose objects keep their keys sorted (Json keeps file order).
+    const std::string canonical = nlohmann::json::parse(ReadJsonFile(path).dump()).dump();
+    return std::to_string(HashBytes(canonical.data(), canonical.size()));
+  } catch (const Error&) {
+    return "unreadable";  // everywhere alike: hd-topo then fails with the reason when it loads it
+  }
+}
+
+}  // namespace
+
+std::string Engine::MustMatchFingerprint() const {
+  std::string f = config_.MustMatchFingerprint();
+  // Under HOROVOD_AUTOTUNE whether HERRING_TCP_STREAMS is set, not its value, decides how many
+  // streams a pair connects: ranks that disagree would wait on each other's connections until
+  // the start deadline, blaming a missing rank.
+  // (No ';' or '=' in a name: they delimit the entries.)
+  f += "the TCP data streams a pair of ranks connects (HERRING_TCP_STREAMS, or under HOROVOD_AUTOTUNE " +
+       std::string("when it is unset the most autotune tries)=") + std::to_string(ConnectedTcpStreams()) + ";";
+  if (!config_.topology.empty()) {
+    // Ranks with different networks in mind pair differently in hd-topo, and hang.
+    f += "the contents of the HERRING_TOPOLOGY file=" + TopologyDigest(config_.topology) + ";";
+  }
+  return f;
+}
+
 void Engine::Rendezvous(const EngineOptions& options, Deadline deadline) {
   const std::string ip =
       AdvertisedAddress(!config_.iface.empty() ? config_.iface : launch_.iface,
@@ -94,7 +127,7 @@ void Engine::Rendezvous(const EngineOptions& options, Deadline deadline) {
   RankRecord mine;
   mine.hostname = config_.hostname.empty() ? launch_.hostname : config_.hostname;
   mine.ip = ip;
-  mine.fingerprint = config_.MustMatchFingerprint();
+  mine.fingerprint = MustMatchFingerprint();
   JobCredentials issued;
   if (rank() == 0) issued = IssueJobCredentials(config_.secret, &mine);
   ConnectTransport(

@@ -218,6 +218,9 @@ class Engine {
 
   // Init (engine.cc).
   void Rendezvous(const EngineOptions& options, Deadline deadline);
+  // What must be the same on every rank, compared in the rendezvous before any rank connects: the
+  // must-match knobs, and what a rank derives from its own environment that must match too.
+  std::string MustMatchFingerprint() const;
   // What the rendezvous tells a process that is listening: every rank's endpoint (its own
   // included) and the job's credentials.
   struct MeshPlan {

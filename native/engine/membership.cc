@@ -40,7 +40,7 @@ void Engine::HandleMembershipRequest(const ControlMessage& m) {
   if (rank() != 0) return;
   if (m.type == kJoinRequest) {
     const std::string refused =
-        membership_.RequestJoin(rank(), config_.MustMatchFingerprint(), m.from, JoinRequest::Decode(m.payload));
+        membership_.RequestJoin(rank(), MustMatchFingerprint(), m.from, JoinRequest::Decode(m.payload));
     if (!refused.empty()) transport_->SendControl(m.from, kJoinSnapshot, "error: " + refused);
     return;
   }
@@ -185,7 +185,7 @@ void Engine::JoinRunningJob(const EngineOptions& options, Deadline deadline) {
   launch_.size = me + 1;
   RankRecord mine;
   mine.hostname = !config_.hostname.empty() ? config_.hostname : launch_.hostname;
-  mine.fingerprint = config_.MustMatchFingerprint();
+  mine.fingerprint = MustMatchFingerprint();
   hostnames[me] = mine.hostname;
   membership_.Reset(job.world.workers, {}, std::move(hostnames));
   // A joiner is not told the job's layout: without an interface it listens on loopback.
