@@ -178,6 +178,10 @@ class HerringBasics:
             return
         import ctypes
         ctypes.pythonapi.Py_IncRef(ctypes.py_object(self._engine))
+        # The slot too: the synchronous calls read the engine from it in C++ (_torch_native), and
+        # would run the parent's cycles on its sockets and shared memory. Its reference goes; the
+        # one leaked above keeps the engine from being destroyed here.
+        self._slot.clear_if(self._engine)
         self._engine = None
         self._forked_from = os.getppid()
 

@@ -53,7 +53,8 @@ _works = {}
 
 def init(*args, **kwargs):
     global _works
-    _works = {}
+    if not _basics.is_initialized():  # a second hvd.init() is a no-op: its handles stay valid
+        _works = {}
     _basics.init(*args, **kwargs)
     _setup_process_sets(_basics)
 

@@ -678,6 +678,59 @@ def mismatches_raise_on_every_rank_then_the_next_collective_works():
 
 
 @check
+def forked_child_gets_a_clear_error():
+    # A child forked after hvd.init() has none of the engine's threads: each call must raise,
+    # naming the fork, instead of running the parent's cycles on the parent's sockets and shared
+    # memory (the synchronous calls, read in C++, did: the parent's job aborted or hung).
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read_end)
+        messages = []
+        for call in (lambda: hvd.allreduce_(torch.ones(4), name="fork.in_place"),
+                     lambda: hvd.allreduce(torch.ones(4), name="fork.out_of_place"),
+                     lambda: hvd.broadcast_(torch.ones(4), root_rank=0, name="fork.broadcast"),
+                     lambda: hvd.synchronize(hvd.allreduce_async_(torch.ones(4), name="fork.async"))):
+            try:
+                call()
+                messages.append("no error")
+            except Exception as e:  # noqa: BLE001  (what it raises is what is checked)
+                messages.append(f"{type(e).__name__}: {e}")
+        os.write(write_end, json.dumps(messages).encode())
+        os._exit(0)
+    os.close(write_end)
+    deadline = time.monotonic() + 60
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > deadline:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            raise AssertionError("the forked child's collective hung")
+        time.sleep(0.01)
+    with os.fdopen(read_end, "rb") as f:
+        messages = json.loads(f.read().decode() or "[]")
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, f"child ended with status {status}: {messages}"
+    assert len(messages) == 4, messages
+    for m in messages:
+        assert "RuntimeError" in m and "forked from process" in m, messages
+    t = torch.ones(3)
+    hvd.allreduce_(t, op=hvd.Sum, name="fork.parent")  # the parent's engine is untouched
+    assert torch.all(t == N), t
+
+
+@check
+def a_second_init_keeps_the_handles_in_flight():
+    # hvd.init() on a running engine does nothing (as in Horovod): a handle issued before it
+    # still gives its result.
+    h = hvd.allreduce_async(torch.full((5,), float(R + 1)), op=hvd.Sum, name="reinit.pending")
+    hvd.init(process_sets=[STATIC_SET])
+    out = hvd.synchronize(h)
+    assert out is not None and torch.all(out == N * (N + 1) / 2), out
+
+
+@check
 def engine_threads_are_named():
     # top -H, ps -L, gdb and py-spy show the engine's threads by these names, not as "python".
     names = []

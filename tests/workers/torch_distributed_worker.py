@@ -432,6 +432,29 @@ def ddp_buckets_move_into_zero_copy_memory():
 
 
 @check
+def async_all_reduces_of_one_tensor_in_flight_together():
+    # Valid c10d: the second all_reduce of a 4 MiB tensor comes while the first is in flight, and
+    # sees its storage a second time, which makes it a persistent buffer to move into zero-copy
+    # memory. Moving it then freed the memory the first one (and the other ranks' cross-memory
+    # writes) still used: wrong sums, other tensors overwritten, crashes. Each sum must be right
+    # and a tensor allocated meanwhile untouched.
+    import torch.distributed as dist
+    n = 1 << 20
+    t = torch.full((n,), float(R + 1))
+    w1 = dist.all_reduce(t, async_op=True)
+    w2 = dist.all_reduce(t, async_op=True)
+    bystander = torch.full((n,), 7.0)
+    w1.wait()
+    w2.wait()
+    s = N * (N + 1) / 2
+    bad = torch.nonzero(t != N * s)
+    assert bad.numel() == 0, f"rank {R}: element {int(bad[0])} is {float(t[bad[0]])}, expected {N * s}"
+    assert torch.all(bystander == 7.0), f"rank {R}: a tensor allocated meanwhile was overwritten"
+    dist.all_reduce(t)  # a third time: now it may move, and still sums right
+    assert torch.all(t == N * N * s), f"rank {R}: third all_reduce gave {t[:4]}"
+
+
+@check
 def ddp_with_fp16_compress_hook():
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
     ddp_check(default_hooks.fp16_compress_hook, None, tol=2e-3)

@@ -7,7 +7,8 @@ every step; staged through the shared-memory arena, a bucket of S bytes costs ea
 by a second allreduce while still alive is a persistent buffer: it is moved then, once, in place
 (zero_copy.move_to_zero_copy), and every view of it (DDP's bucket views and, with
 gradient_as_bucket_view, the gradients) follows. A buffer allocated afresh for each allreduce is
-never moved: it is never seen twice.
+never moved: it is never seen twice. Nor is a storage that a pending collective still reads or
+writes (moving frees its old memory): it moves at a later allreduce.
 
 Only buffers that are a whole storage of at least the engine's zero-copy minimum are moved, only
 when every rank of the job is on one host (the engine's zero-copy path is for one-host process
@@ -20,6 +21,7 @@ import weakref
 from hvd_herring import _native
 from hvd_herring.basics import basics
 from hvd_herring.torch import zero_copy
+from hvd_herring.torch.distributed.work import _in_flight
 
 
 class PersistentBuffers:
@@ -47,6 +49,10 @@ class PersistentBuffers:
         ref = self._seen.get(key)
         if ref is None or ref() is not storage:
             self._seen[key] = weakref.ref(storage, lambda _, key=key: self._seen.pop(key, None))
+            return
+        if _in_flight.hold_storage_of(tensor):
+            # An earlier collective on it is still running (two async all_reduces of one tensor):
+            # moving it now would free the memory that collective reads and writes. Next time.
             return
         del self._seen[key]
         try:

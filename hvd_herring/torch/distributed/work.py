@@ -275,6 +275,17 @@ class _InFlight:
         with self._lock:
             return not any(w._ordered_in == key and not w._done for w in self._works)
 
+    def hold_storage_of(self, tensor):
+        """Whether a pending Work keeps a tensor on `tensor`'s storage alive: the engine (and, on
+        one host, the other ranks through cross-memory writes) may still read or write it."""
+        if not self._works:
+            return False
+        address = tensor.untyped_storage().data_ptr()
+        with self._lock:
+            pending = [w for w in self._works if not w._done]
+        return any(isinstance(k, torch.Tensor) and k.untyped_storage().data_ptr() == address
+                   for w in pending for k in (w._keep_alive or ()))
+
     def issued_before(self, work):
         """The pending Works of `work`'s group issued before it, oldest first."""
         if work._ordered_in is None or work._sequence is None:
