@@ -15,6 +15,7 @@ import traceback
 
 import torch
 
+import forked_child
 import horovod.torch as hvd
 
 CHECKS = []
@@ -682,36 +683,11 @@ def forked_child_gets_a_clear_error():
     # A child forked after hvd.init() has none of the engine's threads: each call must raise,
     # naming the fork, instead of running the parent's cycles on the parent's sockets and shared
     # memory (the synchronous calls, read in C++, did: the parent's job aborted or hung).
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        os.close(read_end)
-        messages = []
-        for call in (lambda: hvd.allreduce_(torch.ones(4), name="fork.in_place"),
-                     lambda: hvd.allreduce(torch.ones(4), name="fork.out_of_place"),
-                     lambda: hvd.broadcast_(torch.ones(4), root_rank=0, name="fork.broadcast"),
-                     lambda: hvd.synchronize(hvd.allreduce_async_(torch.ones(4), name="fork.async"))):
-            try:
-                call()
-                messages.append("no error")
-            except Exception as e:  # noqa: BLE001  (what it raises is what is checked)
-                messages.append(f"{type(e).__name__}: {e}")
-        os.write(write_end, json.dumps(messages).encode())
-        os._exit(0)
-    os.close(write_end)
-    deadline = time.monotonic() + 60
-    while True:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            break
-        if time.monotonic() > deadline:
-            os.kill(pid, 9)
-            os.waitpid(pid, 0)
-            raise AssertionError("the forked child's collective hung")
-        time.sleep(0.01)
-    with os.fdopen(read_end, "rb") as f:
-        messages = json.loads(f.read().decode() or "[]")
-    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, f"child ended with status {status}: {messages}"
+    calls = (lambda: hvd.allreduce_(torch.ones(4), name="fork.in_place"),
+             lambda: hvd.allreduce(torch.ones(4), name="fork.out_of_place"),
+             lambda: hvd.broadcast_(torch.ones(4), root_rank=0, name="fork.broadcast"),
+             lambda: hvd.synchronize(hvd.allreduce_async_(torch.ones(4), name="fork.async")))
+    messages = forked_child.answer_of_forked_child(lambda: [forked_child.message_of(c) for c in calls], 60)
     assert len(messages) == 4, messages
     for m in messages:
         assert "RuntimeError" in m and "forked from process" in m, messages

@@ -23,6 +23,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+import forked_child
+
 TIMEOUT_SECONDS = 30
 CHECKS = []
 N = R = 0
@@ -279,31 +281,9 @@ def ddp_with_join_and_uneven_inputs_trains_to_the_reference():
 
 @check
 def forked_child_gets_a_clear_error():
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: its first collective must raise at once, naming the fork
-        os.close(read_end)
-        try:
-            dist.all_reduce(torch.ones(2))
-            message = "no error"
-        except Exception as e:  # noqa: BLE001  (what it raises is what is checked)
-            message = f"{type(e).__name__}: {e}"
-        os.write(write_end, message.encode())
-        os._exit(0)
-    os.close(write_end)
-    deadline = time.monotonic() + TIMEOUT_SECONDS
-    while True:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            break
-        if time.monotonic() > deadline:
-            os.kill(pid, 9)
-            os.waitpid(pid, 0)
-            raise AssertionError("the forked child's collective hung")
-        time.sleep(0.01)
-    with os.fdopen(read_end, "rb") as f:
-        message = f.read().decode()
-    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, f"child ended with status {status}: {message}"
+    # The child: its first collective must raise at once, naming the fork.
+    message = forked_child.answer_of_forked_child(lambda: forked_child.message_of(lambda: dist.all_reduce(torch.ones(2))),
+                                                  TIMEOUT_SECONDS)
     assert "RuntimeError" in message and "forked from process" in message and "spawn" in message, message
     t = torch.ones(3)
     dist.all_reduce(t)  # the parent's engine is untouched
