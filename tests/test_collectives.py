@@ -21,7 +21,8 @@ CHECK_NAMES = [
     "sync_batch_norm_uses_the_global_batch_on_cpu",
     "barrier_and_join", "static_and_dynamic_process_sets", "bad_input_is_rejected_locally",
     "handles_own_their_request", "mismatches_raise_on_every_rank_then_the_next_collective_works",
-    "forked_child_gets_a_clear_error", "a_second_init_keeps_the_handles_in_flight", "engine_threads_are_named",
+    "forked_child_gets_a_clear_error", "a_tensor_in_flight_keeps_its_memory",
+    "a_second_init_keeps_the_handles_in_flight", "engine_threads_are_named",
 ]
 
 # name -> (launcher, processes launched, extra environment). Dedicated servers are the last

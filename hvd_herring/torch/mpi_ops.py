@@ -5,8 +5,6 @@ integer naming a native Work (native/bindings/work_handle.h) that keeps the tens
 holds the result; synchronize() waits on it without the GIL.
 """
 
-import importlib.util
-
 import torch
 import torch.utils.dlpack
 
@@ -19,6 +17,7 @@ from horovod.torch.compression import Compression
 from hvd_herring import _native
 from hvd_herring.dtype_groups import split_by_dtype
 from hvd_herring.torch import zero_copy as _zero_copy
+from hvd_herring.torch.storage_hold import held as _held, _torch_native
 from hvd_herring.basics import basics as _basics, export_basics as _export_basics, DTYPES as _DTYPES
 from hvd_herring.basics import OP_TYPES as _OP_TYPES
 
@@ -31,14 +30,9 @@ _TORCH_DTYPES = {  # torch dtype -> the engine's dtype name
 _DTYPE_CODES = {t: _DTYPES[n] for t, n in _TORCH_DTYPES.items()}
 _ALLREDUCE = _OP_TYPES["allreduce"]
 
-try:
-    # The synchronous collectives of one tensor with the tensors read in C++ (native/torch).
-    from hvd_herring import _torch_native
-except ImportError:
-    if importlib.util.find_spec("hvd_herring._torch_native") is not None:
-        raise  # built but not loadable: a broken installation, not one without the module
-    _torch_native = None  # built without torch's headers (HERRING_TORCH=OFF): read in Python
-else:
+# The synchronous collectives of one tensor with the tensors read in C++ (native/torch); None in a
+# build without torch's headers (HERRING_TORCH=OFF): read in Python.
+if _torch_native is not None:
     _torch_native.set_dtype_codes([(torch.empty(0, dtype=t), code) for t, code in _DTYPE_CODES.items()])
 
 _export_basics(globals())
@@ -113,11 +107,12 @@ def _engine_and_code(tensor):
 def _enqueue_one(op_type, name, tensor, output, process_set, op, prescale, postscale, root=-1, keep_alive=None,
                  result=None):
     """The hot path (a gradient's allreduce): one tensor whose output the caller provides, one call
-    into the engine, which returns the Work. The Work keeps `keep_alive` (default: both tensors).
-    `op` is a reduce op already resolved (never None)."""
+    into the engine, which returns the Work. The Work keeps `keep_alive` (default: both tensors)
+    and a hold on their storages. `op` is a reduce op already resolved (never None)."""
     engine, code = _engine_and_code(tensor)
+    keep_alive = _held((tensor, output) if keep_alive is None else keep_alive)  # before the addresses are read
     try:
-        work = engine.enqueue_one_work((tensor, output) if keep_alive is None else keep_alive, result,
+        work = engine.enqueue_one_work(keep_alive, result,
                                        _OP_TYPES[op_type], name or "", process_set.process_set_id, code,
                                        op, prescale, postscale, root,
                                        tensor.data_ptr(), output.data_ptr(), tensor.shape)
@@ -166,12 +161,13 @@ def _enqueue(op_type, name, tensors, outputs, process_set, op=None, prescale=1.0
              root=-1, splits=None, finish=None, result=None):
     """Queues one (possibly grouped) collective; returns its handle. synchronize() returns `result`
     when the outputs are the caller's (finish is None), else finish(capsules, splits, value).
-    The Work keeps `tensors` and `outputs` alive until then: the engine holds their addresses."""
+    The Work keeps `tensors` and `outputs`, and a hold on their storages, until then: the engine
+    holds their addresses."""
     op = Sum if op is None else op
     if len(tensors) == 1 and splits is None and outputs is not None and finish is None:
         return _enqueue_one(op_type, name, tensors[0], outputs[0], process_set, op, prescale, postscale, root,
                             keep_alive=(tensors, outputs), result=result)
-    work = _native.Work(_basics.engine(), (tensors, outputs), result, finish)
+    work = _native.Work(_basics.engine(), _held((tensors, outputs)), result, finish)
     # A group whose tensors differ in dtype runs as one grouped collective per dtype
     # (hvd_herring.dtype_groups, the rule TensorFlow follows too): one Work, a part per dtype.
     if len(tensors) > 1 and splits is None:

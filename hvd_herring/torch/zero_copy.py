@@ -17,6 +17,7 @@ import torch
 import torch.utils.dlpack
 
 from hvd_herring.basics import DTYPES as _DTYPES, basics as _basics
+from hvd_herring.torch.storage_hold import storage_is_held
 
 _used = False  # set by the first allocation: until then no tensor can be in zero-copy memory
 
@@ -100,12 +101,16 @@ def move_to_zero_copy(tensor):
     gradients) reads and writes the new memory from then on, and the old memory is freed. For
     buffers that someone else allocates and that are reduced step after step. As with torch's
     share_memory_(), the storage can no longer be resized afterwards. No-op for an empty storage
-    or one already there; raises what zero_copy_empty raises (allocator off, pool full)."""
+    or one already there; raises what zero_copy_empty raises (allocator off, pool full), and
+    ValueError for a storage that a collective in flight still reads or writes."""
     if tensor.device.type != "cpu":
         raise ValueError(f"zero-copy memory holds CPU tensors; this one is on {tensor.device}")
     storage = tensor.untyped_storage()
     if storage.nbytes() == 0 or storage_in_zero_copy_memory(storage):
         return
+    if storage_is_held(tensor):
+        raise ValueError("cannot move a tensor into zero-copy memory while a collective in flight reads or "
+                         "writes its storage (the result would land in the old memory): wait for it first")
     moved = zero_copy_empty(storage.nbytes(), dtype=torch.uint8)
     moved.copy_(torch.empty(0, dtype=torch.uint8).set_(storage))
     # Exchanges the memory (and its allocator) of the two storages: `storage` keeps its identity,

@@ -25,6 +25,7 @@
 #include "common/status.h"
 #include "engine/engine.h"
 #include "engine/engine_slot.h"
+#include "torch/storage_hold.h"
 
 namespace py = pybind11;
 
@@ -70,14 +71,6 @@ const at::Tensor* Usable(py::handle object, int* code) {
   return *code < 0 ? nullptr : &t;
 }
 
-// Keeps a tensor whose collective was abandoned mid-flight for the rest of the process: the
-// engine may still read and write its memory. Reachable from here, so the leak checker under the
-// sanitizers does not report it. Called with the GIL held, which guards the list.
-void KeepForever(const at::Tensor& t) {
-  static auto* kept = new std::vector<at::Tensor>();
-  kept->push_back(t);
-}
-
 // Engine::Wait without the GIL, in slices between which Python's signal handlers run (Ctrl-C),
 // as _native's WaitServingSignals (bindings/work_handle.cc) does for its callers.
 Status WaitServingSignals(Engine& e, int64_t handle) {
@@ -94,7 +87,7 @@ Status WaitServingSignals(Engine& e, int64_t handle) {
 
 // Runs the collective of `in` into `out` through the engine and returns its value. Interrupted
 // while the request is pending (a signal handler that raises), the engine still reads and writes
-// the tensors: they are kept for good then, as _native's run_one leaks its references.
+// the tensors' memory: their storages are held for good then (HoldForever).
 py::object RunTensors(Engine& engine, const at::Tensor& in, const at::Tensor& out, int code, int op_type,
                       const std::string& name, int process_set, int reduce_op, double prescale, double postscale,
                       int root) {
@@ -113,8 +106,7 @@ py::object RunTensors(Engine& engine, const at::Tensor& in, const at::Tensor& ou
   try {
     s = WaitServingSignals(engine, handle);
   } catch (...) {
-    KeepForever(in);
-    KeepForever(out);
+    HoldForever(in, out);
     throw;
   }
   if (!s.ok()) Raise(s);
@@ -171,4 +163,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("postscale"), py::arg("root"),
         "A synchronous collective of one tensor into `output`: its value, or None if this path does not take "
         "it (the caller then takes the Python path, which raises the right error).");
+  herring::BindStorageHold(m);
 }

@@ -16,6 +16,7 @@ import traceback
 import torch
 
 import forked_child
+import memory_misuses
 import horovod.torch as hvd
 
 CHECKS = []
@@ -694,6 +695,34 @@ def forked_child_gets_a_clear_error():
     t = torch.ones(3)
     hvd.allreduce_(t, op=hvd.Sum, name="fork.parent")  # the parent's engine is untouched
     assert torch.all(t == N), t
+
+
+@check
+def a_tensor_in_flight_keeps_its_memory():
+    # The engine (and, on one host, the peers' cross-memory writes) write a tensor's memory until
+    # its request completes. Resizing the tensor or its storage, or swapping or sharing its memory,
+    # must leave the old memory to the engine until then: each freed it under the engine (SIGSEGV,
+    # or tensors allocated meanwhile overwritten with the sum). The tensor goes on with its new
+    # memory; the result lands in the old, as it does after set_().
+    for what, misuse in memory_misuses.MISUSES:
+        def issue(t, what=what):
+            h = hvd.allreduce_async_(t, op=hvd.Sum, name=f"inflight.{what}")
+            return lambda: hvd.synchronize(h)
+        memory_misuses.misused_in_flight(R, issue, misuse, what)
+    # Moving it into zero-copy memory would do the same: refused while in flight. Without misuse
+    # the memory is the tensor's again once its request completed.
+    from hvd_herring.torch import move_to_zero_copy
+    t = torch.full((memory_misuses.ELEMENTS,), float(R + 1))
+    address = t.data_ptr()
+    h = hvd.allreduce_async_(t, op=hvd.Sum, name="inflight.none")
+    try:
+        move_to_zero_copy(t)
+    except ValueError as e:
+        assert "in flight" in str(e), str(e)
+    else:
+        raise AssertionError("move_to_zero_copy of a tensor in flight must raise")
+    hvd.synchronize(h)
+    assert t.data_ptr() == address and torch.all(t == N * (N + 1) / 2), t
 
 
 @check

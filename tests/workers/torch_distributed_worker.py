@@ -455,6 +455,19 @@ def async_all_reduces_of_one_tensor_in_flight_together():
 
 
 @check
+def a_tensor_in_flight_keeps_its_memory():
+    # As the Horovod-API check of that name: resizing, swapping or sharing the memory of a tensor
+    # whose async all_reduce is in flight must leave the old memory to the engine (and the other
+    # ranks' cross-memory writes) until the Work completes. They freed it under the engine.
+    import memory_misuses
+    for what, misuse in memory_misuses.MISUSES:
+        memory_misuses.misused_in_flight(R, lambda t: dist.all_reduce(t, async_op=True).wait, misuse, what)
+    t = torch.full((4,), float(R + 1))
+    dist.all_reduce(t)  # and the engine goes on
+    assert torch.all(t == N * (N + 1) / 2), f"rank {R}: {t}"
+
+
+@check
 def ddp_with_fp16_compress_hook():
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
     ddp_check(default_hooks.fp16_compress_hook, None, tol=2e-3)

@@ -21,7 +21,7 @@ import weakref
 from hvd_herring import _native
 from hvd_herring.basics import basics
 from hvd_herring.torch import zero_copy
-from hvd_herring.torch.distributed.work import _in_flight
+from hvd_herring.torch.storage_hold import storage_is_held
 
 
 class PersistentBuffers:
@@ -50,7 +50,7 @@ class PersistentBuffers:
         if ref is None or ref() is not storage:
             self._seen[key] = weakref.ref(storage, lambda _, key=key: self._seen.pop(key, None))
             return
-        if _in_flight.hold_storage_of(tensor):
+        if storage_is_held(tensor):
             # An earlier collective on it is still running (two async all_reduces of one tensor):
             # moving it now would free the memory that collective reads and writes. Next time.
             return

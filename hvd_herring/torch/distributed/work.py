@@ -32,6 +32,7 @@ import torch.distributed as dist
 import torch.utils.dlpack
 from hvd_herring.basics import basics
 from hvd_herring.torch.distributed.naming import HerringFuture, raising_when_read_by_cpp
+from hvd_herring.torch.storage_hold import held
 
 
 class EnginePart:
@@ -88,7 +89,8 @@ class HerringWork(dist.Work):
         self._finish = finish            # results of the parts -> None (writes the outputs)
         self._result = result            # what the future holds (a list of tensors)
         self._default_timeout = default_timeout
-        self._keep_alive = keep_alive    # tensors whose memory the engine reads or writes
+        # The tensors whose memory the engine reads or writes, and a hold on their storages.
+        self._keep_alive = held(keep_alive) if parts else ()
         self._lock = threading.Lock()
         self._done = False
         self._exception = None
@@ -274,17 +276,6 @@ class _InFlight:
         self._drop_completed(oldest)
         with self._lock:
             return not any(w._ordered_in == key and not w._done for w in self._works)
-
-    def hold_storage_of(self, tensor):
-        """Whether a pending Work keeps a tensor on `tensor`'s storage alive: the engine (and, on
-        one host, the other ranks through cross-memory writes) may still read or write it."""
-        if not self._works:
-            return False
-        address = tensor.untyped_storage().data_ptr()
-        with self._lock:
-            pending = [w for w in self._works if not w._done]
-        return any(isinstance(k, torch.Tensor) and k.untyped_storage().data_ptr() == address
-                   for w in pending for k in (w._keep_alive or ()))
 
     def issued_before(self, work):
         """The pending Works of `work`'s group issued before it, oldest first."""

@@ -1,0 +1,63 @@
+"""Holds on the storages whose memory a request in flight reads or writes.
+
+A reference to a tensor does not pin its memory: t.set_(), t.resize_() or
+t.untyped_storage().resize_(0) free the memory of a tensor that is still referenced, and the
+engine (and, on one host, the other ranks' cross-memory writes) would write it afterwards.
+native/torch/storage_hold.h has the hold: the storages are kept and their memory's release
+deferred until the last request on them completes. A hold is made before the
+request's addresses are read, and dropped with the request's tensors when its result is taken.
+"""
+
+import importlib.util
+
+try:
+    from hvd_herring import _torch_native
+except ImportError:
+    if importlib.util.find_spec("hvd_herring._torch_native") is not None:
+        raise  # built but not loadable: a broken installation, not one without the module
+    _torch_native = None  # built without torch's headers (HERRING_TORCH=OFF)
+
+if _torch_native is not None:
+    StorageHold = _torch_native.StorageHold
+    storage_is_held = _torch_native.storage_is_held
+else:
+    import threading
+
+    import torch
+
+    _holds_lock = threading.Lock()
+    _holds = {}  # storage address -> holds: what storage_is_held answers
+
+    class StorageHold:
+        """Without the C++ module, Python can keep the storages alive (t.set_() and a dropped
+        tensor are then safe) but cannot defer the release of memory that a resize_() replaces."""
+
+        def __init__(self, tensors):
+            self._storages = list({s.data_ptr(): s for s in _storages_in(tensors)}.values())
+            with _holds_lock:
+                for s in self._storages:
+                    _holds[s.data_ptr()] = _holds.get(s.data_ptr(), 0) + 1
+
+        def __del__(self):
+            with _holds_lock:
+                for s in self._storages:
+                    left = _holds.pop(s.data_ptr(), 1) - 1
+                    if left:
+                        _holds[s.data_ptr()] = left
+
+    def _storages_in(tensors):
+        if isinstance(tensors, torch.Tensor):
+            yield tensors.untyped_storage()
+        elif isinstance(tensors, (list, tuple)):
+            for t in tensors:
+                yield from _storages_in(t)
+
+    def storage_is_held(tensor):
+        with _holds_lock:
+            return tensor.untyped_storage().data_ptr() in _holds
+
+
+def held(tensors):
+    """`tensors` (a tensor, None, or nested lists and tuples of them) with a hold on their storages:
+    what a request keeps alive until its result is taken."""
+    return tensors, StorageHold(tensors)
