@@ -18,7 +18,7 @@ except ImportError:
     _torch_native = None  # built without torch's headers (HERRING_TORCH=OFF)
 
 if _torch_native is not None:
-    StorageHold = _torch_native.StorageHold
+    hold_storages = _torch_native.hold_storages
     storage_is_held = _torch_native.storage_is_held
 else:
     import threading
@@ -28,7 +28,7 @@ else:
     _holds_lock = threading.Lock()
     _holds = {}  # storage address -> holds: what storage_is_held answers
 
-    class StorageHold:
+    class _PythonHold:
         """Without the C++ module, Python can keep the storages alive (t.set_() and a dropped
         tensor are then safe) but cannot defer the release of memory that a resize_() replaces."""
 
@@ -45,6 +45,9 @@ else:
                     if left:
                         _holds[s.data_ptr()] = left
 
+    def hold_storages(tensors):
+        return _PythonHold(tensors)
+
     def _storages_in(tensors):
         if isinstance(tensors, torch.Tensor):
             yield tensors.untyped_storage()
@@ -60,4 +63,4 @@ else:
 def held(tensors):
     """`tensors` (a tensor, None, or nested lists and tuples of them) with a hold on their storages:
     what a request keeps alive until its result is taken."""
-    return tensors, StorageHold(tensors)
+    return tensors, hold_storages(tensors)

@@ -75,27 +75,36 @@ void UnpinStorage(const c10::Storage& s) {
 }
 
 // The storages of the tensors in `objects`, a tensor or None or a (nested) list or tuple of them,
-// as the fronts pass their requests' inputs and outputs; each storage once.
-void CollectStorages(py::handle objects, std::vector<c10::Storage>* out) {
-  if (objects.is_none()) return;
-  if (THPVariable_Check(objects.ptr())) {
-    const at::Tensor& t = THPVariable_Unpack(objects.ptr());
-    if (!t.has_storage()) return;
-    const c10::Storage& s = t.storage();
-    const bool seen = std::any_of(out->begin(), out->end(), [&](const c10::Storage& o) { return o.is_alias_of(s); });
-    if (!seen) out->push_back(s);
+// as the fronts pass their requests' inputs and outputs. Read with CPython's own calls: a hold is
+// made per request, a gradient's allreduce_async_ among them.
+void CollectStorages(PyObject* objects, std::vector<c10::Storage>* out) {
+  if (objects == Py_None) return;
+  if (THPVariable_Check(objects)) {
+    const at::Tensor& t = THPVariable_Unpack(objects);
+    if (t.has_storage()) out->push_back(t.storage());
     return;
   }
-  if (py::isinstance<py::list>(objects) || py::isinstance<py::tuple>(objects)) {
-    for (py::handle item : objects) CollectStorages(item, out);
+  if (PyList_Check(objects) || PyTuple_Check(objects)) {
+    PyObject** items = PySequence_Fast_ITEMS(objects);
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(objects); ++i) CollectStorages(items[i], out);
     return;
   }
-  throw py::type_error("StorageHold takes tensors, None, and lists or tuples of them");
+  throw py::type_error("hold_storages takes tensors, None, and lists or tuples of them");
+}
+
+// Each storage once: an in-place call's input is its output, a group's views may share one.
+void KeepDistinct(std::vector<c10::Storage>* storages) {
+  auto impl = [](const c10::Storage& s) { return s.unsafeGetStorageImpl(); };
+  std::sort(storages->begin(), storages->end(), [&](const c10::Storage& a, const c10::Storage& b) { return impl(a) < impl(b); });
+  storages->erase(std::unique(storages->begin(), storages->end(),
+                              [&](const c10::Storage& a, const c10::Storage& b) { return impl(a) == impl(b); }),
+                  storages->end());
 }
 
 }  // namespace
 
-StorageHold::StorageHold(const std::vector<c10::Storage>& storages) : storages_(storages) {
+StorageHold::StorageHold(std::vector<c10::Storage> storages) : storages_(std::move(storages)) {
+  KeepDistinct(&storages_);
   for (const c10::Storage& s : storages_) PinStorage(s);
 }
 
@@ -111,25 +120,27 @@ bool IsHeld(const c10::Storage& storage) {
 void HoldForever(const at::Tensor& input, const at::Tensor& output) {
   std::vector<c10::Storage> storages;
   for (const at::Tensor* t : {&input, &output}) {
-    if (t->has_storage() && (storages.empty() || !storages[0].is_alias_of(t->storage()))) storages.push_back(t->storage());
+    if (t->has_storage()) storages.push_back(t->storage());
   }
   // Reachable from here, so the leak checker under the sanitizers does not report it. Called with
   // the GIL held, which guards the list.
   static auto* kept = new std::vector<std::unique_ptr<StorageHold>>();
-  kept->push_back(std::make_unique<StorageHold>(storages));
+  kept->push_back(std::make_unique<StorageHold>(std::move(storages)));
 }
 
 void BindStorageHold(py::module_& m) {
-  py::class_<StorageHold>(m, "StorageHold",
-                          "Holds the storages of a request's tensors (a tensor, None, or nested lists and tuples of "
-                          "them) while the engine uses their memory: kept alive, and not resizable until the last "
-                          "hold on each is gone.")
-      .def(py::init([](py::handle objects) {
-             std::vector<c10::Storage> storages;
-             CollectStorages(objects, &storages);
-             return std::make_unique<StorageHold>(storages);
-           }),
-           py::arg("tensors"));
+  m.def(
+      "hold_storages",
+      [](py::handle objects) {
+        std::vector<c10::Storage> storages;
+        CollectStorages(objects.ptr(), &storages);
+        // A capsule rather than a bound class: a third of the cost, per request.
+        return py::capsule(new StorageHold(std::move(storages)),
+                           [](void* hold) { delete static_cast<StorageHold*>(hold); });
+      },
+      py::arg("tensors"),
+      "Holds the storages of a request's tensors (a tensor, None, or nested lists and tuples of them) while the "
+      "engine uses their memory, until the returned object is dropped (native/torch/storage_hold.h).");
   m.def(
       "storage_is_held",
       [](py::handle tensor) {

@@ -21,13 +21,13 @@ namespace herring {
 
 class StorageHold {
  public:
-  explicit StorageHold(const std::vector<c10::Storage>& storages);
+  explicit StorageHold(std::vector<c10::Storage> storages);  // each pinned once
   ~StorageHold();
   StorageHold(const StorageHold&) = delete;
   StorageHold& operator=(const StorageHold&) = delete;
 
  private:
-  std::vector<c10::Storage> storages_;  // distinct, each pinned once by this hold
+  std::vector<c10::Storage> storages_;  // distinct
 };
 
 // Whether an in-flight request holds `storage` (the zero-copy mover leaves such storages alone).
@@ -37,7 +37,7 @@ bool IsHeld(const c10::Storage& storage);
 // rest of the process.
 void HoldForever(const at::Tensor& input, const at::Tensor& output);
 
-// _torch_native.StorageHold(tensors) and _torch_native.storage_is_held(tensor).
+// _torch_native.hold_storages(tensors) and _torch_native.storage_is_held(tensor).
 void BindStorageHold(pybind11::module_& m);
 
 }  // namespace herring
