@@ -33,17 +33,18 @@ else:
         tensor are then safe) but cannot defer the release of memory that a resize_() replaces."""
 
         def __init__(self, tensors):
-            self._storages = list({s.data_ptr(): s for s in _storages_in(tensors)}.values())
+            # Keyed by the address at hold time: a resize_() meanwhile moves the storage's memory.
+            self._storages = {s.data_ptr(): s for s in _storages_in(tensors)}
             with _holds_lock:
-                for s in self._storages:
-                    _holds[s.data_ptr()] = _holds.get(s.data_ptr(), 0) + 1
+                for address in self._storages:
+                    _holds[address] = _holds.get(address, 0) + 1
 
         def __del__(self):
             with _holds_lock:
-                for s in self._storages:
-                    left = _holds.pop(s.data_ptr(), 1) - 1
+                for address in self._storages:
+                    left = _holds.pop(address, 1) - 1
                     if left:
-                        _holds[s.data_ptr()] = left
+                        _holds[address] = left
 
     def hold_storages(tensors):
         return _PythonHold(tensors)

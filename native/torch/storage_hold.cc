@@ -50,13 +50,18 @@ bool MayBeReplaced(const c10::StorageImpl& impl) {
 void PinStorage(const c10::Storage& s) {
   c10::StorageImpl* impl = s.unsafeGetStorageImpl();
   std::lock_guard<std::mutex> lock(pins_mu);
-  Pin& pin = pins[impl];
-  if (pin.holds++ > 0) return;
+  auto it = pins.find(impl);
+  if (it != pins.end()) {
+    it->second.holds++;
+    return;
+  }
+  Pin pin{1, nullptr};
   if (MayBeReplaced(*impl)) {
+    void* data = impl->mutable_data();  // may throw (a storage torch forbids writing): nothing pinned yet
     pin.memory = new DeferredMemory();
-    void* data = impl->mutable_data();
     pin.memory->original = impl->set_data_ptr(at::DataPtr(data, pin.memory, &ReleaseDeferred, impl->device()));
   }
+  pins.emplace(impl, pin);
 }
 
 void UnpinStorage(const c10::Storage& s) {
@@ -105,7 +110,13 @@ void KeepDistinct(std::vector<c10::Storage>* storages) {
 
 StorageHold::StorageHold(std::vector<c10::Storage> storages) : storages_(std::move(storages)) {
   KeepDistinct(&storages_);
-  for (const c10::Storage& s : storages_) PinStorage(s);
+  size_t pinned = 0;
+  try {
+    for (; pinned < storages_.size(); ++pinned) PinStorage(storages_[pinned]);
+  } catch (...) {
+    while (pinned > 0) UnpinStorage(storages_[--pinned]);  // no destructor runs for a failed constructor
+    throw;
+  }
 }
 
 StorageHold::~StorageHold() {
@@ -134,7 +145,7 @@ void BindStorageHold(py::module_& m) {
       [](py::handle objects) {
         std::vector<c10::Storage> storages;
         CollectStorages(objects.ptr(), &storages);
-        // A capsule rather than a bound class: a third of the cost, per request.
+        // A capsule rather than a bound class, cheaper to make: a hold is made per request.
         return py::capsule(new StorageHold(std::move(storages)),
                            [](void* hold) { delete static_cast<StorageHold*>(hold); });
       },
