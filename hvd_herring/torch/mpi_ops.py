@@ -17,7 +17,7 @@ from horovod.torch.compression import Compression
 from hvd_herring import _native
 from hvd_herring.dtype_groups import split_by_dtype
 from hvd_herring.torch import zero_copy as _zero_copy
-from hvd_herring.torch.storage_hold import held as _held, _torch_native
+from hvd_herring.torch.storage_hold import held as _held, hold_storages as _hold_storages, _torch_native
 from hvd_herring.basics import basics as _basics, export_basics as _export_basics, DTYPES as _DTYPES
 from hvd_herring.basics import OP_TYPES as _OP_TYPES
 
@@ -110,7 +110,10 @@ def _enqueue_one(op_type, name, tensor, output, process_set, op, prescale, posts
     into the engine, which returns the Work. The Work keeps `keep_alive` (default: both tensors)
     and a hold on their storages. `op` is a reduce op already resolved (never None)."""
     engine, code = _engine_and_code(tensor)
-    keep_alive = _held((tensor, output) if keep_alive is None else keep_alive)  # before the addresses are read
+    if keep_alive is None:
+        keep_alive = tensor if tensor is output else (tensor, output)
+    # storage_hold.held, inlined on this path (a call per gradient): before the addresses are read.
+    keep_alive = (keep_alive, _hold_storages(keep_alive))
     try:
         work = engine.enqueue_one_work(keep_alive, result,
                                        _OP_TYPES[op_type], name or "", process_set.process_set_id, code,

@@ -12,7 +12,6 @@
 namespace py = pybind11;
 
 namespace herring {
-namespace {
 
 // A storage's memory while holds exist, freed once both the storage has let it go (torch replaced
 // the data: resize_(), share_memory_()) and the last hold on it is gone.
@@ -20,25 +19,25 @@ namespace {
 // swaps the original back if the storage still has it.
 struct DeferredMemory {
   at::DataPtr original;
-  std::atomic<int> owners{2};  // the storage's DataPtr, and the pin
+  std::atomic<int> owners{2};  // the storage's DataPtr, and the holds
+  int holds = 0;               // under pins_mu
 };
+
+namespace {
 
 void ReleaseDeferred(void* context) {
   auto* memory = static_cast<DeferredMemory*>(context);
   if (memory->owners.fetch_sub(1) == 1) delete memory;
 }
 
-// The storages that in-flight requests hold: how many holds each, and its deferred memory. Holds
-// are made and dropped with the GIL held today; the mutex keeps the table correct without relying
-// on that (free-threaded Python).
-struct Pin {
-  int holds = 0;
-  DeferredMemory* memory = nullptr;
-};
-
+// Holds are made and dropped with the GIL held today; the mutex keeps the counts correct without
+// relying on that (free-threaded Python).
 std::mutex pins_mu;
+// Holds on storages whose DataPtr stays their own (shared memory, no data), by storage. A wrapped
+// storage's holds are counted in its DeferredMemory, found through its DataPtr: no table to look
+// up or to grow on the hot path.
 // Never destroyed: holds leaked for good (HoldForever) outlive static destruction.
-auto& pins = *new std::unordered_map<const c10::StorageImpl*, Pin>();
+auto& unwrapped_pins = *new std::unordered_map<const c10::StorageImpl*, int>();
 
 // Memory already in shared memory (share_memory_(), a tensor received from another process) keeps
 // its own DataPtr: torch recognizes such storages by their deleter (is_shared(), and sharing them
@@ -47,46 +46,66 @@ bool MayBeReplaced(const c10::StorageImpl& impl) {
   return impl.data() != nullptr && at::MapAllocator::fromDataPtr(impl.data_ptr()) == nullptr;
 }
 
-void PinStorage(const c10::Storage& s) {
-  c10::StorageImpl* impl = s.unsafeGetStorageImpl();
-  std::lock_guard<std::mutex> lock(pins_mu);
-  auto it = pins.find(impl);
-  if (it != pins.end()) {
-    it->second.holds++;
-    return;
-  }
-  Pin pin{1, nullptr};
-  if (MayBeReplaced(*impl)) {
-    void* data = impl->mutable_data();  // may throw (a storage torch forbids writing): nothing pinned yet
-    pin.memory = new DeferredMemory();
-    pin.memory->original = impl->set_data_ptr(at::DataPtr(data, pin.memory, &ReleaseDeferred, impl->device()));
-  }
-  pins.emplace(impl, pin);
+// The storage's deferred memory if a hold wrapped its current DataPtr.
+DeferredMemory* DeferredOf(const c10::StorageImpl& impl) {
+  const at::DataPtr& data = impl.data_ptr();
+  return data.get_deleter() == &ReleaseDeferred ? static_cast<DeferredMemory*>(data.get_context()) : nullptr;
 }
 
-void UnpinStorage(const c10::Storage& s) {
+// One hold on `s`: what Unpin needs to undo it (the deferred memory it counted, null for an
+// unwrapped storage), since by then torch may have replaced the storage's memory.
+DeferredMemory* Pin(const c10::Storage& s) {
   c10::StorageImpl* impl = s.unsafeGetStorageImpl();
   std::lock_guard<std::mutex> lock(pins_mu);
-  auto it = pins.find(impl);
-  if (it == pins.end() || --it->second.holds > 0) return;
-  const Pin pin = it->second;
-  pins.erase(it);
-  if (pin.memory == nullptr) return;
-  if (impl->data_ptr().get_context() == pin.memory) {
-    // Still the storage's memory: given back (the wrapper's release runs as it is replaced).
-    impl->set_data_ptr_noswap(std::move(pin.memory->original));
+  if (DeferredMemory* memory = DeferredOf(*impl)) {
+    memory->holds++;
+    return memory;
   }
-  ReleaseDeferred(pin.memory);  // frees the memory if torch let go of it while the request used it
+  if (!MayBeReplaced(*impl)) {
+    unwrapped_pins[impl]++;
+    return nullptr;
+  }
+  void* data = impl->mutable_data();  // may throw (a storage torch forbids writing): nothing pinned yet
+  auto* memory = new DeferredMemory();
+  memory->holds = 1;
+  memory->original = impl->set_data_ptr(at::DataPtr(data, memory, &ReleaseDeferred, impl->device()));
+  return memory;
 }
+
+void Unpin(const c10::Storage& s, DeferredMemory* memory) {
+  c10::StorageImpl* impl = s.unsafeGetStorageImpl();
+  std::lock_guard<std::mutex> lock(pins_mu);
+  if (memory == nullptr) {
+    auto it = unwrapped_pins.find(impl);
+    if (it != unwrapped_pins.end() && --it->second == 0) unwrapped_pins.erase(it);
+    return;
+  }
+  if (--memory->holds > 0) return;
+  if (impl->data_ptr().get_context() == memory) {
+    // Still the storage's memory: given back (the wrapper's release runs as it is replaced).
+    impl->set_data_ptr_noswap(std::move(memory->original));
+  }
+  ReleaseDeferred(memory);  // frees the memory if torch let go of it while the request used it
+}
+
+// Fewer storages than this are kept distinct as they are collected (a look at each); more are
+// sorted once collected.
+constexpr size_t kDistinctByLooking = 4;
 
 // The storages of the tensors in `objects`, a tensor or None or a (nested) list or tuple of them,
 // as the fronts pass their requests' inputs and outputs. Read with CPython's own calls: a hold is
 // made per request, a gradient's allreduce_async_ among them.
-void CollectStorages(PyObject* objects, std::vector<c10::Storage>* out) {
+void CollectStorages(PyObject* objects, Storages* out) {
   if (objects == Py_None) return;
   if (THPVariable_Check(objects)) {
     const at::Tensor& t = THPVariable_Unpack(objects);
-    if (t.has_storage()) out->push_back(t.storage());
+    if (!t.has_storage()) return;
+    const c10::StorageImpl* impl = t.unsafeGetTensorImpl()->unsafe_storage().unsafeGetStorageImpl();
+    if (out->size() < kDistinctByLooking &&
+        std::any_of(out->begin(), out->end(), [&](const c10::Storage& s) { return s.unsafeGetStorageImpl() == impl; })) {
+      return;
+    }
+    out->push_back(t.storage());
     return;
   }
   if (PyList_Check(objects) || PyTuple_Check(objects)) {
@@ -94,11 +113,12 @@ void CollectStorages(PyObject* objects, std::vector<c10::Storage>* out) {
     for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(objects); ++i) CollectStorages(items[i], out);
     return;
   }
-  throw py::type_error("hold_storages takes tensors, None, and lists or tuples of them");
+  throw torch::TypeError("hold_storages takes tensors, None, and lists or tuples of them");
 }
 
 // Each storage once: an in-place call's input is its output, a group's views may share one.
-void KeepDistinct(std::vector<c10::Storage>* storages) {
+void KeepDistinct(Storages* storages) {
+  if (storages->size() <= kDistinctByLooking) return;  // distinct already (CollectStorages)
   auto impl = [](const c10::Storage& s) { return s.unsafeGetStorageImpl(); };
   std::sort(storages->begin(), storages->end(), [&](const c10::Storage& a, const c10::Storage& b) { return impl(a) < impl(b); });
   storages->erase(std::unique(storages->begin(), storages->end(),
@@ -106,30 +126,56 @@ void KeepDistinct(std::vector<c10::Storage>* storages) {
                   storages->end());
 }
 
+void DropHold(PyObject* capsule) { delete static_cast<StorageHold*>(PyCapsule_GetPointer(capsule, nullptr)); }
+
+// _torch_native.hold_storages(tensors), with CPython's calling convention for one argument
+// (METH_O) rather than pybind11's dispatch, which cost about as much again as the hold itself.
+PyObject* HoldStorages(PyObject* /*module*/, PyObject* objects) {
+  HANDLE_TH_ERRORS
+  Storages storages;
+  CollectStorages(objects, &storages);
+  auto hold = std::make_unique<StorageHold>(std::move(storages));
+  PyObject* capsule = PyCapsule_New(hold.get(), nullptr, &DropHold);
+  if (capsule != nullptr) hold.release();
+  return capsule;
+  END_HANDLE_TH_ERRORS
+}
+
+PyMethodDef hold_storages_def = {
+    "hold_storages", &HoldStorages, METH_O,
+    "hold_storages(tensors): holds the storages of a request's tensors (a tensor, None, or nested lists and "
+    "tuples of them) while the engine uses their memory, until the returned object is dropped "
+    "(native/torch/storage_hold.h)."};
+
 }  // namespace
 
-StorageHold::StorageHold(std::vector<c10::Storage> storages) : storages_(std::move(storages)) {
+StorageHold::StorageHold(Storages storages) : storages_(std::move(storages)) {
   KeepDistinct(&storages_);
-  size_t pinned = 0;
+  memories_.reserve(storages_.size());
   try {
-    for (; pinned < storages_.size(); ++pinned) PinStorage(storages_[pinned]);
+    for (const c10::Storage& s : storages_) memories_.push_back(Pin(s));
   } catch (...) {
-    while (pinned > 0) UnpinStorage(storages_[--pinned]);  // no destructor runs for a failed constructor
+    // No destructor runs for a failed constructor.
+    while (!memories_.empty()) {
+      Unpin(storages_[memories_.size() - 1], memories_.back());
+      memories_.pop_back();
+    }
     throw;
   }
 }
 
 StorageHold::~StorageHold() {
-  for (const c10::Storage& s : storages_) UnpinStorage(s);
+  for (size_t i = 0; i < storages_.size(); ++i) Unpin(storages_[i], memories_[i]);
 }
 
 bool IsHeld(const c10::Storage& storage) {
+  const c10::StorageImpl* impl = storage.unsafeGetStorageImpl();
   std::lock_guard<std::mutex> lock(pins_mu);
-  return pins.count(storage.unsafeGetStorageImpl()) > 0;
+  return DeferredOf(*impl) != nullptr || unwrapped_pins.count(impl) > 0;
 }
 
 void HoldForever(const at::Tensor& input, const at::Tensor& output) {
-  std::vector<c10::Storage> storages;
+  Storages storages;
   for (const at::Tensor* t : {&input, &output}) {
     if (t->has_storage()) storages.push_back(t->storage());
   }
@@ -140,18 +186,9 @@ void HoldForever(const at::Tensor& input, const at::Tensor& output) {
 }
 
 void BindStorageHold(py::module_& m) {
-  m.def(
-      "hold_storages",
-      [](py::handle objects) {
-        std::vector<c10::Storage> storages;
-        CollectStorages(objects.ptr(), &storages);
-        // A capsule rather than a bound class, cheaper to make: a hold is made per request.
-        return py::capsule(new StorageHold(std::move(storages)),
-                           [](void* hold) { delete static_cast<StorageHold*>(hold); });
-      },
-      py::arg("tensors"),
-      "Holds the storages of a request's tensors (a tensor, None, or nested lists and tuples of them) while the "
-      "engine uses their memory, until the returned object is dropped (native/torch/storage_hold.h).");
+  PyObject* hold = PyCFunction_NewEx(&hold_storages_def, nullptr, m.ptr());
+  if (hold == nullptr) throw py::error_already_set();
+  m.add_object("hold_storages", py::reinterpret_steal<py::object>(hold));
   m.def(
       "storage_is_held",
       [](py::handle tensor) {
@@ -159,7 +196,9 @@ void BindStorageHold(py::module_& m) {
         const at::Tensor& t = THPVariable_Unpack(tensor.ptr());
         return t.has_storage() && IsHeld(t.storage());
       },
-      py::arg("tensor"), "Whether a request in flight holds the storage of `tensor`.");
+      py::arg("tensor"),
+      "Whether a request in flight holds the memory of `tensor`'s storage (memory that torch replaced while "
+      "it was held is no longer the storage's).");
 }
 
 }  // namespace herring

@@ -13,24 +13,33 @@
 // new sizes before the storage refuses to grow, and the tensor then reads past its memory.
 #pragma once
 
+#include <c10/util/SmallVector.h>
 #include <torch/extension.h>
-
-#include <vector>
 
 namespace herring {
 
+struct DeferredMemory;  // storage_hold.cc
+
+// Inline room for an in-place call's tensor, or an input and its output, without a heap block:
+// a hold is made per request.
+using Storages = c10::SmallVector<c10::Storage, 2>;
+
 class StorageHold {
  public:
-  explicit StorageHold(std::vector<c10::Storage> storages);  // each pinned once
+  explicit StorageHold(Storages storages);  // each pinned once
   ~StorageHold();
   StorageHold(const StorageHold&) = delete;
   StorageHold& operator=(const StorageHold&) = delete;
 
  private:
-  std::vector<c10::Storage> storages_;  // distinct
+  Storages storages_;  // distinct
+  // What each storage's pin counted (its deferred memory; null: a storage that keeps its DataPtr),
+  // for the unpin: torch may replace a storage's memory while it is held.
+  c10::SmallVector<DeferredMemory*, 2> memories_;
 };
 
-// Whether an in-flight request holds `storage` (the zero-copy mover leaves such storages alone).
+// Whether an in-flight request holds `storage`'s current memory (the zero-copy mover leaves such
+// storages alone).
 bool IsHeld(const c10::Storage& storage);
 
 // For a request abandoned in flight (its wait interrupted): holds the tensors' storages for the
