@@ -19,8 +19,10 @@ namespace herring {
 // swaps the original back if the storage still has it.
 struct DeferredMemory {
   at::DataPtr original;
-  std::atomic<int> owners{2};  // the storage's DataPtr, and the holds
-  int holds = 0;               // under pins_mu
+  // The DataPtr of the storage that has it (torch may move it to another storage:
+  // _swap_data_ptr_), and the holds while there are any.
+  std::atomic<int> owners{2};
+  int holds = 0;  // under pins_mu
 };
 
 namespace {
@@ -58,7 +60,9 @@ DeferredMemory* Pin(const c10::Storage& s) {
   c10::StorageImpl* impl = s.unsafeGetStorageImpl();
   std::lock_guard<std::mutex> lock(pins_mu);
   if (DeferredMemory* memory = DeferredOf(*impl)) {
-    memory->holds++;
+    // Memory whose holds were all dropped while another storage had it (_swap_data_ptr_ of a
+    // held storage): the holds take their share of it again.
+    if (memory->holds++ == 0) memory->owners.fetch_add(1);
     return memory;
   }
   if (!MayBeReplaced(*impl)) {
@@ -92,20 +96,25 @@ void Unpin(const c10::Storage& s, DeferredMemory* memory) {
 // sorted once collected.
 constexpr size_t kDistinctByLooking = 4;
 
+// Adds the storage of `t` (if it has one) to `out`, unless one of the first kDistinctByLooking
+// storages is it already: KeepDistinct sorts out the rest.
+void AddStorageOf(const at::Tensor& t, Storages* out) {
+  if (!t.has_storage()) return;
+  const c10::StorageImpl* impl = t.unsafeGetTensorImpl()->unsafe_storage().unsafeGetStorageImpl();
+  if (out->size() < kDistinctByLooking &&
+      std::any_of(out->begin(), out->end(), [&](const c10::Storage& s) { return s.unsafeGetStorageImpl() == impl; })) {
+    return;
+  }
+  out->push_back(t.storage());
+}
+
 // The storages of the tensors in `objects`, a tensor or None or a (nested) list or tuple of them,
 // as the fronts pass their requests' inputs and outputs. Read with CPython's own calls: a hold is
 // made per request, a gradient's allreduce_async_ among them.
 void CollectStorages(PyObject* objects, Storages* out) {
   if (objects == Py_None) return;
   if (THPVariable_Check(objects)) {
-    const at::Tensor& t = THPVariable_Unpack(objects);
-    if (!t.has_storage()) return;
-    const c10::StorageImpl* impl = t.unsafeGetTensorImpl()->unsafe_storage().unsafeGetStorageImpl();
-    if (out->size() < kDistinctByLooking &&
-        std::any_of(out->begin(), out->end(), [&](const c10::Storage& s) { return s.unsafeGetStorageImpl() == impl; })) {
-      return;
-    }
-    out->push_back(t.storage());
+    AddStorageOf(THPVariable_Unpack(objects), out);
     return;
   }
   if (PyList_Check(objects) || PyTuple_Check(objects)) {
@@ -118,7 +127,7 @@ void CollectStorages(PyObject* objects, Storages* out) {
 
 // Each storage once: an in-place call's input is its output, a group's views may share one.
 void KeepDistinct(Storages* storages) {
-  if (storages->size() <= kDistinctByLooking) return;  // distinct already (CollectStorages)
+  if (storages->size() <= kDistinctByLooking) return;  // distinct already (AddStorageOf)
   auto impl = [](const c10::Storage& s) { return s.unsafeGetStorageImpl(); };
   std::sort(storages->begin(), storages->end(), [&](const c10::Storage& a, const c10::Storage& b) { return impl(a) < impl(b); });
   storages->erase(std::unique(storages->begin(), storages->end(),
@@ -171,14 +180,14 @@ StorageHold::~StorageHold() {
 bool IsHeld(const c10::Storage& storage) {
   const c10::StorageImpl* impl = storage.unsafeGetStorageImpl();
   std::lock_guard<std::mutex> lock(pins_mu);
-  return DeferredOf(*impl) != nullptr || unwrapped_pins.count(impl) > 0;
+  const DeferredMemory* memory = DeferredOf(*impl);
+  return (memory != nullptr && memory->holds > 0) || unwrapped_pins.count(impl) > 0;
 }
 
 void HoldForever(const at::Tensor& input, const at::Tensor& output) {
   Storages storages;
-  for (const at::Tensor* t : {&input, &output}) {
-    if (t->has_storage()) storages.push_back(t->storage());
-  }
+  AddStorageOf(input, &storages);
+  AddStorageOf(output, &storages);
   // Reachable from here, so the leak checker under the sanitizers does not report it. Called with
   // the GIL held, which guards the list.
   static auto* kept = new std::vector<std::unique_ptr<StorageHold>>();

@@ -708,7 +708,7 @@ def a_tensor_in_flight_keeps_its_memory():
         def issue(t, what=what):
             h = hvd.allreduce_async_(t, op=hvd.Sum, name=f"inflight.{what}")
             return lambda: hvd.synchronize(h)
-        memory_misuses.misused_in_flight(R, issue, misuse, what)
+        memory_misuses.misused_in_flight(R, N, issue, misuse, what)
     # Moving it into zero-copy memory would do the same: refused while in flight. Without misuse
     # the memory is the tensor's again once its request completed.
     from hvd_herring.torch import move_to_zero_copy

@@ -461,7 +461,7 @@ def a_tensor_in_flight_keeps_its_memory():
     # ranks' cross-memory writes) until the Work completes. They freed it under the engine.
     import memory_misuses
     for what, misuse in memory_misuses.MISUSES:
-        memory_misuses.misused_in_flight(R, lambda t: dist.all_reduce(t, async_op=True).wait, misuse, what)
+        memory_misuses.misused_in_flight(R, N, lambda t: dist.all_reduce(t, async_op=True).wait, misuse, what)
     t = torch.full((4,), float(R + 1))
     dist.all_reduce(t)  # and the engine goes on
     assert torch.all(t == N * (N + 1) / 2), f"rank {R}: {t}"
