@@ -214,7 +214,10 @@ def section(data, doc_dir, img_dir):
         f"(load average {m.get('load_average_start')} at the "
         f"start, {m.get('load_average_end')} at the end; raw results `{meta.get('results_path')}`).\n",
         "Each iteration: a barrier, then one float32 sum-allreduce in place, timed on every rank; the time of an "
-        "iteration is the slowest rank's, the tables show the median over the iterations. " + warmup +
+        "iteration is the slowest rank's, the tables show the median over the iterations. The max that "
+        "takes the slowest rank's time runs on a buffer allocated once and reduced in place, on every stack: "
+        "with more ranks than cores, what a rank's core-mate runs before its next wait falls inside the "
+        "rank's timed region (benchmarks/workers/comms.py gives the measurement). " + warmup +
         "`herring, first round` is the same engine with `HERRING_CONTROL_PLANE=tcp "
         "HERRING_SMALL_MESSAGE_BYTES=0` (bit vectors through rank 0 over TCP, staged two-step shared-memory reduction): the path of the first round, in the same run. "
         "`loop-only` is the same engine with `HERRING_CALLER_RUNS_CYCLES=0`: every cycle runs on the engine's "
