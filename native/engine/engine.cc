@@ -242,6 +242,7 @@ void Engine::CreateProcessSet(int32_t id, const std::vector<int>& ranks, Deadlin
     o.local_size = static_cast<int>(set->local_members().size());
     o.member_ranks = set->local_members();
     o.slot_bytes = SlotBytes(config_, set->hosts.size() > 1);
+    o.spin = DataArenaSpin(o.local_size, available_cpus_);
     o.deadline = deadline;
     o.check_abort = [this] { return CheckAbort(); };
     set->arena = ShmArena::Attach(o);

@@ -667,6 +667,11 @@ struct ShmArena::Impl {
   bool some_member_without_a_core = false;  // from every member's count, once all attached
 };
 
+std::chrono::nanoseconds DataArenaSpin(int local_size, int cpus) {
+  if (local_size > 2 * std::max(cpus, 1)) return kCrowdedSpin;
+  return kDefaultSpin;
+}
+
 std::unique_ptr<ShmArena> ShmArena::Attach(const ShmArenaOptions& options) {
   ThrowIfError(ValidateOptions(options));
   auto impl = std::make_unique<Impl>(options);

@@ -25,6 +25,12 @@ namespace herring {
 constexpr size_t kDefaultNoticeBytes = 64 << 10;
 // The default spin of a wait before it sleeps (ShmArenaOptions::spin).
 constexpr std::chrono::microseconds kDefaultSpin{100};
+// The spin of a data arena's waits where a host's members are more than twice its CPUs (the
+// scale benchmark's 8 ranks per simulated host, 32 on 2 cores). There a waiter's looks, a yield
+// each, take turns from the members doing the work, and most waits outlast any spin anyway
+// (measured in docs/architecture.md, "a crowded host spins less"). At two members per CPU (np=4
+// on 2 cores) kDefaultSpin stays: it measured faster there (ShmArenaOptions::spin).
+constexpr std::chrono::microseconds kCrowdedSpin{5};
 
 struct ShmArenaOptions {
   std::string name;       // "/herring.<job>.<set>.<host>": unique per job, process set and host
@@ -41,7 +47,8 @@ struct ShmArenaOptions {
   std::function<Status()> check_abort;
   // How long a wait spins before it sleeps on the futex (0: at once). Where every member has a
   // core it pauses between looks, with more members than cores it gives the core away at every
-  // look, so spinning costs the others nothing there either. A futex sleep and wake-up costs tens
+  // look (which still takes turns from the others where they are more than twice the cores: data
+  // arenas then spin less, DataArenaSpin). A futex sleep and wake-up costs tens
   // of microseconds on a virtual machine: with 5 us of spin, a 4 MiB cross-memory allreduce at
   // np=2 slept in 10-50% of its iterations (a rank done with its units waiting for the other's)
   // and took 382-447 us against 367-389 us with 100 us; at np=4 on 2 cores, 256 KiB 205 against
@@ -51,6 +58,10 @@ struct ShmArenaOptions {
   // often. Tests raise it so that a lost wake-up shows up as a failure instead of a 20 ms delay.
   std::chrono::nanoseconds poll_interval = std::chrono::milliseconds(20);
 };
+
+// The spin for the waits of a data arena of `local_size` members on a host whose ranks have `cpus`
+// CPUs: kDefaultSpin, or kCrowdedSpin where the members are more than twice the CPUs.
+std::chrono::nanoseconds DataArenaSpin(int local_size, int cpus);
 
 class ShmArena {
  public:
