@@ -90,10 +90,16 @@ SCENARIOS = {
 STEPS_OF = {"many_resets": 56}   # scenarios that need more than STEPS steps
 
 
+def herring_shm_names():
+    """herring's names in /dev/shm (a test compares them with those there before its launch: a
+    segment another job or a killed process left is not this job's)."""
+    return sorted(n for n in os.listdir("/dev/shm") if "herring" in n)
+
+
 def resources():
     """This process's open file descriptors and threads, and herring's names in /dev/shm."""
     return {"fds": len(os.listdir("/proc/self/fd")), "threads": len(os.listdir("/proc/self/task")),
-            "shm": len([n for n in os.listdir("/dev/shm") if "herring" in n])}
+            "shm": herring_shm_names()}
 
 
 def third_host():
