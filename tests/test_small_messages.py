@@ -92,6 +92,13 @@ def test_each_config_took_its_paths(runs):
         assert c["shm_negotiations"] == 0 and c["cycles"] > 0, (r, c)
         assert c["one_step_allreduces"] == c["one_step_broadcasts"] == c["one_step_allgathers"] == 0, (r, c)
         assert c["inputs_with_bits"] == 0, (r, c)
+    for r, data in runs["hosts-exchange"][1].items():
+        c = data["counters"]
+        # Across hosts too, the second pass's inputs came with the host's bit vectors: its sum took
+        # no hand-off of its own before the leaders exchanged the hosts' sums.
+        assert 3 * 24 <= c["inputs_with_bits"] < c["host_sum_exchanges"], (r, c)
+    for r, data in runs["hosts-shards"][1].items():
+        assert data["counters"]["inputs_with_bits"] == 0, (r, data["counters"])  # no one-step path at all
 
 
 @pytest.mark.parametrize("config", list(CONFIGS))

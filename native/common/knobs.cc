@@ -61,7 +61,8 @@ const std::vector<KnobSpec>& AllKnobs() {
        "With the shared-memory control plane, a rank whose only request is one small cached "
        "allreduce writes its input beside its bit vector. When every rank did so for the same "
        "allreduce, each reduces the inputs at once, in rank order: one hand-off per collective "
-       "instead of two (the AND, then the one-step exchange). The result is bitwise the same. "
+       "instead of two (the AND, then the one-step exchange). Across hosts the same holds within "
+       "each host, before its leader trades the host's sum. The result is bitwise the same. "
        "0: the inputs always go through the one-step exchange.", false},
       {"HOROVOD_AUTOTUNE", "0", "bool",
        "Tune, while the job trains, the fusion threshold and cycle time (jointly, by Bayesian "

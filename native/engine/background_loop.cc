@@ -394,8 +394,9 @@ void Engine::AttachShmControlPlane(Deadline deadline) {
 }
 
 const Engine::Pending* Engine::LoneSmallAllreduce(size_t words) const {
-  // Across hosts the vectors carry no inputs: the hosts' sums travel by TCP anyway.
-  if (!config_.inputs_with_bits || hierarchical_ || joined_ || pending_.size() != 1) return nullptr;
+  // Across hosts too: the inputs spare the host's sum its own hand-off, before its leader trades
+  // the host sums with the other hosts' (ops/small_exchange.h).
+  if (!config_.inputs_with_bits || joined_ || pending_.size() != 1) return nullptr;
   const Pending& p = pending_.begin()->second;
   if (p.state != RequestState::kCached || p.request.meta.type != OpType::kAllreduce) return nullptr;
   const ProcessSet* set = sets_.Find(p.request.meta.process_set);
@@ -464,13 +465,19 @@ std::vector<uint64_t> Engine::AgreeOnBitsInSharedMemory(const std::vector<uint64
   inputs_with_bits_ = InputsWithBits{};
   std::vector<uint64_t> agreed = AwaitHostAnd(mine);
   counters_.shm_negotiations++;
+  TakeInputsWithBits(mine.size());
+  return agreed;
+}
+
+void Engine::TakeInputsWithBits(size_t words) {
   uint32_t position = 0;
   std::vector<const void*> inputs;
-  if (shm_bits_->EveryonePostedInput(cycle_, mine.size(), &position, &inputs)) {
-    // Every rank's only request is this one: its response is still at that position.
-    inputs_with_bits_ = InputsWithBits{cache_.at(position).process_set, cache_.at(position).name, std::move(inputs)};
-  }
-  return agreed;
+  if (!shm_bits_->EveryonePostedInput(cycle_, words, &position, &inputs)) return;
+  // Every local rank's only request is this one: its response is still at that position.
+  const std::vector<int>& ranks = shm_bits_->member_ranks();
+  std::vector<const void*> by_rank(*std::max_element(ranks.begin(), ranks.end()) + 1);
+  for (size_t i = 0; i < inputs.size(); ++i) by_rank[ranks[i]] = inputs[i];
+  inputs_with_bits_ = InputsWithBits{cache_.at(position).process_set, cache_.at(position).name, std::move(by_rank)};
 }
 
 std::vector<uint64_t> Engine::AwaitHostAnd(const std::vector<uint64_t>& mine) {

@@ -80,24 +80,29 @@ std::vector<uint64_t> Engine::AgreeInTree(const ControlTree& tree, std::vector<u
 }
 
 std::vector<uint64_t> Engine::AgreeOnBitsAcrossHosts(const std::vector<uint64_t>& mine) {
+  inputs_with_bits_ = InputsWithBits{};
   if (rank() == host_leader_) {
     // Invite the other hosts first: their leaders gather their hosts while this one does.
     InviteChildren(leader_tree_);
-    std::vector<uint64_t> agreed = AgreeInTree(leader_tree_, AwaitHostAnd(mine));
+    std::vector<uint64_t> host_and = AwaitHostAnd(mine);
+    if (shm_bits_) TakeInputsWithBits(mine.size());
+    std::vector<uint64_t> agreed = AgreeInTree(leader_tree_, host_and);
     if (shm_bits_) {
       shm_bits_->PostResult(cycle_, agreed);
       counters_.shm_negotiations++;
     }
     return agreed;
   }
-  MoveOffSharedCpu(mine.size());
-  shm_bits_->Post(cycle_, mine);
+  PostBitsInSharedMemory(mine);
   // As on one host (AwaitLocalRanks): a waiter's cycle gives the late local ranks a grace before
   // ringing them; the leader among them carries the invitation to the other hosts.
   std::vector<uint64_t> agreed = AwaitLocalRanks([&](Deadline until, std::vector<uint64_t>* out) {
     return shm_bits_->AwaitResult(cycle_, mine.size(), until, out);
   });
   counters_.shm_negotiations++;
+  // The leader's result came after every local rank's post: their headers are all there, and the
+  // leader read the same ones.
+  TakeInputsWithBits(mine.size());
   return agreed;
 }
 

@@ -288,6 +288,9 @@ class Engine {
   // inputs (ReduceHostInOneStep); any other algorithm ignores them.
   const Pending* LoneSmallAllreduce(size_t words) const;
   void PostBitsInSharedMemory(const std::vector<uint64_t>& mine);  // with that input, if there is one
+  // After this host's vectors for the cycle met: inputs_with_bits_ from them, if every local rank
+  // posted one for the same allreduce (else left empty).
+  void TakeInputsWithBits(size_t words);
   // Posts `mine` in this host's exchange, invites the late local ranks and returns the host's AND.
   std::vector<uint64_t> AwaitHostAnd(const std::vector<uint64_t>& mine);
   // The hierarchical plane (control_plane.cc): the host ANDs in shared memory, its leader combines

@@ -19,7 +19,10 @@
 // are that host's ranks: they AND their vectors here, the host's leader (local index 0) combines
 // the host's AND with the other hosts' over TCP and posts the job's result (PostResult); the
 // others read it (AwaitResult). A result for cycle c lives in half c % 2 of the result area; the
-// leader writes cycle c + 2's only after every member posted c + 2, after reading c's.
+// leader writes cycle c + 2's only after every member posted c + 2, after reading c's. Inputs
+// with the bits work there too, within the host: when every member posted one for the same
+// position, the host's sum needs no second hand-off before the leaders exchange the hosts' sums
+// (ops/small_exchange.h); the hosts decide each for itself, from their own headers.
 //
 // Each vector also says which CPU its poster ran on, for MoveOffSharedCpu: read from the halves
 // this rank's caches already hold (the last cycle's, or the current one's where the peer posted
@@ -70,9 +73,9 @@ class ShmBitsExchange {
   // Publishes the vector and the input written into InputArea: `bytes` of cache position
   // `position`'s allreduce.
   void PostWithInput(uint64_t cycle, const std::vector<uint64_t>& bits, uint32_t position, uint32_t bytes);
-  // After AwaitAnd: if every rank posted an input for `cycle`, all for one position and of one
-  // size, returns true with that position and every rank's input (by rank); otherwise false,
-  // leaving both untouched.
+  // After AwaitAnd (or, across hosts, AwaitResult): if every rank posted an input for `cycle`,
+  // all for one position and of one size, returns true with that position and every rank's input
+  // (by local index); otherwise false, leaving both untouched.
   bool EveryonePostedInput(uint64_t cycle, size_t words, uint32_t* position, std::vector<const void*>* inputs);
   // Rings the doorbell of every rank that has not posted `cycle` yet: it may be idle, waiting in
   // WaitForInvitation.
@@ -81,6 +84,8 @@ class ShmBitsExchange {
   // their own before it invites the late ones (the engine's AgreeOnBitsInSharedMemory says why).
   // Within the waits' spin.
   static constexpr std::chrono::microseconds kInvitationGrace{20};
+  // The global rank of each member, by local index (on one host: every rank, in order).
+  const std::vector<int>& member_ranks() const { return member_ranks_; }
   // Whether some rank posted `cycle` (a cycle to join).
   bool SomeonePosted(uint64_t cycle) const;
   // The idle wait of this rank's loop: returns when a peer invites it, when Wake() is called
@@ -104,7 +109,7 @@ class ShmBitsExchange {
   Status AwaitResult(uint64_t cycle, size_t words, Deadline deadline, std::vector<uint64_t>* agreed);
 
  private:
-  explicit ShmBitsExchange(std::unique_ptr<ShmArena> arena);
+  ShmBitsExchange(std::unique_ptr<ShmArena> arena, std::vector<int> member_ranks);
   uint64_t* half(int rank, uint64_t cycle);
   // What follows a rank's vector in its half: which input (if any) it posted.
   struct InputHeader {
@@ -126,6 +131,7 @@ class ShmBitsExchange {
   uint64_t* result_half(uint64_t cycle);
   static constexpr std::chrono::microseconds kSpin = kDefaultSpin;
   std::unique_ptr<ShmArena> arena_;
+  std::vector<int> member_ranks_;
   std::vector<int> present_;  // the ranks that have not left, in order
   uint64_t posted_cycle_ = 0;  // the last cycle this rank posted (0: none yet)
   size_t posted_words_ = 0;    // and the words of its vector
