@@ -34,11 +34,10 @@ std::unique_ptr<ShmBitsExchange> ShmBitsExchange::AttachHost(const std::string& 
   // costs tens of microseconds on a virtual machine.
   o.spin = kSpin;
   static_assert(kInvitationGrace < kSpin, "the grace before invitations is spent spinning, not asleep");
-  return std::unique_ptr<ShmBitsExchange>(new ShmBitsExchange(ShmArena::Attach(o), member_ranks));
+  return std::unique_ptr<ShmBitsExchange>(new ShmBitsExchange(ShmArena::Attach(o)));
 }
 
-ShmBitsExchange::ShmBitsExchange(std::unique_ptr<ShmArena> arena, std::vector<int> member_ranks)
-    : arena_(std::move(arena)), member_ranks_(std::move(member_ranks)) {
+ShmBitsExchange::ShmBitsExchange(std::unique_ptr<ShmArena> arena) : arena_(std::move(arena)) {
   for (int r = 0; r < arena_->local_size(); ++r) present_.push_back(r);
 }
 

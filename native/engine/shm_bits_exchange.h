@@ -85,7 +85,7 @@ class ShmBitsExchange {
   // Within the waits' spin.
   static constexpr std::chrono::microseconds kInvitationGrace{20};
   // The global rank of each member, by local index (on one host: every rank, in order).
-  const std::vector<int>& member_ranks() const { return member_ranks_; }
+  const std::vector<int>& member_ranks() const { return arena_->member_ranks(); }
   // Whether some rank posted `cycle` (a cycle to join).
   bool SomeonePosted(uint64_t cycle) const;
   // The idle wait of this rank's loop: returns when a peer invites it, when Wake() is called
@@ -109,7 +109,7 @@ class ShmBitsExchange {
   Status AwaitResult(uint64_t cycle, size_t words, Deadline deadline, std::vector<uint64_t>* agreed);
 
  private:
-  ShmBitsExchange(std::unique_ptr<ShmArena> arena, std::vector<int> member_ranks);
+  explicit ShmBitsExchange(std::unique_ptr<ShmArena> arena);
   uint64_t* half(int rank, uint64_t cycle);
   // What follows a rank's vector in its half: which input (if any) it posted.
   struct InputHeader {
@@ -131,7 +131,6 @@ class ShmBitsExchange {
   uint64_t* result_half(uint64_t cycle);
   static constexpr std::chrono::microseconds kSpin = kDefaultSpin;
   std::unique_ptr<ShmArena> arena_;
-  std::vector<int> member_ranks_;
   std::vector<int> present_;  // the ranks that have not left, in order
   uint64_t posted_cycle_ = 0;  // the last cycle this rank posted (0: none yet)
   size_t posted_words_ = 0;    // and the words of its vector

@@ -703,6 +703,7 @@ ShmArena::~ShmArena() = default;
 
 int ShmArena::local_index() const { return impl_->local_index; }
 int ShmArena::local_size() const { return impl_->local_size; }
+const std::vector<int>& ShmArena::member_ranks() const { return impl_->member_ranks; }
 size_t ShmArena::slot_bytes() const { return impl_->slot_bytes; }
 
 uint8_t* ShmArena::slot(int member) {

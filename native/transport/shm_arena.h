@@ -77,6 +77,8 @@ class ShmArena {
 
   int local_index() const;
   int local_size() const;
+  // ShmArenaOptions::member_ranks as attached (empty if none were given).
+  const std::vector<int>& member_ranks() const;
   size_t slot_bytes() const;
   uint8_t* slot(int member);  // 64-byte aligned
   uint8_t* result();          // 64-byte aligned
