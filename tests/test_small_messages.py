@@ -3,7 +3,8 @@ vectors meet in shared memory, and small allreduces, broadcasts and allgathers t
 path, with results equal to a reference, bitwise identical on every rank, and bitwise identical to
 the staged pipeline and the TCP transfers under the TCP control plane; once cached, the smallest
 travel with the bit vectors, with the same bits. Across simulated hosts, small
-allreduces exchange host sums instead of going through the server shards, with the shards' bits.
+allreduces exchange host sums instead of going through the server shards, with the shards' bits;
+once cached, the host sums ride the leaders' tree and the total comes with the result.
 A lone request after a pause starts its cycle at once (counters)."""
 
 import os
@@ -24,6 +25,8 @@ CONFIGS = {
     # Two simulated hosts of two ranks: small batches exchange host sums, or go through the shards.
     "hosts-exchange": (4, 2, SLOW_TIMER),
     "hosts-shards": (4, 2, dict(SLOW_TIMER, HERRING_SMALL_MESSAGE_BYTES="0")),
+    # A rank alone on each host: its leader carries its own input as the host's sum.
+    "hosts-alone": (2, 2, SLOW_TIMER),
 }
 
 
@@ -97,8 +100,14 @@ def test_each_config_took_its_paths(runs):
         # Across hosts too, the second pass's inputs came with the host's bit vectors: its sum took
         # no hand-off of its own before the leaders exchanged the hosts' sums.
         assert 3 * 24 <= c["inputs_with_bits"] < c["host_sum_exchanges"], (r, c)
+        # And the leaders carried the host sums up their tree: the total came with the result.
+        assert 3 * 24 <= c["totals_with_bits"] <= c["inputs_with_bits"], (r, c)
+    for r, data in runs["hosts-alone"][1].items():
+        c = data["counters"]
+        assert c["inputs_with_bits"] == 0 and 3 * 24 <= c["totals_with_bits"] < c["host_sum_exchanges"], (r, c)
     for r, data in runs["hosts-shards"][1].items():
         assert data["counters"]["inputs_with_bits"] == 0, (r, data["counters"])  # no one-step path at all
+        assert data["counters"]["totals_with_bits"] == 0, (r, data["counters"])
 
 
 @pytest.mark.parametrize("config", list(CONFIGS))

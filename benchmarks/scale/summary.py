@@ -93,7 +93,7 @@ def summarize(job, n):
     counters = recs.get(0, {}).get("counters", {})
     out["rank0_counters"] = {k: v for k, v in counters.items()
                              if any(w in k for w in ("socket", "connection", "cycle", "coordinator", "tree", "leader", "join",
-                                                     "inputs_with_bits", "host_sum"))}
+                                                     "with_bits", "host_sum"))}
     # The engine's own socket counters, when the build has them (a cross-check of the /proc count).
     keys = sorted({k for r in recs.values() for k in r.get("counters", {}) if "socket" in k or "connection" in k})
     if keys:

@@ -419,14 +419,21 @@ void Engine::PostBitsInSharedMemory(const std::vector<uint64_t>& mine) {
     return;
   }
   // Staged as the one-step path stages it (prescaled, tensors end to end): the same bits.
-  const Response& r = cache_.at(lone->position);
+  const AllreduceBatch batch = InputsOf(*lone);
+  batch.GatherInputs(0, batch.total_count(), shm_bits_->InputArea(cycle_, mine.size()), batch.prescale);
+  shm_bits_->PostWithInput(cycle_, mine, lone->position, static_cast<uint32_t>(batch.total_bytes()));
+}
+
+AllreduceBatch Engine::InputsOf(const Pending& lone) const {
+  const Response& r = cache_.at(lone.position);
   AllreduceBatch batch;
   batch.dtype = r.dtype;
+  batch.op = ExecutedOp(r.reduce_op);
+  batch.prescale = r.prescale;
   for (size_t t = 0; t < r.shapes.size(); ++t) {
-    batch.entries.push_back({lone->request.buffers[t].input, nullptr, NumElements(r.shapes[t])});
+    batch.entries.push_back({lone.request.buffers[t].input, nullptr, NumElements(r.shapes[t])});
   }
-  batch.GatherInputs(0, batch.total_count(), shm_bits_->InputArea(cycle_, mine.size()), r.prescale);
-  shm_bits_->PostWithInput(cycle_, mine, lone->position, static_cast<uint32_t>(batch.total_bytes()));
+  return batch;
 }
 
 std::vector<uint64_t> Engine::AwaitLocalRanks(
@@ -477,7 +484,7 @@ void Engine::TakeInputsWithBits(size_t words) {
   const std::vector<int>& ranks = shm_bits_->member_ranks();
   std::vector<const void*> by_rank(*std::max_element(ranks.begin(), ranks.end()) + 1);
   for (size_t i = 0; i < inputs.size(); ++i) by_rank[ranks[i]] = inputs[i];
-  inputs_with_bits_ = InputsWithBits{cache_.at(position).process_set, cache_.at(position).name, std::move(by_rank)};
+  inputs_with_bits_ = InputsWithBits{cache_.at(position).process_set, cache_.at(position).name, position, std::move(by_rank)};
 }
 
 std::vector<uint64_t> Engine::AwaitHostAnd(const std::vector<uint64_t>& mine) {
@@ -735,6 +742,7 @@ void Engine::RunCycleSteps() {
   ready.clear();
   AutotuneAfterCycle();
   inputs_with_bits_ = InputsWithBits{};  // they live in the notice areas, which the next cycles reuse
+  total_with_bits_ = TotalWithBits{};    // and in the result area
   // Servers join and leave between two steps: after this cycle's collectives, on every rank.
   for (const auto& c : membership_.TakeAnnounced()) ApplyMembership(c);
 }

@@ -41,13 +41,15 @@ void Engine::InviteChildren(const ControlTree& tree) {
   }
 }
 
-std::vector<uint64_t> Engine::AgreeInTree(const ControlTree& tree, std::vector<uint64_t> agreed) {
+std::vector<uint64_t> Engine::AgreeInTree(const ControlTree& tree, std::vector<uint64_t> agreed,
+                                          std::vector<HostSum> sums) {
   std::vector<ShardSample> samples;
   if (!tree.root()) samples = psld_->TakeSamples();
   for (int c : tree.children) {
     uint64_t cycle;
     std::vector<ShardSample> theirs_samples;
-    const auto theirs = DecodeContribution(AwaitControl(c, kContributeMessage).payload, &cycle, &theirs_samples);
+    const auto theirs =
+        DecodeContribution(AwaitControl(c, kContributeMessage).payload, &cycle, &theirs_samples, &sums);
     if (theirs.size() != agreed.size()) {
       throw Error(Status::Internal("rank " + std::to_string(c) + " contributed a bit vector of another size"));
     }
@@ -59,36 +61,42 @@ std::vector<uint64_t> Engine::AgreeInTree(const ControlTree& tree, std::vector<u
     }
   }
   if (!tree.root()) {
-    SendNegotiation(tree.parent, kContributeMessage, EncodeContribution(cycle_, agreed, samples));
+    SendNegotiation(tree.parent, kContributeMessage, EncodeContribution(cycle_, agreed, samples, sums));
     const ControlMessage result = AwaitControl(tree.parent, kResultMessage);
     for (int c : tree.children) SendNegotiation(c, kResultMessage, result.payload);  // as it came
     uint64_t cycle;
     std::vector<MapUpdate> maps;
-    auto decided = DecodeResult(result.payload, &cycle, &maps, membership_.announced());
+    CarriedTotal total;
+    auto decided = DecodeResult(result.payload, &cycle, &maps, membership_.announced(), &total);
     if (decided.size() != agreed.size()) {
       throw Error(Status::Internal("rank " + std::to_string(tree.parent) + " answered with a bit vector of another size"));
     }
     for (const auto& m : maps) ApplyMapUpdate(m);
+    TakeTotalWithBits(std::move(total));
     return decided;
   }
   std::vector<MapUpdate> maps;
   if (auto decided = psld_->TakeDecision()) maps.push_back(std::move(*decided));
-  const std::string result = EncodeResult(cycle_, agreed, maps, membership_.AnnouncePending());
+  CarriedTotal total = TotalOfHostSums(std::move(sums));
+  const std::string result = EncodeResult(cycle_, agreed, maps, membership_.AnnouncePending(), total);
   for (int c : tree.children) SendNegotiation(c, kResultMessage, result);
   for (const auto& m : maps) ApplyMapUpdate(m);
+  TakeTotalWithBits(std::move(total));
   return agreed;
 }
 
 std::vector<uint64_t> Engine::AgreeOnBitsAcrossHosts(const std::vector<uint64_t>& mine) {
   inputs_with_bits_ = InputsWithBits{};
+  total_with_bits_ = TotalWithBits{};
   if (rank() == host_leader_) {
     // Invite the other hosts first: their leaders gather their hosts while this one does.
     InviteChildren(leader_tree_);
     std::vector<uint64_t> host_and = AwaitHostAnd(mine);
     if (shm_bits_) TakeInputsWithBits(mine.size());
-    std::vector<uint64_t> agreed = AgreeInTree(leader_tree_, host_and);
+    std::vector<uint64_t> agreed = AgreeInTree(leader_tree_, host_and, HostSumToCarry(mine.size()));
     if (shm_bits_) {
-      shm_bits_->PostResult(cycle_, agreed);
+      shm_bits_->PostResult(cycle_, agreed, total_with_bits_.position, total_with_bits_.data(),
+                            static_cast<uint32_t>(total_with_bits_.bytes));
       counters_.shm_negotiations++;
     }
     return agreed;
@@ -103,6 +111,7 @@ std::vector<uint64_t> Engine::AgreeOnBitsAcrossHosts(const std::vector<uint64_t>
   // The leader's result came after every local rank's post: their headers are all there, and the
   // leader read the same ones.
   TakeInputsWithBits(mine.size());
+  TakeTotalWithBitsFromHost(mine.size());
   return agreed;
 }
 

@@ -291,6 +291,23 @@ class Engine {
   // After this host's vectors for the cycle met: inputs_with_bits_ from them, if every local rank
   // posted one for the same allreduce (else left empty).
   void TakeInputsWithBits(size_t words);
+  // The lone request's inputs, as the one-step path stages them (prescaled, end to end).
+  AllreduceBatch InputsOf(const Pending& lone) const;
+  // The small allreduce across hosts whose total rides the hierarchical plane (host_sums_in_tree.cc).
+  // A leader, after its host's vectors met: its host's sum of the cycle's lone allreduce, if every
+  // local rank's input came with the bits (or it is alone on its host with one); else none.
+  std::vector<HostSum> HostSumToCarry(size_t words);
+  // Rank 0: the total of every host's sum, reduced in host order, if every host sent one for the
+  // same allreduce; else none.
+  CarriedTotal TotalOfHostSums(std::vector<HostSum> sums) const;
+  // Keeps the cycle's total for the execution: a leader's from the result message, the others'
+  // from the host's result area.
+  void TakeTotalWithBits(CarriedTotal total);
+  void TakeTotalWithBitsFromHost(size_t words);
+  void NameTotalWithBits(uint32_t position, size_t bytes);  // throws if this rank's cache disagrees
+  // Whether an allreduce of `bytes` in `set` may have its total carried: the whole world, the
+  // host-sums exchange's layout (ops/small_exchange.h), and every host's sum within one message.
+  bool TotalMayRideTree(const ProcessSet& set, size_t bytes) const;
   // Posts `mine` in this host's exchange, invites the late local ranks and returns the host's AND.
   std::vector<uint64_t> AwaitHostAnd(const std::vector<uint64_t>& mine);
   // The hierarchical plane (control_plane.cc): the host ANDs in shared memory, its leader combines
@@ -300,7 +317,10 @@ class Engine {
   // contributed, ANDs their contributions into `mine`, sends the subtree's AND up and the result
   // down; the root adds PSLD's maps and membership announcements.
   void InviteChildren(const ControlTree& tree);
-  std::vector<uint64_t> AgreeInTree(const ControlTree& tree, std::vector<uint64_t> mine);
+  // Host sums (the leaders' tree: HostSumToCarry) climb with the contributions unreduced; the
+  // root's total of them (TotalOfHostSums) comes down with the result.
+  std::vector<uint64_t> AgreeInTree(const ControlTree& tree, std::vector<uint64_t> mine,
+                                    std::vector<HostSum> sums = {});
   // The star over today's world (HERRING_CONTROL_PLANE=tcp and the combinations that need it).
   ControlTree StarTree() const;
   void AttachShmControlPlane(Deadline deadline);
@@ -426,8 +446,23 @@ class Engine {
   struct InputsWithBits {
     int32_t process_set = -1;
     std::string name;
+    uint32_t position = 0;
     std::vector<const void*> by_rank;
   } inputs_with_bits_;
+  // This cycle's total of its lone small allreduce across hosts, when every host's sum rode the
+  // leaders' tree (host_sums_in_tree.cc); bytes 0: none. Valid until the cycle ends: a leader
+  // holds the result message's copy, the others read the host's result area.
+  struct TotalWithBits {
+    int32_t process_set = -1;
+    std::string name;
+    uint32_t position = 0;
+    size_t bytes = 0;
+    const uint8_t* in_host_area = nullptr;
+    std::string held;
+    const uint8_t* data() const {
+      return in_host_area ? in_host_area : reinterpret_cast<const uint8_t*>(held.data());
+    }
+  } total_with_bits_;
   // The cycle running now was started by a waiter (RunCycleForWaiter), not by the loop.
   bool waiter_cycle_ = false;
   // Who takes part: the workers, the world in negotiation, every rank's host, and rank 0's

@@ -206,6 +206,10 @@ void Engine::ExecuteAllreduceBatch(const std::vector<const Response*>& responses
       first.name == inputs_with_bits_.name) {
     for (int member : set.local_members()) ctx.posted_inputs.push_back(inputs_with_bits_.by_rank[set.ranks[member]]);
   }
+  if (responses.size() == 1 && total_with_bits_.bytes == batch.total_bytes() && first.process_set == total_with_bits_.process_set &&
+      first.name == total_with_bits_.name) {
+    ctx.total_with_bits = total_with_bits_.data();
+  }
   if (psld_->Measures(set.id)) {
     ctx.observe_shard = [this](int shard, double seconds, double mib) { psld_->Observe(shard, seconds, mib); };
   }

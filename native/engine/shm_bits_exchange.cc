@@ -25,7 +25,7 @@ std::unique_ptr<ShmBitsExchange> ShmBitsExchange::AttachHost(const std::string& 
   o.local_size = static_cast<int>(member_ranks.size());
   // The vectors travel in the notice areas; the result area (slot_bytes long) holds the leader's
   // two halves of results, if any.
-  o.slot_bytes = std::max<size_t>(64, 2 * HeaderOffset(result_words));
+  o.slot_bytes = result_words > 0 ? 2 * ResultHalfBytes(result_words) : 64;
   o.notice_bytes = 2 * kHalfBytes;
   o.member_ranks = member_ranks;
   o.deadline = deadline;
@@ -151,13 +151,27 @@ uint64_t* ShmBitsExchange::result_half(uint64_t cycle) {
   return reinterpret_cast<uint64_t*>(arena_->result() + (cycle % 2) * (arena_->slot_bytes() / 2));
 }
 
-void ShmBitsExchange::PostResult(uint64_t cycle, const std::vector<uint64_t>& bits) {
-  if (HeaderOffset(bits.size()) > arena_->slot_bytes() / 2) {
-    throw Error(Status::Internal("a control-plane result of " + std::to_string(bits.size()) +
-                                 " words does not fit the host's result area"));
+void ShmBitsExchange::PostResult(uint64_t cycle, const std::vector<uint64_t>& bits, uint32_t position,
+                                 const void* total, uint32_t total_bytes) {
+  if (ResultHalfBytes(bits.size()) > arena_->slot_bytes() / 2 || total_bytes > kMaxInputBytes) {
+    throw Error(Status::Internal("a control-plane result of " + std::to_string(bits.size()) + " words and " +
+                                 std::to_string(total_bytes) + " bytes does not fit the host's result area"));
   }
-  std::memcpy(result_half(cycle), bits.data(), bits.size() * sizeof(uint64_t));
-  arena_->Publish(kResultFlag, cycle);  // release: the vector before the cycle number
+  uint64_t* half = result_half(cycle);
+  std::memcpy(half, bits.data(), bits.size() * sizeof(uint64_t));
+  auto* h = reinterpret_cast<InputHeader*>(reinterpret_cast<uint8_t*>(half) + HeaderOffset(bits.size()));
+  *h = InputHeader{total_bytes, position, -1};
+  if (total_bytes) std::memcpy(reinterpret_cast<uint8_t*>(h) + 64, total, total_bytes);
+  arena_->Publish(kResultFlag, cycle);  // release: the vector and the total before the cycle number
+}
+
+const uint8_t* ShmBitsExchange::ResultTotal(uint64_t cycle, size_t words, uint32_t* position, uint32_t* bytes) {
+  const auto* h = reinterpret_cast<const InputHeader*>(reinterpret_cast<const uint8_t*>(result_half(cycle)) +
+                                                       HeaderOffset(words));
+  if (h->bytes == 0) return nullptr;
+  *position = h->position;
+  *bytes = h->bytes;
+  return reinterpret_cast<const uint8_t*>(h) + 64;
 }
 
 Status ShmBitsExchange::AwaitResult(uint64_t cycle, size_t words, Deadline deadline, std::vector<uint64_t>* agreed) {

@@ -21,8 +21,11 @@
 // others read it (AwaitResult). A result for cycle c lives in half c % 2 of the result area; the
 // leader writes cycle c + 2's only after every member posted c + 2, after reading c's. Inputs
 // with the bits work there too, within the host: when every member posted one for the same
-// position, the host's sum needs no second hand-off before the leaders exchange the hosts' sums
-// (ops/small_exchange.h); the hosts decide each for itself, from their own headers.
+// position, the leader reduces the host's sum from them and carries it up the leaders' tree;
+// when every host did, rank 0 sends the job's total down with the result, and the leader posts
+// it beside the result (ResultTotal): the allreduce needs no exchange of its own
+// (engine/control_plane.cc). Otherwise the host's sum needs no second hand-off before the
+// leaders exchange the hosts' sums (ops/small_exchange.h).
 //
 // Each vector also says which CPU its poster ran on, for MoveOffSharedCpu: read from the halves
 // this rank's caches already hold (the last cycle's, or the current one's where the peer posted
@@ -102,11 +105,20 @@ class ShmBitsExchange {
   Status AwaitAnd(uint64_t cycle, size_t words, Deadline deadline, std::vector<uint64_t>* agreed);
   // Fails every present and future wait of the host's ranks with `reason` (the engine's failure).
   void Poison(const std::string& reason) { arena_->Poison(reason); }
-  // The leader (local index 0): publishes the job's agreed vector for `cycle`, after AwaitAnd.
-  void PostResult(uint64_t cycle, const std::vector<uint64_t>& bits);
+  // The leader (local index 0): publishes the job's agreed vector for `cycle`, after AwaitAnd,
+  // with the job's total of the cycle's lone small allreduce (cache position `position`) when the
+  // leaders' tree carried one (`total_bytes` > 0, at most kMaxInputBytes).
+  void PostResult(uint64_t cycle, const std::vector<uint64_t>& bits, uint32_t position = 0,
+                  const void* total = nullptr, uint32_t total_bytes = 0);
   // The others: waits until the leader posted `cycle`'s result and returns it; on failure
   // returns the status (the leader's death names its rank) with `*agreed` untouched.
   Status AwaitResult(uint64_t cycle, size_t words, Deadline deadline, std::vector<uint64_t>* agreed);
+  // After AwaitResult: the total the leader posted with `cycle`'s result (vectors of `words`
+  // words), with its position and size; null if none. It stays in place until the leader posts
+  // cycle + 2, which waits for this rank's post of cycle + 2, after it executed this cycle.
+  const uint8_t* ResultTotal(uint64_t cycle, size_t words, uint32_t* position, uint32_t* bytes);
+  // The most bytes of input a rank posts beside its vector, and of a total beside a result.
+  static constexpr size_t kMaxInputBytes = 64 << 10;
 
  private:
   explicit ShmBitsExchange(std::unique_ptr<ShmArena> arena);
@@ -121,13 +133,15 @@ class ShmBitsExchange {
   InputHeader* header(int rank, uint64_t cycle, size_t words);
 
   // A rank's notice area holds two halves (cycles alternate): in each its vector (up to 32 KiB, a
-  // response cache of about 128k entries) and an input of up to kMaxInputBytes, the default
+  // response cache of about 128k entries) and an input of up to kMaxInputBytes (above), the default
   // HERRING_SMALL_MESSAGE_BYTES: a lockstep allreduce of 64 KiB at np=2 took 15.7 us with its
   // input staged after the vectors met and 14.3 us (a copy saved, ReduceInOneStep) ... with it.
-  static constexpr size_t kMaxInputBytes = 64 << 10;
   static constexpr size_t kHalfBytes = kMaxInputBytes + (32 << 10);
   static constexpr int kPostedFlag = 0;
   static constexpr int kResultFlag = 1;  // the leader's: the cycle whose result it posted
+  // A result half: the vector, then (a cache line on) an InputHeader saying which total follows
+  // it, then the total.
+  static size_t ResultHalfBytes(size_t words) { return HeaderOffset(words) + 64 + kMaxInputBytes; }
   uint64_t* result_half(uint64_t cycle);
   static constexpr std::chrono::microseconds kSpin = kDefaultSpin;
   std::unique_ptr<ShmArena> arena_;

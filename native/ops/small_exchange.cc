@@ -10,14 +10,14 @@
 
 namespace herring {
 
-bool HostSumsExchangeFits(const ExecContext& ctx, size_t bytes) {
-  const auto& hosts = ctx.set.hosts;
-  if (hosts.size() < 2 || ctx.config.dedicated_servers > 0) return false;
-  if (static_cast<int64_t>(bytes) > ctx.config.small_message_bytes) return false;
+bool HostSumsExchangeFits(const ProcessSet& set, const Config& config, size_t bytes) {
+  const auto& hosts = set.hosts;
+  if (hosts.size() < 2 || config.dedicated_servers > 0) return false;
+  if (static_cast<int64_t>(bytes) > config.small_message_bytes) return false;
   for (const auto& host : hosts) {
     if (host.size() != hosts[0].size()) return false;
   }
-  return !ctx.set.arena || bytes <= SubSlotStride(ctx.set.arena->slot_bytes());
+  return !set.arena || bytes <= SubSlotStride(set.arena->slot_bytes());
 }
 
 namespace {
@@ -51,6 +51,15 @@ void GatherHostSums(ExecContext& ctx, uint8_t* blocks, size_t bytes, const std::
 }  // namespace
 
 void HostSumsExchange::Execute(ExecContext& ctx, AllreduceBatch& batch) {
+  if (ctx.total_with_bits) {
+    TimelinePhase phase(ctx.timeline, ctx.lane, "COPY_OUT");
+    if (ctx.faults) ctx.faults->At("gather", &ctx.net);
+    if (!ctx.posted_inputs.empty()) ctx.counters.inputs_with_bits++;  // the host's sum came from them
+    ScatterWholeResult(ctx, batch, ctx.total_with_bits);
+    ctx.counters.totals_with_bits++;
+    ctx.counters.host_sum_exchanges++;
+    return;
+  }
   const int64_t total = batch.total_count();
   const size_t esz = ElementSize(batch.dtype);
   const size_t bytes = total * esz;

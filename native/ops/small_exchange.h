@@ -23,13 +23,18 @@ namespace herring {
 // the total fits a sub-slot of its host's arena), the shards are served by the workers themselves (dedicated
 // servers expect every push), and it is at most HERRING_SMALL_MESSAGE_BYTES (and one sub-slot of
 // the host's arena). Every rank decides alike: it reads only the set's layout and the knobs.
-bool HostSumsExchangeFits(const ExecContext& ctx, size_t bytes);
+bool HostSumsExchangeFits(const ProcessSet& set, const Config& config, size_t bytes);
+inline bool HostSumsExchangeFits(const ExecContext& ctx, size_t bytes) {
+  return HostSumsExchangeFits(ctx.set, ctx.config, bytes);
+}
 
 class HostSumsExchange {
  public:
   // Reduces `batch` into its outputs: this host's sum (shared memory in one step, or this rank's
   // own input when it is alone on its host); on the host's first rank, gathered with every other
-  // host's sum, all reduced in host order; postscaled into every rank's outputs.
+  // host's sum, all reduced in host order; postscaled into every rank's outputs. When the total
+  // came with the cycle's result (ExecContext::total_with_bits: the host sums rode the leaders'
+  // tree, reduced the same way by rank 0), only the last step is left.
   void Execute(ExecContext& ctx, AllreduceBatch& batch);
 
  private:

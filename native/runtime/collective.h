@@ -43,6 +43,9 @@ struct ExecContext {
   // The members' inputs of this allreduce (by local index), already staged, prescaled, beside the
   // cycle's bit vectors (engine/shm_bits_exchange.h); empty: the one-step path stages them.
   std::vector<const void*> posted_inputs;
+  // The job's total of this allreduce (prescaled, not yet postscaled), when every host's sum rode
+  // the leaders' tree with the bit vectors (engine/host_sums_in_tree.cc); null: not this cycle.
+  const uint8_t* total_with_bits = nullptr;
 
   static constexpr int kSubTagBits = 20;
   uint64_t Tag(uint64_t sub) const;

@@ -22,7 +22,7 @@ std::vector<uint64_t> DecodeBits(const std::string& payload, uint64_t* cycle) {
 }
 
 std::string EncodeContribution(uint64_t cycle, const std::vector<uint64_t>& bits,
-                               const std::vector<ShardSample>& samples) {
+                               const std::vector<ShardSample>& samples, const std::vector<HostSum>& sums) {
   WireWriter w;
   w.U64(cycle);
   w.U64s(bits);
@@ -32,11 +32,17 @@ std::string EncodeContribution(uint64_t cycle, const std::vector<uint64_t>& bits
     w.F64(s.seconds);
     w.F64(s.mib);
   }
+  w.U32(static_cast<uint32_t>(sums.size()));
+  for (const auto& s : sums) {
+    w.I32(s.leader);
+    w.U32(s.position);
+    w.Str(s.bytes);
+  }
   return w.Take();
 }
 
 std::vector<uint64_t> DecodeContribution(const std::string& payload, uint64_t* cycle,
-                                         std::vector<ShardSample>* samples) {
+                                         std::vector<ShardSample>* samples, std::vector<HostSum>* sums) {
   WireReader r(payload, "contribution");
   *cycle = r.U64();
   auto bits = r.U64s();
@@ -48,12 +54,20 @@ std::vector<uint64_t> DecodeContribution(const std::string& payload, uint64_t* c
     s.mib = r.F64();
     samples->push_back(s);
   }
+  uint32_t k = r.Count(12);
+  for (uint32_t i = 0; i < k; ++i) {
+    HostSum s;
+    s.leader = r.I32();
+    s.position = r.U32();
+    s.bytes = r.Str();
+    if (sums) sums->push_back(std::move(s));
+  }
   r.ExpectEnd();
   return bits;
 }
 
 std::string EncodeResult(uint64_t cycle, const std::vector<uint64_t>& bits, const std::vector<MapUpdate>& maps,
-                         const std::vector<MembershipChange>& members) {
+                         const std::vector<MembershipChange>& members, const CarriedTotal& total) {
   WireWriter w;
   w.U64(cycle);
   w.U64s(bits);
@@ -70,11 +84,13 @@ std::string EncodeResult(uint64_t cycle, const std::vector<uint64_t>& bits, cons
     w.I32(c.rank);
     w.Str(c.hostname);
   }
+  w.U32(total.position);
+  w.Str(total.bytes);
   return w.Take();
 }
 
 std::vector<uint64_t> DecodeResult(const std::string& payload, uint64_t* cycle, std::vector<MapUpdate>* maps,
-                                   std::vector<MembershipChange>* members) {
+                                   std::vector<MembershipChange>* members, CarriedTotal* total) {
   WireReader r(payload, "negotiation result");
   *cycle = r.U64();
   auto bits = r.U64s();
@@ -98,6 +114,10 @@ std::vector<uint64_t> DecodeResult(const std::string& payload, uint64_t* cycle, 
     }
     members->push_back(std::move(c));
   }
+  CarriedTotal t;
+  t.position = r.U32();
+  t.bytes = r.Str();
+  if (total) *total = std::move(t);
   r.ExpectEnd();
   return bits;
 }

@@ -79,10 +79,24 @@ struct ShardSample {
   double seconds = 0;
   double mib = 0;
 };
+// A host's sum of the cycle's lone small cached allreduce, which its leader reduced from the
+// inputs that came with its host's bit vectors, carried up the leaders' tree so that rank 0 can
+// send the job's total down with the result (engine/control_plane.cc).
+struct HostSum {
+  int32_t leader = -1;    // the host's first rank: rank 0 orders the sums as the process set's hosts
+  uint32_t position = 0;  // the response cache position of the allreduce
+  std::string bytes;      // the host's sum, prescaled inputs reduced in local-rank order
+};
+// The job's total of every host's sum, in the result (empty bytes: none this cycle).
+struct CarriedTotal {
+  uint32_t position = 0;
+  std::string bytes;
+};
 std::string EncodeContribution(uint64_t cycle, const std::vector<uint64_t>& bits,
-                               const std::vector<ShardSample>& samples);
+                               const std::vector<ShardSample>& samples, const std::vector<HostSum>& sums = {});
+// `sums` may be null: a contribution's host sums are then read and dropped.
 std::vector<uint64_t> DecodeContribution(const std::string& payload, uint64_t* cycle,
-                                         std::vector<ShardSample>* samples);
+                                         std::vector<ShardSample>* samples, std::vector<HostSum>* sums = nullptr);
 
 // A dedicated server joining or leaving: every rank applies it after executing the cycle in whose
 // result it arrives, so ranges move to and from it between two steps.
@@ -94,9 +108,10 @@ struct MembershipChange {
 };
 
 std::string EncodeResult(uint64_t cycle, const std::vector<uint64_t>& bits, const std::vector<MapUpdate>& maps,
-                         const std::vector<MembershipChange>& members);
+                         const std::vector<MembershipChange>& members, const CarriedTotal& total = {});
+// `total` may be null: a carried total is then read and dropped.
 std::vector<uint64_t> DecodeResult(const std::string& payload, uint64_t* cycle, std::vector<MapUpdate>* maps,
-                                   std::vector<MembershipChange>* members);
+                                   std::vector<MembershipChange>* members, CarriedTotal* total = nullptr);
 
 std::string EncodeCycle(uint64_t cycle);
 uint64_t DecodeCycle(const std::string& payload);

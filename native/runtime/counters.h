@@ -28,6 +28,7 @@ struct Counters {
   std::atomic<uint64_t> one_step_allreduces{0};  // small batches reduced by every rank in one step
   std::atomic<uint64_t> inputs_with_bits{0};     // of those, whose inputs came with the bit vectors
   std::atomic<uint64_t> host_sum_exchanges{0};   // small batches across hosts: host sums sent host to host
+  std::atomic<uint64_t> totals_with_bits{0};     // of those, whose total came with the cycle's result
   std::atomic<uint64_t> one_step_allgathers{0};  // small allgathers through shared memory in one step
   std::atomic<uint64_t> one_step_broadcasts{0};  // small broadcasts through shared memory in one step
   std::atomic<uint64_t> idle_starts{0};          // cycles this rank started at once on a lone request
@@ -76,6 +77,7 @@ struct Counters {
             {"one_step_allreduces", one_step_allreduces},
             {"inputs_with_bits", inputs_with_bits},
             {"host_sum_exchanges", host_sum_exchanges},
+            {"totals_with_bits", totals_with_bits},
             {"one_step_allgathers", one_step_allgathers},
             {"one_step_broadcasts", one_step_broadcasts},
             {"idle_starts", idle_starts},

@@ -400,6 +400,36 @@ TEST(EngineLogic, EngineResultCarriesPartitionMapUpdates) {
   EXPECT_EQ(samples[0].mib, 2.0);
 }
 
+TEST(EngineLogic, HostSumsClimbWithTheContributionAndTheTotalComesDownWithTheResult) {
+  uint64_t cycle = 0;
+  std::vector<ShardSample> samples;
+  std::vector<HostSum> sums;
+  const std::string zeros("\0\0\x01", 3);  // bytes, not text
+  auto bits = DecodeContribution(EncodeContribution(5, {3}, {}, {HostSum{4, 7, zeros}, HostSum{8, 7, "abcd"}}), &cycle,
+                                 &samples, &sums);
+  EXPECT_EQ(bits, (std::vector<uint64_t>{3}));
+  ASSERT_EQ(sums.size(), size_t(2));
+  EXPECT_EQ(sums[0].leader, 4);
+  EXPECT_EQ(sums[0].position, uint32_t(7));
+  EXPECT_EQ(sums[0].bytes, zeros);
+  EXPECT_EQ(sums[1].bytes, "abcd");
+  // A node that does not collect them (the star) reads past them.
+  EXPECT_NO_THROW(DecodeContribution(EncodeContribution(5, {3}, {}, {HostSum{4, 7, "ab"}}), &cycle, &samples));
+
+  std::vector<MapUpdate> maps;
+  std::vector<MembershipChange> members;
+  CarriedTotal total;
+  DecodeResult(EncodeResult(6, {1}, {}, {}, CarriedTotal{7, "wxyz"}), &cycle, &maps, &members, &total);
+  EXPECT_EQ(total.position, uint32_t(7));
+  EXPECT_EQ(total.bytes, "wxyz");
+  DecodeResult(EncodeResult(6, {1}, {}, {}), &cycle, &maps, &members, &total);
+  EXPECT_TRUE(total.bytes.empty());
+  // A host sum whose length runs past the message is an error, not a read out of bounds.
+  std::string cut = EncodeContribution(5, {3}, {}, {HostSum{4, 7, "abcd"}});
+  cut.resize(cut.size() - 2);
+  EXPECT_THROW(DecodeContribution(cut, &cycle, &samples, &sums), Error);
+}
+
 TEST(EngineLogic, EngineResponseCacheSnapshotRestoresPositionsAndLruOrder) {
   ResponseCache cache(3);
   auto set = World(2);

@@ -155,7 +155,9 @@ TEST(ShmBitsExchange, InputCapacityLeavesRoomForTheVectorAndItsHeader) {
 }
 
 // The hierarchical plane: a host's ranks (global ranks 4, 5, 7) AND in shared memory, the leader
-// posts the job's result, the others read it for that cycle, both halves in turn.
+// posts the job's result, the others read it for that cycle, both halves in turn. Cycles 1 and 2
+// carry a total beside the result (the largest that fits, then a small one); 3 and 4 reuse those
+// halves without one, and the others must not read the old totals.
 TEST(ShmBitsExchange, HostLeaderPostsTheResultTheOthersRead) {
   const std::string name = "/herring.test." + std::to_string(getpid()) + ".bits.host";
   const std::vector<int> members{4, 5, 7};
@@ -176,13 +178,28 @@ TEST(ShmBitsExchange, HostLeaderPostsTheResultTheOthersRead) {
     // Not posted yet: the others time out, naming nothing wrong.
     EXPECT_EQ(ranks[1]->AwaitResult(cycle, kWords, Deadline::After(std::chrono::milliseconds(5)), &seen).code(),
               StatusCode::kTimeout);
-    ranks[0]->PostResult(cycle, job);
+    const uint32_t position = static_cast<uint32_t>(40 + cycle);
+    const std::string total(cycle == 1 ? ShmBitsExchange::kMaxInputBytes : cycle == 2 ? 12 : 0,
+                            static_cast<char>('a' + cycle));
+    ranks[0]->PostResult(cycle, job, position, total.data(), static_cast<uint32_t>(total.size()));
     for (int l = 1; l < 3; ++l) {
       Status s = ranks[l]->AwaitResult(cycle, kWords, Deadline::AfterSeconds(5), &seen);
       ASSERT_TRUE(s.ok()) << s.ToString();
       EXPECT_EQ(seen, job);
+      uint32_t p = 0, bytes = 0;
+      const uint8_t* theirs = ranks[l]->ResultTotal(cycle, kWords, &p, &bytes);
+      if (total.empty()) {
+        EXPECT_EQ(theirs, nullptr) << "cycle " << cycle;
+      } else {
+        ASSERT_NE(theirs, nullptr) << "cycle " << cycle;
+        EXPECT_EQ(p, position);
+        EXPECT_EQ(std::string(reinterpret_cast<const char*>(theirs), bytes), total);
+      }
     }
   }
+  // A total larger than the result area holds is refused, not written past it.
+  const std::string too_big(ShmBitsExchange::kMaxInputBytes + 1, 'x');
+  EXPECT_THROW(ranks[0]->PostResult(5, {5, 0}, 1, too_big.data(), static_cast<uint32_t>(too_big.size())), Error);
   // A leader that failed poisons the host: the others' wait ends with its reason.
   ranks[0]->Poison("rank 9 was lost");
   std::vector<uint64_t> seen;
