@@ -3,7 +3,8 @@ the native core (scripts/asan_test.sh builds it into build/asan, beside the norm
 
 Real ranks launched by horovodrun load the sanitized package (PYTHONPATH) with libasan preloaded
 (Python itself is not instrumented): every collective of the collectives worker on one host and
-on two simulated hosts (the parameter servers over TCP), and a connection reset in the middle of
+on two simulated hosts (the parameter servers over TCP), cached small allreduces whose host sums
+ride the leaders' tree, and a connection reset in the middle of
 a push (the error paths), and synchronous 1 MiB allreduces run on their callers. The native unit
 tests run under the sanitizers too, with leak detection.
 A test passes only if its ranks did what the normal suite expects AND no sanitizer report
@@ -121,6 +122,24 @@ def test_every_collective_under_sanitizers(sanitized, hosts):
         assert not failed, f"rank {r}: {failed}"
     if hosts > 1:
         assert per_rank[0]["counters"]["server_ranges"] > 0, per_rank[0]["counters"]
+
+
+def test_host_sums_riding_the_leaders_tree_under_sanitizers(sanitized):
+    # Cached small allreduces across two simulated hosts: each leader reduces its host's posted
+    # inputs and sends the sum up the leaders' tree, rank 0's total comes down with the result,
+    # and the other ranks read it from their host's result area.
+    np = 4
+    results = launch.scratch_dir("herring-asan-results-")
+    args = [os.path.join(WORKERS, "as_simulated_host.py"), "2", os.path.join(WORKERS, "small_message_worker.py")]
+    run = launch.horovodrun(np, args, timeout=900, HERRING_TEST_RESULTS=results, HOROVOD_CYCLE_TIME="60000",
+                            **sanitized.env)
+    assert_no_sanitizer_report(sanitized, run.output)
+    per_rank = launch.rank_results(results, np)
+    assert run.returncode == 0 and sorted(per_rank) == list(range(np)), run.output[-5000:]
+    for r, data in per_rank.items():
+        assert data["errors"] == [], f"rank {r}: {data['errors'][:5]}"
+        assert data["digests"] == per_rank[0]["digests"], f"rank {r}'s bits differ from rank 0's"
+        assert data["counters"]["totals_with_bits"] > 0, (r, data["counters"])
 
 
 @pytest.mark.parametrize("setting,counter", [("outputs", "peer_output_reads"), ("always", "cross_memory_allreduces")])

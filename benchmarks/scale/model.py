@@ -154,9 +154,12 @@ def _log_hosts(hosts):
 
 
 def _host_sums_exchange(p, hosts):
-    """The tiny allreduce's data across hosts (ops/small_exchange.h, the same in both designs): the
-    hosts' leaders gather the host sums with Bruck's allgather, ceil(log2 H) rounds of one send
-    and one receive each."""
+    """The tiny allreduce's data across hosts in today's design (ops/small_exchange.h): the hosts'
+    leaders gather the host sums with Bruck's allgather, ceil(log2 H) rounds of one send and one
+    receive each. The hierarchical plane has no such term: the host sums of a cached small
+    allreduce ride the leaders' tree with the bit vectors and the total comes down with the result
+    (engine/host_sums_in_tree.cc; the tiny allreduce's 32 bytes per host fit the bound at rank 0
+    up to 2048 hosts, the most the predictions have)."""
     return _log_hosts(hosts) * (p["L"] + 2 * p["c_msg"])
 
 
@@ -173,8 +176,9 @@ def predict(p, n, link_bps, design, ranks_per_host=RANKS_PER_HOST_AT_SCALE, big_
     else:
         # Shared memory inside the host (one more meeting of the local ranks), then the leaders'
         # binomial tree (engine/control_tree.h): the AND goes up log2(H) hops and the result down
-        # as many, each a message's latency and its cost at the receiver; then the host sums.
-        cycle = 2 * p["c_rank"] + 2 * log_h * (p["L"] + p["c_msg"]) + _host_sums_exchange(p, hosts)
+        # as many, each a message's latency and its cost at the receiver; the host sums and their
+        # total travel in those messages.
+        cycle = 2 * p["c_rank"] + 2 * log_h * (p["L"] + p["c_msg"])
         # One record per host, read by every host leader; connections only on first use.
         init = p["c_init_rank"] + hosts * hosts * p["c_get_store"] + log_h * p["c_conn"]
         # A leader's tree peers, plus one set of streams per host pair shared by the local ranks.

@@ -274,12 +274,14 @@ N-1 ranks, one TCP message at a time, each costing c_msg, plus a round trip of l
 
     today (this machine, P cores shared):     T = N c_rank / P + 2L + 2(N-1) c_msg + X
     today (a core per rank):                  T = c_rank + 2L + 2(N-1) c_msg + X
-    hierarchical (a core per rank):           T = 2 c_rank + 2 ceil(log2 H) (L + c_msg) + X
-    the host sums, both designs:              X = ceil(log2 H) (L + 2 c_msg)
+    hierarchical (a core per rank):           T = 2 c_rank + 2 ceil(log2 H) (L + c_msg)
+    the host sums, today's design:            X = ceil(log2 H) (L + 2 c_msg)
 
 (hierarchical: the local ranks meet in shared memory, one more c_rank; the host leaders' AND goes
-up their binomial tree, log2 H hops, and the result down as many. X is the allreduce's data: the
-leaders gather the host sums with Bruck's allgather, log2 H rounds of one send and one receive.)
+up their binomial tree, log2 H hops, and the result down as many; each leader's contribution
+carries its host's sum of the cached tiny allreduce and the result carries rank 0's total of
+them, so the data needs no round of its own. X is today's data round: the leaders gather the host
+sums with Bruck's allgather, log2 H rounds of one send and one receive.)
 
 **Time to init.** Today every rank puts its record in one store and reads all N records: N^2
 requests served by one process (horovodrun's store), c_get_store each; each rank also does its own

@@ -337,6 +337,7 @@ std::vector<uint64_t> Engine::ReadyBits(bool has_uncached, bool has_stale) const
   if (shutdown_requested_.load()) bits[0] &= ~kNoShutdown;
   if (has_uncached) bits[0] &= ~kNoUncached;
   if (has_stale) bits[0] &= ~kNoStale;
+  if (empty_handed_) bits[0] &= ~kNoEmptyJoin;
   // Idle at every position (whole words at a time: this runs every cycle, and the capacity is a
   // thousand positions), except where this rank has a request pending (below).
   for (size_t w = 0; w < layout.words_per_half; ++w) bits[layout.idle_word(64 * w)] = ~0ull;
@@ -715,13 +716,17 @@ void Engine::RunCycleSteps() {
     }
     ready.push_back(std::move(r));
   }
+  const bool decided_something = !ready.empty() || coordinator_round;
   if (empty_handed_) {
     // This rank's part was what the others waited for, or a wasted meeting of every rank.
-    const bool helped = !ready.empty() || coordinator_round;
     counters_.empty_joins++;
-    if (!helped) counters_.wasted_empty_joins++;
-    idle_join_patience_.Joined(helped);
+    if (!decided_something) counters_.wasted_empty_joins++;
+    idle_join_patience_.Joined(decided_something);
     empty_handed_ = false;
+  } else if (!decided_something && !(agreed[0] & kNoEmptyJoin)) {
+    // Another rank's empty join wasted this cycle. Any rank may be the late one next time, so
+    // every rank learns from it, not only the one that joined (IdleJoinPatience::Joined).
+    idle_join_patience_.Joined(false);
   }
   if (timeline_) {
     const int64_t now = Timeline::NowMicros();

@@ -45,8 +45,9 @@ enum StatusBit : uint64_t {
   kNoShutdown = 1ull << 0,
   kNoUncached = 1ull << 1,
   kNoStale = 1ull << 2,
+  kNoEmptyJoin = 1ull << 3,  // no rank joined with nothing of its own (engine/idle_join_patience.h)
 };
-constexpr uint64_t kAllStatusBits = kNoShutdown | kNoUncached | kNoStale;
+constexpr uint64_t kAllStatusBits = kNoShutdown | kNoUncached | kNoStale | kNoEmptyJoin;
 constexpr int kStatusWords = 1;
 
 // Layout of the bit vector for a cache of `capacity` entries: the status word, then "ready" bits
