@@ -8,10 +8,11 @@
 // known afterwards, so the wait adapts: it grows after each wasted empty join and falls back to
 // the base after one that helped. Every rank sees whether some rank joined empty-handed (a status
 // bit of the AND, kNoEmptyJoin), so a wasted join grows every rank's wait at once: a rank that is
-// on time in this cycle may be the late one in the next. With more ranks than cores (4 on 2 cores, or hundreds of engine
-// ranks in the scale suite) a peer's thread that is on its way can be a few milliseconds late;
-// measured, 64 ranks on one host ran 2.6 cycles per lockstep allreduce with a fixed 50 us wait
-// (10 ms per call), and one cycle each once the wait had grown (6 ms per call).
+// on time in this cycle may be the late one in the next. With more ranks than cores (4 on 2
+// cores, or hundreds of engine ranks in the scale suite) a peer's thread that is on its way can be
+// a few milliseconds late; measured, 64 ranks on one host ran 2.6 cycles per lockstep allreduce
+// with a fixed 50 us wait (10 ms per call), and one cycle each once the wait had grown (6 ms per
+// call).
 #pragma once
 
 #include <algorithm>
