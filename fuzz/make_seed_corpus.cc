@@ -38,13 +38,15 @@ void DecodeOrThrow(WireDecoder decoder, const std::string& p) {
     case kCycle: DecodeCycle(p); break;
     case kContribution: {
       std::vector<ShardSample> samples;
-      DecodeContribution(p, &cycle, &samples);
+      std::vector<HostSum> sums;
+      DecodeContribution(p, &cycle, &samples, &sums);
       break;
     }
     case kResult: {
       std::vector<MapUpdate> maps;
       std::vector<MembershipChange> members;
-      DecodeResult(p, &cycle, &maps, &members);
+      CarriedTotal total;
+      DecodeResult(p, &cycle, &maps, &members, &total);
       break;
     }
     case kUncached: {
@@ -264,7 +266,10 @@ int main(int argc, char** argv) {
   Write(dir, kCycle, EncodeCycle(77));
   Write(dir, kContribution, EncodeContribution(5, Bits(1024, 10), {}));
   Write(dir, kContribution, EncodeContribution(6, Bits(128, 10), {{0, 0.0123, 4.0}, {3, 0.5, 16.25}}));
+  // With host sums of a small allreduce riding up the leaders' tree (engine/host_sums_in_tree.cc).
+  Write(dir, kContribution, EncodeContribution(8, Bits(128, 10), {}, {{4, 17, std::string(32, '\x01')}, {8, 17, "abcd"}}));
   Write(dir, kResult, EncodeResult(5, Bits(1024, 10), {}, {}));
+  Write(dir, kResult, EncodeResult(8, Bits(128, 10), {}, {}, CarriedTotal{17, std::string(32, '\x02')}));
   Write(dir, kResult, EncodeResult(6, Bits(128, 10), {{0, 3, {1.0, 1.0, 0.5, 1.5}}, {2, 1, {2.0}}}, {}));
   Write(dir, kResult, EncodeResult(7, Bits(64, 3), {},
                                    {{MembershipChange::kJoin, 6, "simhost3"}, {MembershipChange::kLeave, 4, ""}}));

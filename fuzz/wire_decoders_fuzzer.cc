@@ -102,8 +102,9 @@ void CheckCycle(const std::string& p) {
 void CheckContribution(const std::string& p) {
   uint64_t cycle = 0;
   std::vector<ShardSample> samples;
-  auto bits = DecodeContribution(p, &cycle, &samples);
-  Require(EncodeContribution(cycle, bits, samples) == p, "DecodeContribution",
+  std::vector<HostSum> sums;
+  auto bits = DecodeContribution(p, &cycle, &samples, &sums);
+  Require(EncodeContribution(cycle, bits, samples, sums) == p, "DecodeContribution",
           "does not re-encode to the same bytes");
 }
 
@@ -111,8 +112,9 @@ void CheckResult(const std::string& p) {
   uint64_t cycle = 0;
   std::vector<MapUpdate> maps;
   std::vector<MembershipChange> members;
-  auto bits = DecodeResult(p, &cycle, &maps, &members);
-  Require(EncodeResult(cycle, bits, maps, members) == p, "DecodeResult", "does not re-encode to the same bytes");
+  CarriedTotal total;
+  auto bits = DecodeResult(p, &cycle, &maps, &members, &total);
+  Require(EncodeResult(cycle, bits, maps, members, total) == p, "DecodeResult", "does not re-encode to the same bytes");
 }
 
 void CheckUncached(const std::string& p) {

@@ -12,8 +12,8 @@ enum WireDecoder : uint8_t {
   kFrameHeader = 0,    // transport/frame.h DecodeFrameHeader (the first 40 bytes)
   kBits = 1,           // runtime/control_messages.h DecodeBits
   kCycle = 2,          // DecodeCycle (kBegin) and CycleOf (every control message)
-  kContribution = 3,   // DecodeContribution (kContribute: bit vector + shard samples)
-  kResult = 4,         // DecodeResult (kResult: AND of the bits + partition map updates + membership changes)
+  kContribution = 3,   // DecodeContribution (kContribute: bit vector + shard samples + host sums)
+  kResult = 4,         // DecodeResult (kResult: AND of the bits + partition map updates + membership changes + total)
   kUncached = 5,       // DecodeUncached (kUncached: RequestMeta list + stale positions)
   kResponses = 6,      // DecodeResponses (kResponses: Response list + evictions)
   kRequest = 7,        // runtime/message.h DecodeRequest through a WireReader, alone
