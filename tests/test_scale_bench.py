@@ -82,6 +82,14 @@ def test_the_json_has_every_figure_at_every_n(smoke):
     assert m["cores"] == os.cpu_count() and len(data["load_average_start"]) == 3
     cal = data["calibration"]
     assert cal["link_bps"] > 1e8 and cal["rtt"]["sizes"][0]["median"] > 0 and cal["store"]["get"] > 0, cal
+    # The lockstep floor at every N: N processes really took turns (a cycle can't be faster than
+    # the N - 1 answers' system calls) and the per-process figure is the cycle x cores / N.
+    floors = cal["lockstep_floor"]
+    assert [f["n"] for f in floors] == sorted(SMOKE["ns"]), floors
+    for f in floors:
+        assert f["iters"] == SMOKE["iters"] and f["p25_seconds"] <= f["median_seconds"] <= f["p75_seconds"], f
+        assert f["median_seconds"] > (f["n"] - 1) * 1e-7, f
+        assert math.isclose(f["per_process_seconds"], f["median_seconds"] * f["cores"] / f["n"]), f
 
 
 @needs_cluster
@@ -127,6 +135,7 @@ def test_goals_model_and_pages(smoke):
     with open(os.path.join(out_dir, "scale.md")) as f:
         model_page = f.read()
     assert "## Goals of the issue" in page and "| today |" in page and "load average" in page
+    assert "lockstep floor" in page and "of CPU per rank per cycle, everything included" in page
     assert all(f"| {n} |" in model_page for n in model.SCALES) and "85%" in model_page
     assert os.path.exists(os.path.join(out_dir, "scale_measured.png"))
     assert os.path.exists(os.path.join(out_dir, "scale_model.png"))

@@ -148,7 +148,7 @@ cycle-time goal cannot be judged apart from oversubscription: 16 times more proc
 cores make any cycle about 16 times longer; the model's prediction for a core per rank is in
 [scale.md](scale.md). The init goal counts starting {max(results['preset']['ns'])} Python processes on 2 cores,
 shown apart in the table.
-{cycle_cpu_note(results)}"""
+{cycle_cpu_note(results)}{cycle_goal_note(results)}"""
 
 
 def cycle_cpu_note(results):
@@ -175,6 +175,39 @@ def cycle_cpu_note(results):
             "| design | N | CPU per rank per cycle, median (max) | context switches per rank per cycle, "
             "voluntary / involuntary | CPU-bound cycle | cycle measured |\n|---|---|---|---|---|---|\n"
             + "\n".join(rows) + "\n")
+
+
+def cycle_goal_note(results, design="hierarchical"):
+    """What the cycle goal leaves each rank here, beside the lockstep floor (N Python processes
+    that only wake once per cycle, benchmarks/workers/lockstep_floor.py) and what a rank costs."""
+    floors = [f for f in (results.get("calibration") or {}).get("lockstep_floor", []) if "error" not in f]
+    if not floors:
+        return ""
+    cores = floors[0]["cores"]
+    jobs = goals.ok_jobs(results, design=design)
+    rows = []
+    for f in floors:
+        fig = (jobs.get(f["n"]) or {}).get("figures") or {}
+        cpu = (fig.get("tiny_cpu_per_iteration_per_rank_seconds") or {}).get("median")
+        rows.append(f"| {f['n']} | {fmt_time(f['median_seconds'])} ({fmt_time(f['p25_seconds'])}-{fmt_time(f['p75_seconds'])}) "
+                    f"| {fmt_time(f['per_process_seconds'])} | {fmt_time(fig.get('tiny_cycle_seconds'))} | {fmt_time(cpu)} |")
+    ns = results["preset"]["ns"]
+    lo, hi = min(ns), max(ns)
+    lo_cycle = ((jobs.get(lo) or {}).get("figures") or {}).get("tiny_cycle_seconds")
+    budget = ""
+    if lo_cycle:
+        allowed = goals.CYCLE_RATIO_GOAL * lo_cycle * cores / hi
+        budget = (f"\nThe goal ({goals.CYCLE_RATIO_GOAL:g}x the {lo}-rank cycle, {fmt_time(lo_cycle)} in this run) allows a "
+                  f"cycle of {fmt_time(goals.CYCLE_RATIO_GOAL * lo_cycle)} at {hi} ranks: with the {hi} processes taking "
+                  f"turns on {cores} cores, {fmt_time(allowed)} of CPU per rank per cycle, everything included (its "
+                  f"Python call, its bits and input posted, its wait, its result copied out, and the hosts' leaders' "
+                  f"TCP rounds). Compare the floor's per-process cost at {hi} above, which does nothing but wake, read "
+                  f"a byte and write one, and what a rank of the {design} design costs.\n")
+    return ("\nThe floor under any design's cycle on this machine (`benchmarks/workers/lockstep_floor.py`, "
+            "measured in the same run): N Python processes in lockstep, each woken once per cycle to read one "
+            "byte and answer with one, no engine. Its cycle x cores / N is what one process costs per cycle.\n\n"
+            f"| N | lockstep floor: cycle, median (p25-p75) | floor per process per cycle | {design} cycle measured "
+            f"| {design}: CPU per rank per cycle, median |\n|---|---|---|---|---|\n" + "\n".join(rows) + "\n" + budget)
 
 
 def failures_section(results):

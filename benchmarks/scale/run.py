@@ -12,8 +12,10 @@ the pages beside the results). Every launch has a deadline; a failed launch is r
 error and the run goes on. Exit status 1 if any herring launch of an available design failed."""
 
 import argparse
+import json
 import os
 import shlex
+import subprocess
 import sys
 import time
 
@@ -24,6 +26,7 @@ from benchmarks.scale.results_io import load, save
 
 WORKER = os.path.join(WORKERS_DIR, "scale_worker.py")
 PEER_WORKER = os.path.join(WORKERS_DIR, "scale_gloo_worker.py")
+FLOOR_WORKER = os.path.join(WORKERS_DIR, "lockstep_floor.py")
 
 
 def log(msg):
@@ -89,6 +92,22 @@ def worker_args(worker, out_dir_placeholder, p, big_bytes, timeout, python=sys.e
             str(p["big_iters"]), str(timeout)]
 
 
+def lockstep_floor(n, p):
+    """benchmarks/workers/lockstep_floor.py at n processes (on the whole machine: the cores are
+    what it measures, the namespaces would change nothing), or the error, recorded."""
+    deadline = presets.deadline_seconds(n)
+    try:
+        out = subprocess.run([sys.executable, FLOOR_WORKER, str(n), str(p["iters"]), str(p["warmup"]), str(deadline)],
+                             capture_output=True, text=True, timeout=deadline + 10, check=True)
+        floor = json.loads(out.stdout)
+        log(f"lockstep floor n={n}: {floor['median_seconds'] * 1e3:.2f} ms a cycle, "
+            f"{floor['per_process_seconds'] * 1e6:.1f} us per process")
+        return floor
+    except (subprocess.SubprocessError, ValueError) as e:
+        log(f"lockstep floor n={n}: failed: {e}")
+        return {"n": n, "error": str(e)}
+
+
 def measure(p, design_names, with_peer, workdir, launch_anyway=False):
     from tools.simcluster.cluster import SimulatedCluster
     from tools.simcluster.link_bound import measure_link
@@ -128,6 +147,8 @@ def measure(p, design_names, with_peer, workdir, launch_anyway=False):
             results["jobs"].append(one_job(c, "calibration-one-host", "defaults", n, 1,
                                            worker_args(WORKER, "{out}", p, 0, presets.deadline_seconds(n)),
                                            env, workdir, p, 0))
+        # The floor under any design's cycle here: N processes that each only wake once per cycle.
+        results["calibration"]["lockstep_floor"] = [lockstep_floor(n, p) for n in sorted(set(p["ns"]))]
         for n in p["ns"]:
             for d in design_names:
                 avail_env, why = designs.availability(d, launch_anyway)

@@ -151,23 +151,25 @@ uint64_t* ShmBitsExchange::result_half(uint64_t cycle) {
   return reinterpret_cast<uint64_t*>(arena_->result() + (cycle % 2) * (arena_->slot_bytes() / 2));
 }
 
+ShmBitsExchange::InputHeader* ShmBitsExchange::result_header(uint64_t cycle, size_t words) {
+  return reinterpret_cast<InputHeader*>(reinterpret_cast<uint8_t*>(result_half(cycle)) + HeaderOffset(words));
+}
+
 void ShmBitsExchange::PostResult(uint64_t cycle, const std::vector<uint64_t>& bits, uint32_t position,
                                  const void* total, uint32_t total_bytes) {
   if (ResultHalfBytes(bits.size()) > arena_->slot_bytes() / 2 || total_bytes > kMaxInputBytes) {
     throw Error(Status::Internal("a control-plane result of " + std::to_string(bits.size()) + " words and " +
                                  std::to_string(total_bytes) + " bytes does not fit the host's result area"));
   }
-  uint64_t* half = result_half(cycle);
-  std::memcpy(half, bits.data(), bits.size() * sizeof(uint64_t));
-  auto* h = reinterpret_cast<InputHeader*>(reinterpret_cast<uint8_t*>(half) + HeaderOffset(bits.size()));
+  std::memcpy(result_half(cycle), bits.data(), bits.size() * sizeof(uint64_t));
+  InputHeader* h = result_header(cycle, bits.size());
   *h = InputHeader{total_bytes, position, -1};
   if (total_bytes) std::memcpy(reinterpret_cast<uint8_t*>(h) + 64, total, total_bytes);
   arena_->Publish(kResultFlag, cycle);  // release: the vector and the total before the cycle number
 }
 
 const uint8_t* ShmBitsExchange::ResultTotal(uint64_t cycle, size_t words, uint32_t* position, uint32_t* bytes) {
-  const auto* h = reinterpret_cast<const InputHeader*>(reinterpret_cast<const uint8_t*>(result_half(cycle)) +
-                                                       HeaderOffset(words));
+  const InputHeader* h = result_header(cycle, words);
   if (h->bytes == 0) return nullptr;
   *position = h->position;
   *bytes = h->bytes;

@@ -143,6 +143,9 @@ class ShmBitsExchange {
   // it, then the total.
   static size_t ResultHalfBytes(size_t words) { return HeaderOffset(words) + 64 + kMaxInputBytes; }
   uint64_t* result_half(uint64_t cycle);
+  // The header saying which total follows a result half's vector of `words` words (as header()
+  // does for a rank's half).
+  InputHeader* result_header(uint64_t cycle, size_t words);
   static constexpr std::chrono::microseconds kSpin = kDefaultSpin;
   std::unique_ptr<ShmArena> arena_;
   std::vector<int> present_;  // the ranks that have not left, in order
