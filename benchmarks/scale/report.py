@@ -151,10 +151,15 @@ shown apart in the table.
 {cycle_cpu_note(results)}{cycle_goal_note(results)}"""
 
 
+def _cores(results):
+    """The cores the run's ranks shared (the machine's facts, else this machine's)."""
+    return (results.get("machine") or {}).get("cores") or os.cpu_count() or 1
+
+
 def cycle_cpu_note(results):
     """What the tiny cycle costs in CPU at each N (every rank's CPU per iteration, all its threads):
     summed over the ranks and divided by the cores, the shortest the cycle could be here."""
-    cores = (results.get("machine") or {}).get("cores") or os.cpu_count() or 1
+    cores = _cores(results)
     rows = []
     for j in results["jobs"]:
         f = j.get("figures") or {}
@@ -183,7 +188,7 @@ def cycle_goal_note(results, design="hierarchical"):
     floors = [f for f in (results.get("calibration") or {}).get("lockstep_floor", []) if "error" not in f]
     if not floors:
         return ""
-    cores = floors[0]["cores"]
+    cores = _cores(results)
     jobs = goals.ok_jobs(results, design=design)
     rows = []
     for f in floors:
@@ -196,10 +201,10 @@ def cycle_goal_note(results, design="hierarchical"):
     lo_cycle = ((jobs.get(lo) or {}).get("figures") or {}).get("tiny_cycle_seconds")
     budget = ""
     if lo_cycle:
-        allowed = goals.CYCLE_RATIO_GOAL * lo_cycle * cores / hi
+        allowed_cycle = goals.CYCLE_RATIO_GOAL * lo_cycle
         budget = (f"\nThe goal ({goals.CYCLE_RATIO_GOAL:g}x the {lo}-rank cycle, {fmt_time(lo_cycle)} in this run) allows a "
-                  f"cycle of {fmt_time(goals.CYCLE_RATIO_GOAL * lo_cycle)} at {hi} ranks: with the {hi} processes taking "
-                  f"turns on {cores} cores, {fmt_time(allowed)} of CPU per rank per cycle, everything included (its "
+                  f"cycle of {fmt_time(allowed_cycle)} at {hi} ranks: with the {hi} processes taking "
+                  f"turns on {cores} cores, {fmt_time(allowed_cycle * cores / hi)} of CPU per rank per cycle, everything included (its "
                   f"Python call, its bits and input posted, its wait, its result copied out, and the hosts' leaders' "
                   f"TCP rounds). Compare the floor's per-process cost at {hi} above, which does nothing but wake, read "
                   f"a byte and write one, and what a rank of the {design} design costs.\n")
