@@ -11,31 +11,9 @@ import os
 import numpy as np
 
 from hvd_herring.spark import keras3_serialization as serialization
-
-
-def model_shapes(model):
-    """Each input's and output's shape with -1 for unknown dimensions (the batch)."""
-    def shapes(tensors):
-        return [[dim if dim else -1 for dim in tuple(t.shape)] for t in tensors]
-    return shapes(model.inputs), shapes(model.outputs)
-
-
-def output_names(model):
-    """The model's output names as a plain list (Keras 3's Sequential has no output_names: its one
-    output is its last layer's)."""
-    names = getattr(model, "output_names", None)
-    return [str(name) for name in (names if names is not None else [model.layers[-1].name])]
-
-
-def scale_learning_rate(optimizer, factor):
-    """Horovod scales the learning rate by the number of ranks for training (and back on the
-    driver); a LearningRateSchedule is left as the user wrote it. Returns the new rate, or None."""
-    import keras
-    from hvd_herring.tensorflow.keras.keras3 import learning_rate
-    if isinstance(optimizer.learning_rate, keras.optimizers.schedules.LearningRateSchedule):
-        return None
-    optimizer.learning_rate = lr = learning_rate(optimizer) * factor
-    return lr
+# (output_names is not used here; tests import it from this module)
+from hvd_herring.spark.keras3_model import model_shapes, output_names, scale_learning_rate  # noqa: F401
+from hvd_herring.spark.keras3_trainer import RemoteTrainer
 
 
 def get_model_shapes(self):
@@ -78,7 +56,6 @@ def _fit_on_prepared_data(self, backend, train_rows, val_rows, metadata, avg_row
     """Horovod's, except that a run id whose checkpoint directory holds no model file yet trains
     from the estimator's model (Horovod's would hand the ranks None)."""
     import time
-    from hvd_herring.spark.keras3_trainer import RemoteTrainer
     self._check_params(metadata)
     keras_utils = self._get_keras_utils()
     run_id = self.getRunId() or f'keras_{int(time.time())}'

@@ -10,7 +10,7 @@ scaling, with Keras 3's spellings and the `.keras` format (keras3_serialization)
 import math
 import os
 
-from hvd_herring.spark import keras3_estimator, keras3_serialization as serialization
+from hvd_herring.spark import keras3_model, keras3_serialization as serialization
 
 
 def _steps(rows, batch_size, size, override):
@@ -50,7 +50,7 @@ def RemoteTrainer(estimator, metadata, keras_utils, run_id, dataset_idx):
 
     input_shapes, output_shapes = estimator.get_model_shapes()
     # A plain list: Keras 3's tracked lists do not survive the pickling that ships this function.
-    output_names = keras3_estimator.output_names(estimator.getModel())
+    output_names = keras3_model.output_names(estimator.getModel())
     floatx = keras_utils.keras().backend.floatx()
     make_dataset = keras_utils.make_dataset_fn(
         feature_columns=feature_columns, label_columns=label_columns, sample_weight_col=sample_weight_col,
@@ -80,7 +80,7 @@ def RemoteTrainer(estimator, metadata, keras_utils, run_id, dataset_idx):
 
         with keras.utils.custom_object_scope(custom_objects):
             model = serialization.deserialize_model(serialized_model, hvd.load_model)
-        scaled_lr = keras3_estimator.scale_learning_rate(model.optimizer, hvd.size())
+        scaled_lr = keras3_model.scale_learning_rate(model.optimizer, hvd.size())
         for callback in user_callbacks:
             if isinstance(callback, hvd.callbacks.LearningRateScheduleCallback) and scaled_lr is not None:
                 callback.initial_lr = scaled_lr
