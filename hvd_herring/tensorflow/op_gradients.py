@@ -19,7 +19,13 @@ from tensorflow.python.framework import ops
 
 from horovod.common.process_sets import _temp_process_set_object
 
-from hvd_herring.tensorflow import mpi_ops
+from hvd_herring.basics import basics as _basics
+from hvd_herring.tensorflow import op_library
+
+
+for _op_type in ("HerringSize", "HerringLocalSize", "HerringRank", "HerringLocalRank", "HerringProcessSetIncluded",
+                 "HerringJoin", "HerringBarrier"):
+    ops.NotDifferentiable(_op_type)
 
 
 def _process_set(op):
@@ -33,7 +39,7 @@ def _grad_name(op, suffix="grad"):
         return None
     # A GradientTape hands a stand-in for the op without a name; its outputs have the op's.
     forward_name = op.outputs[0].op.name
-    return f"{mpi_ops._normalize_name(forward_name)}_{suffix}"
+    return f"{op_library._normalize_name(forward_name)}_{suffix}"
 
 
 def _reduction_attrs(op):
@@ -44,7 +50,7 @@ def _reduction_attrs(op):
 
 @ops.RegisterGradient("HerringAllreduce")
 def _allreduce_grad(op, grad):
-    return mpi_ops._allreduce(grad, name=_grad_name(op), **_reduction_attrs(op))
+    return op_library._allreduce(grad, name=_grad_name(op), **_reduction_attrs(op))
 
 
 @ops.RegisterGradient("HerringGroupedAllreduce")
@@ -52,9 +58,9 @@ def _grouped_allreduce_grad(op, *grads):
     # TensorFlow may hand zero gradients of another dtype for unused outputs: reduce one by one
     # when the dtypes differ (a group has one dtype).
     if len({g.dtype for g in grads}) > 1:
-        return [mpi_ops._allreduce(g, name=_grad_name(op, f"grad_{i}"), **_reduction_attrs(op))
+        return [op_library._allreduce(g, name=_grad_name(op, f"grad_{i}"), **_reduction_attrs(op))
                 for i, g in enumerate(grads)]
-    return mpi_ops._grouped_allreduce(list(grads), name=_grad_name(op), **_reduction_attrs(op))
+    return op_library._grouped_allreduce(list(grads), name=_grad_name(op), **_reduction_attrs(op))
 
 
 def _own_rows(grad, x, op, suffix):
@@ -63,14 +69,14 @@ def _own_rows(grad, x, op, suffix):
     ps, ins = _process_set(op), op.get_attr("ignore_name_scope")
     with tf.device("/cpu:0"):
         d = tf.reshape(tf.shape(x, out_type=tf.int32)[0], [1])
-        dims = tf.reshape(mpi_ops.allgather(d, name=_grad_name(op, suffix), ignore_name_scope=ins, process_set=ps),
-                          [ps.size()])
+        dims = tf.reshape(op_library.allgather(d, name=_grad_name(op, suffix), ignore_name_scope=ins,
+                                               process_set=ps), [ps.size()])
     return tf.split(grad, num_or_size_splits=dims, axis=0)[ps.rank()]
 
 
 def _averaged(grad, op, suffix="grad"):
-    return mpi_ops._allreduce(grad, name=_grad_name(op, suffix), op=mpi_ops.Average,
-                              ignore_name_scope=op.get_attr("ignore_name_scope"), process_set=_process_set(op))
+    return op_library._allreduce(grad, name=_grad_name(op, suffix), op=_basics.Average,
+                                 ignore_name_scope=op.get_attr("ignore_name_scope"), process_set=_process_set(op))
 
 
 @ops.RegisterGradient("HerringAllgather")
@@ -90,19 +96,19 @@ def _broadcast_grad(op, grad):
     reduced = _averaged(grad, op)
     # The same ops on every rank (a multiplication by 1 or 0), so that the names of the tensors
     # created after this one do not depend on the rank.
-    return reduced * tf.cast(mpi_ops.rank() == op.get_attr("root_rank"), reduced.dtype)
+    return reduced * tf.cast(_basics.rank() == op.get_attr("root_rank"), reduced.dtype)
 
 
 @ops.RegisterGradient("HerringAlltoall")
 def _alltoall_grad(op, grad_wrt_output, grad_wrt_received_splits):
-    grad, _ = mpi_ops.alltoall(grad_wrt_output, splits=op.outputs[1], name=_grad_name(op),
-                               ignore_name_scope=op.get_attr("ignore_name_scope"), process_set=_process_set(op))
+    grad, _ = op_library.alltoall(grad_wrt_output, splits=op.outputs[1], name=_grad_name(op),
+                                  ignore_name_scope=op.get_attr("ignore_name_scope"), process_set=_process_set(op))
     return [grad, None]
 
 
 def _reducescatter_scale(op, process_set):
     scale = 1.0
-    if op.get_attr("reduce_op") == mpi_ops.Sum:
+    if op.get_attr("reduce_op") == _basics.Sum:
         scale *= process_set.size()
     return scale * op.get_attr("prescale_factor") * op.get_attr("postscale_factor")
 
@@ -113,8 +119,8 @@ def _reducescatter_grad(op, grad):
     scale = _reducescatter_scale(op, ps)
     if scale != 1.0:
         grad = grad * tf.cast(scale, grad.dtype)
-    return mpi_ops.allgather(grad, name=_grad_name(op), ignore_name_scope=op.get_attr("ignore_name_scope"),
-                             process_set=ps)
+    return op_library.allgather(grad, name=_grad_name(op), ignore_name_scope=op.get_attr("ignore_name_scope"),
+                                process_set=ps)
 
 
 @ops.RegisterGradient("HerringGroupedReducescatter")
@@ -123,5 +129,6 @@ def _grouped_reducescatter_grad(op, *grads):
     scale = _reducescatter_scale(op, ps)
     if scale != 1.0:
         grads = [g * tf.cast(scale, g.dtype) for g in grads]
-    return [mpi_ops.allgather(g, name=_grad_name(op, f"grad_{i}"), ignore_name_scope=op.get_attr("ignore_name_scope"),
-                              process_set=ps) for i, g in enumerate(grads)]
+    return [op_library.allgather(g, name=_grad_name(op, f"grad_{i}"),
+                                 ignore_name_scope=op.get_attr("ignore_name_scope"), process_set=ps)
+            for i, g in enumerate(grads)]
