@@ -81,6 +81,8 @@ def report():
           "hd (halving-doubling), hd-topo (EFLOPS topology-aware), local")
     print(f"HOROVOD_BACKEND=herring switch: {'active' if switch.enabled() else 'inactive'} in this process "
           f"(horovod {'installed' if _available('horovod') else 'NOT installed'})")
+    if switch.backend_error():
+        print(f"    [ ] {switch.backend_error()}: `import horovod` fails until it is fixed")
     knobs = _native.resolved_knobs()
     secret = {k["name"] for k in _native.KNOBS if k["kind"] == "secret"}
     changed = {k: ("***" if k in secret else v) for k, v in knobs.items() if os.environ.get(k)}

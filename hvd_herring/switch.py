@@ -1,8 +1,14 @@
 """HOROVOD_BACKEND=herring: run unchanged Horovod scripts on the herring engine.
 
-A one-line .pth file installed with the package calls install() at interpreter start-up, but only
-when HOROVOD_BACKEND=herring; otherwise nothing is imported and Horovod behaves as installed. The
-finder answers imports of Horovod's framework packages with ours.
+A one-line .pth file installed with the package calls at_startup() at interpreter start-up when
+HOROVOD_BACKEND is set; unset, nothing is imported and Horovod behaves as installed. With
+`herring`, install() puts a finder in front of the import system that answers imports of Horovod's
+framework packages with ours. With a value we do not know (a typo: `hering`), `import horovod`
+raises ValueError naming the choices: otherwise the job would run on stock Horovod and nobody would
+notice. It is raised there rather than at start-up because a .pth cannot stop the interpreter (site
+prints the traceback and goes on), and because Python that never imports Horovod (pip, other
+tools run in the same environment) must keep working; horovodrun and every Horovod script import
+horovod first, so they stop at once with the message.
 
 Independently of the switch, a package of ours that stands in for a Horovod package (our
 hvd_herring.tensorflow is horovod.tensorflow) registers with alias_submodules(): then
@@ -126,8 +132,69 @@ def alias_submodules(horovod_package, our_package):
         sys.meta_path.insert(0, SubmoduleAliasFinder())
 
 
+# HOROVOD_BACKEND's values (compared without case and surrounding spaces; "" is unset): the one
+# that runs Horovod's API on herring, and those that leave Horovod as installed. Horovod itself
+# does not read the variable.
+HERRING = "herring"
+AS_INSTALLED = ("", "horovod")
+
+
+def _backend():
+    return os.environ.get("HOROVOD_BACKEND", "").strip().lower()
+
+
 def enabled():
-    return os.environ.get("HOROVOD_BACKEND", "").strip().lower() == "herring"
+    return _backend() == HERRING
+
+
+def backend_error():
+    """What is wrong with HOROVOD_BACKEND, or None when it is one of the choices."""
+    if _backend() == HERRING or _backend() in AS_INSTALLED:
+        return None
+    return (f"HOROVOD_BACKEND={os.environ['HOROVOD_BACKEND']!r} is not a backend: expected {HERRING!r} "
+            f"(Horovod's API on the herring engine), or {AS_INSTALLED[1]!r} or unset (Horovod as installed)")
+
+
+def at_startup():
+    """What hvd_herring_switch.pth runs when HOROVOD_BACKEND is set."""
+    if enabled():
+        install()
+        return
+    error = backend_error()
+    if error is not None and not any(isinstance(f, RefuseHorovod) for f in sys.meta_path):
+        sys.meta_path.insert(0, RefuseHorovod(error))
+
+
+class _RaisingLoader(importlib.abc.Loader):
+    def __init__(self, error):
+        self._error = error
+
+    def create_module(self, spec):
+        return None
+
+    def exec_module(self, module):
+        raise ValueError(self._error)
+
+
+class RefuseHorovod(importlib.abc.MetaPathFinder):
+    """HOROVOD_BACKEND is no backend we know: `import horovod` (and so every horovod.X) raises
+    ValueError naming the choices. Where Horovod is installed, find_spec still finds it
+    (importlib.util.find_spec("horovod") answers as before); only running its code is refused."""
+
+    def __init__(self, error):
+        self._error = error
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != "horovod":
+            return None
+        for finder in sys.meta_path:   # Horovod as found without us
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None:
+                spec.loader = _RaisingLoader(self._error)
+                return spec
+        return None
 
 
 def install():

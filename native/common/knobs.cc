@@ -1,6 +1,8 @@
 #include "common/knobs.h"
 
 #include <algorithm>
+#include <cerrno>
+#include <cmath>
 #include <cstdlib>
 #include <sstream>
 
@@ -14,7 +16,9 @@ const std::vector<KnobSpec>& AllKnobs() {
   static const std::vector<KnobSpec> knobs = {
       {"HOROVOD_BACKEND", "", "enum",
        "`herring` makes `import horovod.torch` (and the other Horovod frameworks) run on this "
-       "engine; unset, Horovod behaves as installed.", false},
+       "engine; unset, empty or `horovod`: Horovod behaves as installed. Any other value (a typo "
+       "such as `hering`) makes `import horovod` (so horovodrun too) raise ValueError naming the "
+       "choices, instead of running stock Horovod unnoticed; Python without Horovod is unaffected.", false},
       {"HOROVOD_FUSION_THRESHOLD", "134217728", "bytes",
        "Largest fused buffer; tensors ready in the same cycle are packed up to this size "
        "(a group is never split). 0 disables fusion.", true},
@@ -232,17 +236,44 @@ const KnobSpec& Spec(const std::string& name) {
   throw Error(Status::Internal("unknown knob " + name));
 }
 
-// Horovod's own knobs (HOROVOD_*) parse as Horovod's core parses them
-// (horovod/common/utils/env_parser.cc, operations.cc): std::strtol / std::strtod on the text, so
-// a number's prefix counts ("5ms" is 5), a text that is no number at all is 0, and a bool is
-// "strtol > 0". Horovod's own launcher relies on it: horovod.run() exports
-// HOROVOD_CYCLE_TIME='(None,)' and HOROVOD_CACHE_CAPACITY='(None,)' (a stray comma in its
-// _HorovodArgs), which Horovod reads as 0 (no batching wait, no response cache) and carries on.
-// A number below the knob's minimum counts as the minimum (a negative fusion threshold or cycle
-// time: 0, which in Horovod means no fusion, no wait). The words true/false are accepted
-// too (Horovod would read "true" as 0; we read what the user meant). Herring's own knobs
-// (HERRING_*) stay strict: a value that does not parse fails init naming the knob.
-bool HorovodLenient(const std::string& name) { return name.rfind("HOROVOD_", 0) == 0; }
+// Numbers and flags parse strictly, Horovod's knobs (HOROVOD_*) as herring's own: a value that is
+// not a number of the kind the table gives fails init, naming the knob, the value and what was
+// expected. Horovod's core reads its knobs with std::strtol / std::strtod
+// (horovod/common/utils/env_parser.cc), so there HOROVOD_FUSION_THRESHOLD=abc is silently 0 (no
+// fusion) and HOROVOD_CYCLE_TIME=5ms is 5; we refuse both. What Horovod's own launchers export
+// still reads: integers written as floats ("524288.0", horovodrun's config file), flags as any
+// integer (> 0 is on, as Horovod reads them) or true/false, and kHorovodRunUnset (below).
+// A well-formed number below a HOROVOD_* knob's minimum counts as the minimum (a negative fusion
+// threshold or cycle time: 0, which in Horovod means no fusion, no wait); HERRING_* knobs refuse it.
+bool HorovodKnob(const std::string& name) { return name.rfind("HOROVOD_", 0) == 0; }
+
+// horovod.run() exports HOROVOD_CYCLE_TIME='(None,)' and HOROVOD_CACHE_CAPACITY='(None,)' when
+// the caller did not set them (a stray comma in Horovod 0.28.1's _HorovodArgs); Horovod's core
+// reads that as 0 (no batching wait, no response cache) and carries on, and so do we: the user
+// wrote nothing wrong.
+constexpr const char* kHorovodRunUnset = "(None,)";
+
+std::string Trimmed(const std::string& v) {
+  const size_t first = v.find_first_not_of(" \t\n\r");
+  if (first == std::string::npos) return "";
+  return v.substr(first, v.find_last_not_of(" \t\n\r") - first + 1);
+}
+
+// What a number knob of this kind must be, for the error.
+std::string NumberWanted(const KnobSpec& spec, const std::string& bound) {
+  const std::string kind = spec.kind;
+  if (kind == "bytes") return "an integer number of bytes " + bound;
+  if (kind == "int") return "an integer " + bound;
+  if (kind == "ms") return "a number of milliseconds " + bound;
+  if (kind == "seconds") return "a number of seconds " + bound;
+  return "a number " + bound;
+}
+
+std::string Bound(double min_value) {
+  std::ostringstream s;
+  s << ">= " << min_value;
+  return s.str();
+}
 
 class KnobReader {
  public:
@@ -254,28 +285,40 @@ class KnobReader {
     return Spec(name).default_value;
   }
   int64_t Int(const std::string& name, int64_t min_value) const {
-    std::string v = Raw(name);
+    const std::string v = Raw(name), t = Trimmed(v);
+    if (HorovodKnob(name) && t == kHorovodRunUnset) return std::max<int64_t>(0, min_value);
     char* end = nullptr;
-    long long x = std::strtoll(v.c_str(), &end, 10);
-    if (HorovodLenient(name)) return std::max<int64_t>(x, min_value);
-    if (end == v.c_str() || *end != '\0' || x < min_value) Bad(name, v, ">= " + std::to_string(min_value));
-    return x;
+    errno = 0;
+    long long x = std::strtoll(t.c_str(), &end, 10);
+    bool ok = !t.empty() && *end == '\0' && errno != ERANGE;
+    if (!ok && HorovodKnob(name)) {  // an integer written as a float: "524288.0", "1e6"
+      const double d = std::strtod(t.c_str(), &end);
+      ok = !t.empty() && *end == '\0' && std::isfinite(d) && d == std::trunc(d) && std::fabs(d) < 9.2e18;
+      x = ok ? static_cast<long long>(d) : 0;
+    }
+    if (!ok || (x < min_value && !HorovodKnob(name))) Bad(name, v, NumberWanted(Spec(name), Bound(min_value)));
+    return std::max<int64_t>(x, min_value);
   }
   double Double(const std::string& name, double min_value) const {
-    std::string v = Raw(name);
+    const std::string v = Raw(name), t = Trimmed(v);
+    if (HorovodKnob(name) && t == kHorovodRunUnset) return std::max(0.0, min_value);
     char* end = nullptr;
-    double x = std::strtod(v.c_str(), &end);
-    if (HorovodLenient(name)) return x >= min_value ? x : min_value;  // NaN too
-    if (end == v.c_str() || *end != '\0' || !(x >= min_value)) Bad(name, v, "a number >= " + std::to_string(min_value));
-    return x;
+    const double x = std::strtod(t.c_str(), &end);
+    const bool ok = !t.empty() && *end == '\0' && std::isfinite(x);
+    if (!ok || (x < min_value && !HorovodKnob(name))) Bad(name, v, NumberWanted(Spec(name), Bound(min_value)));
+    return std::max(x, min_value);
   }
   bool Bool(const std::string& name) const {
-    std::string v = Raw(name);
-    if (v == "1" || v == "true" || v == "True" || v == "TRUE") return true;
-    if (v == "0" || v == "false" || v == "False" || v == "FALSE") return false;
-    if (HorovodLenient(name)) return std::strtol(v.c_str(), nullptr, 10) > 0;
+    const std::string v = Raw(name), t = Trimmed(v);
+    if (t == "1" || t == "true" || t == "True" || t == "TRUE") return true;
+    if (t == "0" || t == "false" || t == "False" || t == "FALSE") return false;
+    if (HorovodKnob(name)) {  // Horovod's flags: any integer, on when > 0
+      char* end = nullptr;
+      const long long x = std::strtoll(t.c_str(), &end, 10);
+      if (!t.empty() && *end == '\0') return x > 0;
+      Bad(name, v, "0 or 1 (or true/false; an integer > 0 is on)");
+    }
     Bad(name, v, "0 or 1");
-    return false;
   }
   // An enum knob: its value when it is `first` or `second`, an error naming both otherwise.
   bool Is(const std::string& name, const std::string& first, const std::string& second) const {

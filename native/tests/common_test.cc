@@ -24,23 +24,51 @@ TEST(Common, HerringKnobsRejectGarbageNamingTheKnob) {
   EXPECT_TRUE(threw);
 }
 
-// Horovod's knobs read as Horovod's core reads them (strtol/strtod): what horovod.run() exports,
-// HOROVOD_CYCLE_TIME='(None,)' and HOROVOD_CACHE_CAPACITY='(None,)', is 0; a numeric prefix counts.
-TEST(Common, HorovodKnobsParseAsHorovodDoes) {
+// What Horovod's launchers export reads: horovod.run()'s HOROVOD_CYCLE_TIME='(None,)' and
+// HOROVOD_CACHE_CAPACITY='(None,)' as Horovod reads them (0), integers written as floats
+// (horovodrun's config file), flags as integers; below a HOROVOD_* knob's minimum is the minimum.
+TEST(Common, HorovodKnobsReadWhatHorovodsLaunchersExport) {
   Config c = Config::FromEnvironment({{"HOROVOD_CYCLE_TIME", "(None,)"}, {"HOROVOD_CACHE_CAPACITY", "(None,)"},
-                                      {"HOROVOD_FUSION_THRESHOLD", "1048576bytes"},
-                                      {"HOROVOD_DYNAMIC_PROCESS_SETS", "yes"},
+                                      {"HOROVOD_FUSION_THRESHOLD", "524288.0"},
+                                      {"HOROVOD_DYNAMIC_PROCESS_SETS", "0"},
                                       {"HOROVOD_STALL_CHECK_DISABLE", "2"}});
   EXPECT_EQ(c.cycle_time_ms, 0.0);
   EXPECT_EQ(c.cache_capacity, 0);
-  EXPECT_EQ(c.fusion_threshold_bytes, 1048576);
+  EXPECT_EQ(c.fusion_threshold_bytes, 524288);
   EXPECT_FALSE(c.dynamic_process_sets);
   EXPECT_TRUE(c.stall_check_disabled);
-  Config n = Config::FromEnvironment({{"HOROVOD_FUSION_THRESHOLD", "-5"}, {"HOROVOD_CYCLE_TIME", "2.5x"},
+  Config n = Config::FromEnvironment({{"HOROVOD_FUSION_THRESHOLD", "-5"}, {"HOROVOD_CYCLE_TIME", " 2.5 "},
                                       {"HOROVOD_DYNAMIC_PROCESS_SETS", "true"}});
   EXPECT_EQ(n.fusion_threshold_bytes, 0);
   EXPECT_EQ(n.cycle_time_ms, 2.5);
   EXPECT_TRUE(n.dynamic_process_sets);
+}
+
+// Horovod's core would read these as 0 or as their numeric prefix (strtol/strtod), silently; we
+// refuse them, naming the knob, the value and what was expected.
+TEST(Common, HorovodKnobsRejectMalformedValuesNamingTheKnob) {
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"HOROVOD_FUSION_THRESHOLD", "abc"}, {"HOROVOD_FUSION_THRESHOLD", "64MB"}, {"HOROVOD_FUSION_THRESHOLD", "1.5"},
+      {"HOROVOD_CYCLE_TIME", "fast"},      {"HOROVOD_CYCLE_TIME", "5ms"},        {"HOROVOD_CYCLE_TIME", "nan"},
+      {"HOROVOD_CACHE_CAPACITY", "lots"},  {"HOROVOD_STALL_CHECK_TIME_SECONDS", "1m"},
+      {"HOROVOD_DYNAMIC_PROCESS_SETS", "yes"}, {"HOROVOD_AUTOTUNE", "on"}};
+  for (const auto& [name, value] : bad) {
+    std::string message;
+    try {
+      Config::FromEnvironment({{name, value}});
+    } catch (const Error& e) {
+      message = e.what();
+    }
+    EXPECT_NE(message.find(name + "='" + value + "' is not valid: expected "), std::string::npos)
+        << name << "=" << value << ": " << (message.empty() ? "accepted" : message);
+  }
+  std::string message;
+  try {
+    Config::FromEnvironment({{"HOROVOD_FUSION_THRESHOLD", "abc"}});
+  } catch (const Error& e) {
+    message = e.what();
+  }
+  EXPECT_NE(message.find("expected an integer number of bytes >= 0"), std::string::npos) << message;
 }
 
 TEST(Common, KnobsFingerprintCoversMustMatchOnly) {
