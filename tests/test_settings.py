@@ -1,4 +1,5 @@
-"""Settings that are wrong are errors, never silent surprises (issue 64, items 5 and 6):
+"""Settings that are wrong, and sums that do not fit, are errors or exact results, never silent
+surprises (issue 64, items 5 and 6):
 
 - HOROVOD_BACKEND with a value we do not know (`hering`) stops every Horovod script and horovodrun
   at `import horovod` with an error naming the choices, while Python that does not import
@@ -6,9 +7,15 @@
 - A malformed HOROVOD_* number (HOROVOD_FUSION_THRESHOLD=abc, HOROVOD_CYCLE_TIME=fast), which
   Horovod's core would read as 0, fails hvd.init() and init_process_group naming the variable,
   the value and what was expected.
+- Average of integer tensors whose sums overflow their type is the exact average (truncated toward
+  zero) on 2 ranks, through Horovod's torch API and torch.distributed: one launch runs every check
+  (tests/workers/integer_average_worker.py).
 """
 
 import os
+import shutil
+
+import pytest
 
 import launch
 
@@ -88,3 +95,33 @@ def test_malformed_horovod_numbers_fail_init_naming_the_variable_and_value():
     assert "HOROVOD_CYCLE_TIME='fast' is not valid: expected a number of milliseconds >= 0" in said["DIST"], run.output
     assert "HOROVOD_CYCLE_TIME='5ms' is not valid" in said["SUFFIX"], run.output
     assert said["FIXED"] == "1", run.output
+
+
+# --- integer Average on 2 ranks -------------------------------------------------------------------
+
+AVERAGE_WORKER = os.path.join("tests", "workers", "integer_average_worker.py")
+AVERAGE_CHECKS = ["the_issues_int8_case", "every_integer_type_small_and_large", "cached_repeats_in_place_and_async",
+                  "grouped_with_mixed_types", "pre_and_postscale", "reducescatter_average", "empty_and_scalar",
+                  "torch_distributed_avg"]
+
+
+@pytest.fixture(scope="module")
+def averaged():
+    results_dir = launch.scratch_dir("herring-average-")
+    run = launch.horovodrun(2, [AVERAGE_WORKER], timeout=300, HERRING_TEST_RESULTS=results_dir)
+    per_rank = launch.rank_results(results_dir, 2)
+    shutil.rmtree(results_dir, ignore_errors=True)
+    return run, per_rank
+
+
+def test_every_rank_reported(averaged):
+    run, per_rank = averaged
+    assert sorted(per_rank) == [0, 1], run.output[-5000:]
+    assert run.returncode == 0, run.output[-5000:]
+
+
+@pytest.mark.parametrize("check", AVERAGE_CHECKS)
+def test_integer_average_is_exact(averaged, check):
+    run, per_rank = averaged
+    for r, data in sorted(per_rank.items()):
+        assert data["results"].get(check) == "ok", f"rank {r}: {data['results'].get(check, 'did not run')}"

@@ -7,6 +7,7 @@
 
 #include "common/logging.h"
 #include "engine/engine.h"
+#include "kernels/integer_average.h"
 #include "ops/shm_staging.h"
 
 namespace herring {
@@ -402,7 +403,10 @@ const Engine::Pending* Engine::LoneSmallAllreduce(size_t words) const {
   if (p.state != RequestState::kCached || p.request.meta.type != OpType::kAllreduce) return nullptr;
   const ProcessSet* set = sets_.Find(p.request.meta.process_set);
   if (set == nullptr || set->size() != world_size()) return nullptr;
-  const size_t bytes = TensorBytes(cache_.at(p.position));
+  const Response& r = cache_.at(p.position);
+  // An integer Average is reduced as its int64 split (execution.cc), not as the posted inputs.
+  if (IsIntegerAverage(r.dtype, r.reduce_op)) return nullptr;
+  const size_t bytes = TensorBytes(r);
   const int64_t one_step = OneStepAllreduceBytes(cycle_config_.small_message_bytes, set->arena.get());
   const size_t limit = std::min<size_t>(ShmBitsExchange::InputCapacity(words), static_cast<size_t>(one_step));
   return bytes > 0 && bytes <= limit ? &p : nullptr;

@@ -545,6 +545,10 @@ class Engine {
   std::vector<const Response*> fusion_;
   std::vector<Pending*> fusion_requests_;
   AllreduceBatch fusion_batch_;
+  // An integer Average's batch as it runs: the int64 Sum of quotients and remainders
+  // (kernels/integer_average.h) over this scratch.
+  AllreduceBatch average_split_batch_;
+  ScratchBuffer average_split_;
   // Nodes of pending_ and in_flight_ kept from the last request finished: a synchronous call
   // adds one to each and removes it, and would otherwise allocate and free both every time.
   decltype(pending_)::node_type spare_pending_;

@@ -1,15 +1,28 @@
 // Execution of the responses of one cycle: fuse allreduces into balanced buffers, hand each unit
 // to the operation manager, complete the handles. Every rank sees the same response list, so the
 // fusion decisions (and the tags derived from them) are identical on every member.
+#include <algorithm>
 #include <cstring>
 
 #include "common/logging.h"
 #include "engine/engine.h"
 #include "kernels/hash.h"
+#include "kernels/integer_average.h"
 #include "ops/verify.h"
 
 namespace herring {
 namespace {
+
+// An integer Average runs as the int64 Sum of each element's quotient and remainder by n
+// (kernels/integer_average.h): the quotients of the fused layout, then its remainders. Members
+// and dedicated servers lay it out alike; `split` null: the layout only (a server).
+void LayOutAverageSplit(int64_t total, int64_t* split, AllreduceBatch* batch) {
+  batch->dtype = DataType::kInt64;
+  batch->op = ReduceOp::kSum;
+  batch->prescale = batch->postscale = 1.0;
+  batch->entries.clear();
+  for (int64_t* half : {split, split ? split + total : nullptr}) batch->entries.push_back({half, half, total});
+}
 
 bool Fusable(const Response& a, const Response& b) {
   return b.ok() && b.type == OpType::kAllreduce && a.process_set == b.process_set && a.dtype == b.dtype &&
@@ -86,6 +99,7 @@ void Engine::ServeAllreduceBatch(const std::vector<const Response*>& responses, 
     for (const auto& shape : r->shapes) batch.entries.push_back({nullptr, nullptr, NumElements(shape)});
     batch.label += (batch.label.empty() ? "" : ", ") + r->name;
   }
+  if (IsIntegerAverage(first.dtype, first.reduce_op)) LayOutAverageSplit(batch.total_count(), nullptr, &batch);
   ExecContext ctx = MakeContext(set, unit);
   ctx.lane = "served: allreduce." + first.name + (responses.size() > 1 ? " +" + std::to_string(responses.size() - 1) : "");
   TimelinePhase phase(timeline_.get(), ctx.lane, "SERVE");
@@ -202,12 +216,28 @@ void Engine::ExecuteAllreduceBatch(const std::vector<const Response*>& responses
     batch.label += r->name;
   }
   ExecContext ctx = MakeContext(set, unit);
-  if (responses.size() == 1 && !inputs_with_bits_.by_rank.empty() && first.process_set == inputs_with_bits_.process_set &&
-      first.name == inputs_with_bits_.name) {
+  // An integer Average (which never posts its inputs with the bits: LoneSmallAllreduce) runs as
+  // the int64 Sum of its split, then the average goes into the outputs.
+  const bool split_average = IsIntegerAverage(first.dtype, first.reduce_op);
+  AllreduceBatch& executed = split_average ? average_split_batch_ : batch;
+  int64_t* split = nullptr;
+  if (split_average) {
+    const int64_t total = batch.total_count();
+    split = reinterpret_cast<int64_t*>(average_split_.Get(std::max<int64_t>(1, 2 * total) * sizeof(int64_t)));
+    int64_t at = 0;
+    for (const ReduceEntry& e : batch.entries) {
+      SplitForAverage(e.input, e.count, batch.dtype, batch.prescale, set.size(), split + at, split + total + at);
+      at += e.count;
+    }
+    LayOutAverageSplit(total, split, &executed);
+    executed.label = batch.label;
+  }
+  if (!split_average && responses.size() == 1 && !inputs_with_bits_.by_rank.empty() &&
+      first.process_set == inputs_with_bits_.process_set && first.name == inputs_with_bits_.name) {
     for (int member : set.local_members()) ctx.posted_inputs.push_back(inputs_with_bits_.by_rank[set.ranks[member]]);
   }
-  if (responses.size() == 1 && total_with_bits_.bytes == batch.total_bytes() && first.process_set == total_with_bits_.process_set &&
-      first.name == total_with_bits_.name) {
+  if (!split_average && responses.size() == 1 && total_with_bits_.bytes == batch.total_bytes() &&
+      first.process_set == total_with_bits_.process_set && first.name == total_with_bits_.name) {
     ctx.total_with_bits = total_with_bits_.data();
   }
   if (psld_->Measures(set.id)) {
@@ -221,8 +251,16 @@ void Engine::ExecuteAllreduceBatch(const std::vector<const Response*>& responses
     }
     TimelineOperation op(timeline_.get(), std::move(lanes), "ALLREDUCE",
                          timeline_ ? std::to_string(batch.total_bytes()) + " bytes in " + ctx.lane : std::string());
-    const char* impl = Ops().Allreduce(ctx, batch);
+    const char* impl = Ops().Allreduce(ctx, executed);
     if (timeline_) op.SetEndArgs(std::string("\"implementation\": \"") + impl + "\"");
+  }
+  if (split_average) {
+    const int64_t total = batch.total_count();
+    int64_t at = 0;
+    for (const ReduceEntry& e : batch.entries) {
+      AverageFromSplitSums(split + at, split + total + at, e.count, set.size(), first.postscale, batch.dtype, e.output);
+      at += e.count;
+    }
   }
   if (config_.verify) {
     uint64_t h = 0;

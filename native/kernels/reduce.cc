@@ -15,6 +15,7 @@
 #include "common/status.h"
 #include "kernels/half_float.h"
 #include "kernels/reduce_internal.h"
+#include "kernels/saturate.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #define HERRING_HAVE_AVX2_KERNELS 1

@@ -562,22 +562,8 @@ void ScaleFloating(void* dst, const void* src, size_t count, double factor) {
   std::memcpy(out + i, out_tail, (count - i) * sizeof(Stored));
 }
 
-// Truncates toward zero like static_cast<T>(v), defined for every v: out-of-range values
-// saturate (static_cast would be undefined there) and NaN becomes 0.
-template <typename T>
-T TruncateSaturating(double v) {
-  // -2^(bits-1) (or 0) and 2^(bits-1) (or 2^bits) are exact in double for every integer type.
-  constexpr double kLowest = static_cast<double>(std::numeric_limits<T>::min());
-  constexpr double kAboveMax =
-      2.0 * static_cast<double>(T(1) << (std::numeric_limits<T>::digits - 1));
-  if (v != v) return 0;
-  if (v >= kAboveMax) return std::numeric_limits<T>::max();
-  if (v <= kLowest) return std::numeric_limits<T>::min();
-  return static_cast<T>(v);
-}
-
 // Integers: double(x) * factor truncated toward zero (saturating). Clamping to [min, max] before
-// the conversion gives the same results as TruncateSaturating, vectorised.
+// the conversion gives the same results as TruncateSaturating (kernels/saturate.h), vectorised.
 template <typename T>
 void ScaleInteger(void* dst, const void* src, size_t count, double factor) {
   T* out = static_cast<T*>(dst);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "kernels/integer_average.h"
 #include "kernels/reduce.h"
 #include "ops/shm_staging.h"
 
@@ -231,8 +232,12 @@ void DirectReducescatter::Execute(ExecContext& ctx, const Response& r, const Ten
     if (my_elems) {
       std::vector<const void*> srcs(n);
       for (int m = 0; m < n; ++m) srcs[m] = staging + m * my_elems * esz;
-      ReduceInto(out, srcs.data(), n, my_elems, r.dtype, ExecutedOp(r.reduce_op));
-      ScaleInto(out, out, my_elems, r.dtype, ExecutedPostscale(r.reduce_op, r.postscale, n));
+      if (IsIntegerAverage(r.dtype, r.reduce_op)) {  // exact: no Sum that wraps in the dtype
+        AverageInto(out, srcs.data(), n, my_elems, r.dtype, r.postscale);
+      } else {
+        ReduceInto(out, srcs.data(), n, my_elems, r.dtype, ExecutedOp(r.reduce_op));
+        ScaleInto(out, out, my_elems, r.dtype, ExecutedPostscale(r.reduce_op, r.postscale, n));
+      }
     }
   }
 }

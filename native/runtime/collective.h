@@ -75,7 +75,8 @@ uint64_t MakeTagBase(uint64_t cycle, uint32_t unit);
 constexpr uint32_t kMaxR2spChunks = 1u << 10;  // per shard
 uint64_t MakeR2spTag(uint64_t step, uint32_t session, int32_t shard, uint32_t chunk, bool pull);
 
-// Average is executed as Sum followed by a postscale of 1/n (n = process set size), as Horovod does.
+// Average is executed as Sum followed by a postscale of 1/n (n = process set size), as Horovod does;
+// of integers, as the int64 Sum of its exact split instead (kernels/integer_average.h, engine/execution.cc).
 inline ReduceOp ExecutedOp(ReduceOp op) { return op == ReduceOp::kAverage ? ReduceOp::kSum : op; }
 inline double ExecutedPostscale(ReduceOp op, double postscale, int n) {
   return op == ReduceOp::kAverage ? postscale / n : postscale;
