@@ -27,6 +27,13 @@ def _gathered_slices(values, indices, like, op, process_set):
     return tf.IndexedSlices(values, indices, dense_shape=like.dense_shape)
 
 
+def _compressed(collective, tensor, compression, device, **kwargs):
+    """`collective` (an op of mpi_ops) of `tensor` compressed on `device`, decompressed."""
+    with tf.device(device):
+        compressed, ctx = compression.compress(mpi_ops._as_tensor(tensor))
+        return compression.decompress(collective(compressed, **kwargs), ctx)
+
+
 def allreduce(tensor, average=None, device_dense='', device_sparse='', compression=Compression.none, op=None,
               prescale_factor=1.0, postscale_factor=1.0, name=None, process_set=global_process_set,
               ignore_name_scope=False):
@@ -41,12 +48,9 @@ def allreduce(tensor, average=None, device_dense='', device_sparse='', compressi
             indices = mpi_ops.allgather(tensor.indices, process_set=process_set, ignore_name_scope=ignore_name_scope,
                                         name=None if name is None else f"{name}.indices")
             return _gathered_slices(values, indices, tensor, op, process_set)
-    with tf.device(device_dense):
-        compressed, ctx = compression.compress(mpi_ops._as_tensor(tensor))
-        reduced = mpi_ops._allreduce(compressed, name=name, op=op, prescale_factor=prescale_factor,
-                                     postscale_factor=postscale_factor, process_set=process_set,
-                                     ignore_name_scope=ignore_name_scope)
-        return compression.decompress(reduced, ctx)
+    return _compressed(mpi_ops._allreduce, tensor, compression, device_dense, name=name, op=op,
+                       prescale_factor=prescale_factor, postscale_factor=postscale_factor, process_set=process_set,
+                       ignore_name_scope=ignore_name_scope)
 
 
 def grouped_allreduce(tensors, average=None, device_dense='', device_sparse='', compression=Compression.none,
@@ -92,12 +96,9 @@ def reducescatter(tensor, device_dense='', compression=Compression.none, op=Aver
                   postscale_factor=1.0):
     """Average (by default) or sum of `tensor` over the process set, of which each member
     receives its share of the first dimension."""
-    with tf.device(device_dense):
-        compressed, ctx = compression.compress(mpi_ops._as_tensor(tensor))
-        reduced = mpi_ops._reducescatter(compressed, name=name, op=op, process_set=process_set,
-                                         ignore_name_scope=ignore_name_scope, prescale_factor=prescale_factor,
-                                         postscale_factor=postscale_factor)
-        return compression.decompress(reduced, ctx)
+    return _compressed(mpi_ops._reducescatter, tensor, compression, device_dense, name=name, op=op,
+                       process_set=process_set, ignore_name_scope=ignore_name_scope, prescale_factor=prescale_factor,
+                       postscale_factor=postscale_factor)
 
 
 def grouped_reducescatter(tensors, device_dense='', compression=Compression.none, op=Average,

@@ -48,7 +48,25 @@ def _eager():
     return tf.executing_eagerly()
 
 
-class TensorFlowKerasState(ObjectState):
+class _VariablesState(ObjectState):
+    """An ObjectState that also keeps a copy of variables; a subclass says how they are broadcast
+    from the root rank (_broadcast_variables), saved (_save_model) and put back (_load_model)."""
+
+    def save(self):
+        self._save_model()
+        super().save()
+
+    def restore(self):
+        self._load_model()
+        super().restore()
+
+    def sync(self):
+        self._broadcast_variables()
+        self._save_model()
+        super().sync()
+
+
+class TensorFlowKerasState(_VariablesState):
     """State of a Keras model and its optimizer (the model's compiled one by default), plus the
     keyword attributes. `backend` (tf.keras.backend) is needed for TF1-style graph mode only."""
 
@@ -60,31 +78,18 @@ class TensorFlowKerasState(ObjectState):
         self.backend = backend
         self._save_model()
         if not backend or _eager():
-            self._bcast_model = self._broadcast_eagerly
+            self._broadcast_variables = self._broadcast_eagerly
             bcast_object = broadcast_object
         else:
             # One broadcast op built now and run at each sync.
             bcast_op = broadcast_variables(tf.compat.v1.global_variables(), root_rank=0)
-            self._bcast_model = lambda: self.backend.get_session().run(bcast_op)
+            self._broadcast_variables = lambda: self.backend.get_session().run(bcast_op)
             bcast_object = broadcast_object_fn(session=self.backend.get_session())
         super().__init__(bcast_object=bcast_object, get_rank=rank, **kwargs)
 
     def _broadcast_eagerly(self):
         broadcast_variables(self.model.variables, root_rank=0)
         broadcast_variables(optimizer_variables(self.optimizer), root_rank=0)
-
-    def save(self):
-        self._save_model()
-        super().save()
-
-    def restore(self):
-        self._load_model()
-        super().restore()
-
-    def sync(self):
-        self._bcast_model()
-        self._save_model()
-        super().sync()
 
     def _save_model(self):
         if _eager():
@@ -105,7 +110,7 @@ class TensorFlowKerasState(ObjectState):
             self.optimizer.set_weights(self._saved_optimizer_state)
 
 
-class TensorFlowState(ObjectState):
+class TensorFlowState(_VariablesState):
     """State of a list of tf.Variables (all global variables by default), plus the keyword
     attributes. In graph mode the values are read and written through `session` (the default
     session by default)."""
@@ -119,21 +124,11 @@ class TensorFlowState(ObjectState):
         bcast_object = broadcast_object if _eager() else broadcast_object_fn(session=self.session)
         super().__init__(bcast_object=lambda obj: bcast_object(obj), get_rank=rank, **kwargs)
 
-    def save(self):
-        self._save_model()
-        super().save()
-
-    def restore(self):
-        self._load_model()
-        super().restore()
-
-    def sync(self):
+    def _broadcast_variables(self):
         if self._bcast_op is not None:
             self.session.run(self._bcast_op)
         else:
             broadcast_variables(self.variables, root_rank=0)
-        self._save_model()
-        super().sync()
 
     def _save_model(self):
         if _eager():

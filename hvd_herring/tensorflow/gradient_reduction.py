@@ -9,6 +9,7 @@ Horovod does."""
 
 import collections
 import os
+import warnings
 
 import tensorflow as tf
 
@@ -29,6 +30,17 @@ def _elastic():
 def variable_key(variable):
     """A hashable identity for a variable or tensor (Keras 3 variables have no .ref())."""
     return id(variable)
+
+
+def groups_or_num_groups(groups, num_groups):
+    """The DistributedOptimizers' `groups`, or their deprecated `num_groups` (with Horovod's
+    warning) when groups is not given."""
+    if num_groups != 0:
+        warnings.warn('Parameter `num_groups` has been replaced by `groups` and will be removed in v0.23.0.',
+                      DeprecationWarning)
+        if groups is None:
+            groups = num_groups
+    return groups
 
 
 class GradientAllreducer:

@@ -3,15 +3,13 @@ tf.compat.v1.train.Optimizer, broadcast_global_variables and BroadcastGlobalVari
 mode and sessions). hvd.DistributedOptimizer given a Keras optimizer (of the Keras tf.keras is)
 returns horovod.tensorflow.keras's."""
 
-import warnings
-
 import tensorflow as tf
 
 from horovod.common.process_sets import global_process_set
 from horovod.tensorflow.compression import Compression
 from hvd_herring.tensorflow.functions import broadcast_variables
 
-from hvd_herring.tensorflow.gradient_reduction import GradientAllreducer, variable_key
+from hvd_herring.tensorflow.gradient_reduction import GradientAllreducer, groups_or_num_groups, variable_key
 from hvd_herring.tensorflow.mpi_ops import Adasum, Average, rank
 
 _LegacyOptimizer = tf.compat.v1.train.Optimizer
@@ -92,11 +90,7 @@ def DistributedOptimizer(optimizer, name=None, use_locking=False, device_dense='
                                   "backend; use a Keras optimizer (its gradients are reduced with Adasum)")
     if gradient_predivide_factor != 1.0 and op != Average:
         raise ValueError('gradient_predivide_factor not supported with op != Average')
-    if num_groups != 0:
-        warnings.warn('Parameter `num_groups` has been replaced by `groups` and will be removed in v0.23.0.',
-                      DeprecationWarning)
-        if groups is None:
-            groups = num_groups
+    groups = groups_or_num_groups(groups, num_groups)
     if isinstance(optimizer, _LegacyOptimizer):
         name = name or f"Distributed{type(optimizer).__name__}"
         reducer = GradientAllreducer(name, device_dense, device_sparse, compression, sparse_as_dense, op,

@@ -9,12 +9,10 @@ them (Keras 3: Optimizer.apply; Keras 2: compute_gradients, as Horovod does). Wh
 (the settings of an instance, local variables, the variables spelling) is DistributedOptimizerBase.
 """
 
-import warnings
-
 from horovod.common.process_sets import global_process_set
 from horovod.tensorflow.compression import Compression
 
-from hvd_herring.tensorflow.gradient_reduction import GradientAllreducer, variable_key
+from hvd_herring.tensorflow.gradient_reduction import GradientAllreducer, groups_or_num_groups, variable_key
 from hvd_herring.tensorflow.gradient_tape import local_layer_list
 from hvd_herring.tensorflow.keras_flavour import flavour
 from hvd_herring.tensorflow.mpi_ops import Average, Sum
@@ -121,11 +119,7 @@ def DistributedOptimizer(optimizer, name=None, device_dense='', device_sparse=''
         raise ValueError('op currently only supports Average and Sum')
     if backward_passes_per_step < 1:
         raise ValueError("backward_passes_per_step must be >= 1")
-    if num_groups != 0:
-        warnings.warn('Parameter `num_groups` has been replaced by `groups` and will be removed in v0.23.0.',
-                      DeprecationWarning)
-        if groups is None:
-            groups = num_groups
+    groups = groups_or_num_groups(groups, num_groups)
     base = type(optimizer)
     reducer = GradientAllreducer(name or f"Distributed{base.__name__}", device_dense, device_sparse, compression,
                                  sparse_as_dense, op, gradient_predivide_factor, groups, process_set)
