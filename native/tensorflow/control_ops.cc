@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "op_attrs.h"
+#include "op_shapes.h"
 #include "tf_adapter.h"
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/common_shape_fns.h"
@@ -113,11 +114,6 @@ class TopologyKernel : public tf::OpKernel {
   EngineRef engine_;
   int process_set_id_ = 0;
 };
-
-absl::Status Scalar(tf::shape_inference::InferenceContext* c) {
-  c->set_output(0, c->Scalar());
-  return absl::OkStatus();
-}
 
 }  // namespace
 

@@ -2,40 +2,16 @@
 // only known after negotiation (allgather, alltoall) are allocated by the engine and adopted by
 // TensorFlow without a copy.
 #include "op_attrs.h"
+#include "op_shapes.h"
 #include "tf_adapter.h"
 #include "absl/strings/str_cat.h"
 #include "tensorflow/core/framework/op.h"
-#include "tensorflow/core/framework/shape_inference.h"
 
 namespace herring {
 namespace tfops {
 namespace {
 
 namespace tf = ::tensorflow;
-using tf::shape_inference::InferenceContext;
-using tf::shape_inference::ShapeHandle;
-
-absl::Status FirstDimUnknown(InferenceContext* c) {
-  for (int i = 0; i < c->num_outputs(); ++i) {
-    ShapeHandle in;
-    TF_RETURN_IF_ERROR(c->WithRankAtLeast(c->input(i), 1, &in));
-    ShapeHandle out;
-    TF_RETURN_IF_ERROR(c->ReplaceDim(in, 0, c->UnknownDim(), &out));
-    c->set_output(i, out);
-  }
-  return absl::OkStatus();
-}
-
-// Every input tensor of the kernel as a request's tensors (the engine allocates the outputs).
-absl::Status AddInputs(tf::OpKernelContext* context, int count, Request* request) {
-  TF_RETURN_IF_ERROR(ToEngineType(context->input_dtype(0), &request->meta.dtype));
-  for (int i = 0; i < count; ++i) {
-    const tf::Tensor& in = context->input(i);
-    request->meta.tensors.push_back({DimsOf(in.shape()), {}});
-    request->buffers.push_back({in.tensor_data().data(), nullptr});
-  }
-  return absl::OkStatus();
-}
 
 // HerringAllgather / HerringGroupedAllgather: concatenation along the first dimension, which may
 // differ per member.
@@ -47,18 +23,7 @@ class AllgatherKernel : public CollectiveKernel {
     Request request = NewRequest();
     const int n = context->num_inputs();
     OP_REQUIRES_OK_ASYNC(context, AddInputs(context, n, &request), done);
-    const tf::DataType dtype = context->input_dtype(0);
-    Submit(context, engine_, std::move(request),
-           [context, dtype, n](OpResult& result) -> absl::Status {
-             if (static_cast<int>(result.outputs.size()) != n) {
-               return absl::InternalError(
-                   absl::StrCat("allgather returned ", result.outputs.size(), " outputs for ", n, " tensors"));
-             }
-             for (int i = 0; i < n; ++i) {
-               context->set_output(i, AdoptEngineOutput(dtype, result.output_shapes[i], result.outputs[i]));
-             }
-             return absl::OkStatus();
-           },
+    Submit(context, engine_, std::move(request), AdoptOutputs(context, context->input_dtype(0), n, "allgather"),
            std::move(done));
   }
 };
@@ -74,10 +39,7 @@ class BroadcastKernel : public CollectiveKernel {
     Request request = NewRequest();
     request.meta.root = root_rank_;
     OP_REQUIRES_OK_ASYNC(context, AddInputs(context, 1, &request), done);
-    tf::Tensor* out = nullptr;
-    OP_REQUIRES_OK_ASYNC(context, context->forward_input_or_allocate_output({0}, 0, context->input(0).shape(), &out),
-                         done);
-    request.buffers[0].output = const_cast<char*>(out->tensor_data().data());
+    OP_REQUIRES_OK_ASYNC(context, OutputIntoTensorFlow(context, 1, &request), done);
     Submit(context, engine_, std::move(request), [](OpResult&) { return absl::OkStatus(); }, std::move(done));
   }
 
@@ -146,10 +108,7 @@ REGISTER_OP("HerringBroadcast")
     .Attr("root_rank: int")
     .Input("tensor: T")
     .Output("broadcast: T")
-    .SetShapeFn([](InferenceContext* c) {
-      c->set_output(0, c->input(0));
-      return absl::OkStatus();
-    })
+    .SetShapeFn(SameShapes)
     .Doc("The root rank's `tensor` on every member (root_rank is a global rank).");
 
 REGISTER_OP("HerringAlltoall")
@@ -159,12 +118,8 @@ REGISTER_OP("HerringAlltoall")
     .Input("splits: int32")
     .Output("output: T")
     .Output("received_splits: int32")
-    .SetShapeFn([](InferenceContext* c) {
-      ShapeHandle in;
-      TF_RETURN_IF_ERROR(c->WithRankAtLeast(c->input(0), 1, &in));
-      ShapeHandle out;
-      TF_RETURN_IF_ERROR(c->ReplaceDim(in, 0, c->UnknownDim(), &out));
-      c->set_output(0, out);
+    .SetShapeFn([](tf::shape_inference::InferenceContext* c) {
+      TF_RETURN_IF_ERROR(FirstDimUnknownAt(c, 0));
       c->set_output(1, c->Vector(c->UnknownDim()));
       return absl::OkStatus();
     })

@@ -1,35 +1,16 @@
 // Reductions: allreduce and reducescatter, single and grouped. A grouped op is one request with
 // several tensors, so the engine negotiates and reduces the group as one unit.
 #include "op_attrs.h"
+#include "op_shapes.h"
 #include "tf_adapter.h"
 #include "absl/strings/str_cat.h"
 #include "tensorflow/core/framework/op.h"
-#include "tensorflow/core/framework/shape_inference.h"
 
 namespace herring {
 namespace tfops {
 namespace {
 
 namespace tf = ::tensorflow;
-using tf::shape_inference::InferenceContext;
-using tf::shape_inference::ShapeHandle;
-
-absl::Status SameShapes(InferenceContext* c) {
-  for (int i = 0; i < c->num_inputs(); ++i) c->set_output(i, c->input(i));
-  return absl::OkStatus();
-}
-
-// Each output keeps the input's shape except its first dimension, which the split decides.
-absl::Status FirstDimUnknown(InferenceContext* c) {
-  for (int i = 0; i < c->num_inputs(); ++i) {
-    ShapeHandle in;
-    TF_RETURN_IF_ERROR(c->WithRankAtLeast(c->input(i), 1, &in));
-    ShapeHandle out;
-    TF_RETURN_IF_ERROR(c->ReplaceDim(in, 0, c->UnknownDim(), &out));
-    c->set_output(i, out);
-  }
-  return absl::OkStatus();
-}
 
 // The reduction settings of allreduce and reducescatter.
 class ReductionKernel : public CollectiveKernel {
@@ -51,13 +32,7 @@ class ReductionKernel : public CollectiveKernel {
     request->meta.reduce_op = reduce_op_;
     request->meta.prescale = prescale_;
     request->meta.postscale = postscale_;
-    TF_RETURN_IF_ERROR(ToEngineType(context->input_dtype(0), &request->meta.dtype));
-    for (int i = 0; i < context->num_inputs(); ++i) {
-      const tf::Tensor& in = context->input(i);
-      request->meta.tensors.push_back({DimsOf(in.shape()), {}});
-      request->buffers.push_back({in.tensor_data().data(), nullptr});
-    }
-    return absl::OkStatus();
+    return AddInputs(context, context->num_inputs(), request);
   }
 
  private:
@@ -75,13 +50,7 @@ class AllreduceKernel : public ReductionKernel {
   void ComputeAsync(tf::OpKernelContext* context, DoneCallback done) override {
     Request request;
     OP_REQUIRES_OK_ASYNC(context, BuildRequest(context, &request), done);
-    for (int i = 0; i < context->num_inputs(); ++i) {
-      tf::Tensor* out = nullptr;
-      OP_REQUIRES_OK_ASYNC(context,
-                           context->forward_input_or_allocate_output({i}, i, context->input(i).shape(), &out),
-                           done);
-      request.buffers[i].output = const_cast<char*>(out->tensor_data().data());
-    }
+    OP_REQUIRES_OK_ASYNC(context, OutputIntoTensorFlow(context, context->num_inputs(), &request), done);
     Submit(context, engine_, std::move(request), [](OpResult&) { return absl::OkStatus(); }, std::move(done));
   }
 };
@@ -95,31 +64,23 @@ class ReducescatterKernel : public ReductionKernel {
   void ComputeAsync(tf::OpKernelContext* context, DoneCallback done) override {
     Request request;
     OP_REQUIRES_OK_ASYNC(context, BuildRequest(context, &request), done);
-    const tf::DataType dtype = context->input_dtype(0);
-    const int n = context->num_inputs();
     Submit(context, engine_, std::move(request),
-           [context, dtype, n](OpResult& result) -> absl::Status {
-             if (static_cast<int>(result.outputs.size()) != n) {
-               return absl::InternalError(
-                   absl::StrCat("reducescatter returned ", result.outputs.size(), " outputs for ", n, " tensors"));
-             }
-             for (int i = 0; i < n; ++i) {
-               context->set_output(i, AdoptEngineOutput(dtype, result.output_shapes[i], result.outputs[i]));
-             }
-             return absl::OkStatus();
-           },
-           std::move(done));
+           AdoptOutputs(context, context->input_dtype(0), context->num_inputs(), "reducescatter"), std::move(done));
   }
 };
 
 }  // namespace
 
+// The reduction settings ReductionKernel reads.
+#define HERRING_REDUCTION_ATTRS              \
+  .Attr("reduce_op: int")                    \
+      .Attr("prescale_factor: float = 1.0")  \
+      .Attr("postscale_factor: float = 1.0")
+
 REGISTER_OP("HerringAllreduce")
     HERRING_COLLECTIVE_ATTRS
     .Attr(HERRING_TF_TYPES)
-    .Attr("reduce_op: int")
-    .Attr("prescale_factor: float = 1.0")
-    .Attr("postscale_factor: float = 1.0")
+    HERRING_REDUCTION_ATTRS
     .Input("tensor: T")
     .Output("reduced: T")
     .SetShapeFn(SameShapes)
@@ -129,9 +90,7 @@ REGISTER_OP("HerringGroupedAllreduce")
     HERRING_COLLECTIVE_ATTRS
     .Attr(HERRING_TF_TYPES)
     .Attr("num_tensors: int >= 1")
-    .Attr("reduce_op: int")
-    .Attr("prescale_factor: float = 1.0")
-    .Attr("postscale_factor: float = 1.0")
+    HERRING_REDUCTION_ATTRS
     .Input("tensors: num_tensors * T")
     .Output("reduced: num_tensors * T")
     .SetShapeFn(SameShapes)
@@ -140,9 +99,7 @@ REGISTER_OP("HerringGroupedAllreduce")
 REGISTER_OP("HerringReducescatter")
     HERRING_COLLECTIVE_ATTRS
     .Attr(HERRING_TF_TYPES)
-    .Attr("reduce_op: int")
-    .Attr("prescale_factor: float = 1.0")
-    .Attr("postscale_factor: float = 1.0")
+    HERRING_REDUCTION_ATTRS
     .Input("tensor: T")
     .Output("reduced: T")
     .SetShapeFn(FirstDimUnknown)
@@ -152,9 +109,7 @@ REGISTER_OP("HerringGroupedReducescatter")
     HERRING_COLLECTIVE_ATTRS
     .Attr(HERRING_TF_TYPES)
     .Attr("num_tensors: int >= 1")
-    .Attr("reduce_op: int")
-    .Attr("prescale_factor: float = 1.0")
-    .Attr("postscale_factor: float = 1.0")
+    HERRING_REDUCTION_ATTRS
     .Input("tensors: num_tensors * T")
     .Output("reduced: num_tensors * T")
     .SetShapeFn(FirstDimUnknown)

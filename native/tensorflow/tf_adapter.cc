@@ -159,5 +159,37 @@ void Submit(tf::OpKernelContext* context, const EngineRef& engine_ref, Request r
   }
 }
 
+absl::Status AddInputs(tf::OpKernelContext* context, int count, Request* request) {
+  TF_RETURN_IF_ERROR(ToEngineType(context->input_dtype(0), &request->meta.dtype));
+  for (int i = 0; i < count; ++i) {
+    const tf::Tensor& in = context->input(i);
+    request->meta.tensors.push_back({DimsOf(in.shape()), {}});
+    request->buffers.push_back({in.tensor_data().data(), nullptr});
+  }
+  return absl::OkStatus();
+}
+
+absl::Status OutputIntoTensorFlow(tf::OpKernelContext* context, int count, Request* request) {
+  for (int i = 0; i < count; ++i) {
+    tf::Tensor* out = nullptr;
+    TF_RETURN_IF_ERROR(context->forward_input_or_allocate_output({i}, i, context->input(i).shape(), &out));
+    request->buffers[i].output = const_cast<char*>(out->tensor_data().data());
+  }
+  return absl::OkStatus();
+}
+
+Finish AdoptOutputs(tf::OpKernelContext* context, tf::DataType dtype, int count, const char* op) {
+  return [context, dtype, count, op](OpResult& result) -> absl::Status {
+    if (static_cast<int>(result.outputs.size()) != count) {
+      return absl::InternalError(absl::StrCat(op, " returned ", result.outputs.size(), " outputs for ", count,
+                                              " tensors"));
+    }
+    for (int i = 0; i < count; ++i) {
+      context->set_output(i, AdoptEngineOutput(dtype, result.output_shapes[i], result.outputs[i]));
+    }
+    return absl::OkStatus();
+  };
+}
+
 }  // namespace tfops
 }  // namespace herring

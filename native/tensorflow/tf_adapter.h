@@ -64,6 +64,18 @@ using Finish = std::function<absl::Status(OpResult& result)>;
 void Submit(tensorflow::OpKernelContext* context, const EngineRef& engine, Request request, Finish finish,
             tensorflow::AsyncOpKernel::DoneCallback done);
 
+// The kernel's first `count` inputs as the request's tensors and input buffers (the dtype is the
+// first input's).
+absl::Status AddInputs(tensorflow::OpKernelContext* context, int count, Request* request);
+
+// TensorFlow's outputs 0..count-1, shaped as the inputs (reusing an input's buffer where TensorFlow
+// allows it), as the buffers the engine writes the request's results into.
+absl::Status OutputIntoTensorFlow(tensorflow::OpKernelContext* context, int count, Request* request);
+
+// The Finish of a collective whose `count` results the engine allocates: each becomes output i
+// without a copy (AdoptEngineOutput). `op` names the collective in the error for a wrong count.
+Finish AdoptOutputs(tensorflow::OpKernelContext* context, tensorflow::DataType dtype, int count, const char* op);
+
 // Base of every collective kernel. Reads the attributes they share and names the collective:
 //   auto_name=true        -> the engine names it (eager calls without a name: ranks call the
 //                            collectives in the same order, as in Horovod)
