@@ -134,28 +134,28 @@ void CheckResponses(const std::string& p) {
           "does not re-encode to the same bytes");
 }
 
-void CheckRequest(const std::string& p) {
-  WireReader r(p, "request");
-  RequestMeta q = DecodeRequest(&r);
+// A request or a response decoded alone (DecodeRequest, DecodeResponse): its enumerations in
+// range, and it re-encodes to the same bytes.
+template <typename Message>
+void CheckMessage(const std::string& p, const char* what, const char* decoder, Message (*decode)(WireReader*),
+                  void (*encode)(const Message&, WireWriter*)) {
+  WireReader r(p, what);
+  Message m = decode(&r);
   r.ExpectEnd();
-  Require(static_cast<int>(q.type) < kNumOpTypes, "DecodeRequest", "op type out of range");
-  Require(IsValidDataType(static_cast<int>(q.dtype)), "DecodeRequest", "dtype out of range");
-  Require(IsValidReduceOp(static_cast<int>(q.reduce_op)), "DecodeRequest", "reduce op out of range");
+  Require(static_cast<int>(m.type) < kNumOpTypes, decoder, "op type out of range");
+  Require(IsValidDataType(static_cast<int>(m.dtype)), decoder, "dtype out of range");
+  Require(IsValidReduceOp(static_cast<int>(m.reduce_op)), decoder, "reduce op out of range");
   WireWriter w;
-  EncodeRequest(q, &w);
-  Require(w.Take() == p, "DecodeRequest", "does not re-encode to the same bytes");
+  encode(m, &w);
+  Require(w.Take() == p, decoder, "does not re-encode to the same bytes");
+}
+
+void CheckRequest(const std::string& p) {
+  CheckMessage<RequestMeta>(p, "request", "DecodeRequest", &DecodeRequest, &EncodeRequest);
 }
 
 void CheckResponse(const std::string& p) {
-  WireReader r(p, "response");
-  Response resp = DecodeResponse(&r);
-  r.ExpectEnd();
-  Require(static_cast<int>(resp.type) < kNumOpTypes, "DecodeResponse", "op type out of range");
-  Require(IsValidDataType(static_cast<int>(resp.dtype)), "DecodeResponse", "dtype out of range");
-  Require(IsValidReduceOp(static_cast<int>(resp.reduce_op)), "DecodeResponse", "reduce op out of range");
-  WireWriter w;
-  EncodeResponse(resp, &w);
-  Require(w.Take() == p, "DecodeResponse", "does not re-encode to the same bytes");
+  CheckMessage<Response>(p, "response", "DecodeResponse", &DecodeResponse, &EncodeResponse);
 }
 
 void CheckR2spSession(const std::string& p) {

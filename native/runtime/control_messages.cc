@@ -195,48 +195,56 @@ uint64_t DecodeCycle(const std::string& payload) {
   return c;
 }
 
-std::string EncodeUncached(uint64_t cycle, const std::vector<RequestMeta>& requests,
-                           const std::vector<uint32_t>& stale) {
+namespace {
+
+// The coordinator's two messages of a cycle have one layout: the cycle, a list of records (each in
+// its own codec) and a list of response-cache positions.
+template <typename Record>
+std::string EncodeRecordsAndPositions(uint64_t cycle, const std::vector<Record>& records,
+                                      void (*encode)(const Record&, WireWriter*),
+                                      const std::vector<uint32_t>& positions) {
   WireWriter w;
   w.U64(cycle);
-  w.U32(static_cast<uint32_t>(requests.size()));
-  for (const auto& q : requests) EncodeRequest(q, &w);
-  w.U32(static_cast<uint32_t>(stale.size()));
-  for (auto p : stale) w.U32(p);
+  w.U32(static_cast<uint32_t>(records.size()));
+  for (const auto& q : records) encode(q, &w);
+  w.U32(static_cast<uint32_t>(positions.size()));
+  for (auto p : positions) w.U32(p);
   return w.Take();
+}
+
+template <typename Record>
+void DecodeRecordsAndPositions(const std::string& payload, const char* what, uint64_t* cycle,
+                               std::vector<Record>* records, Record (*decode)(WireReader*),
+                               std::vector<uint32_t>* positions) {
+  WireReader r(payload, what);
+  *cycle = r.U64();
+  uint32_t n = r.Count(16);
+  for (uint32_t i = 0; i < n; ++i) records->push_back(decode(&r));
+  uint32_t s = r.Count(4);
+  for (uint32_t i = 0; i < s; ++i) positions->push_back(r.U32());
+  r.ExpectEnd();
+}
+
+}  // namespace
+
+std::string EncodeUncached(uint64_t cycle, const std::vector<RequestMeta>& requests,
+                           const std::vector<uint32_t>& stale) {
+  return EncodeRecordsAndPositions(cycle, requests, &EncodeRequest, stale);
 }
 
 void DecodeUncached(const std::string& payload, uint64_t* cycle, std::vector<RequestMeta>* requests,
                     std::vector<uint32_t>* stale) {
-  WireReader r(payload, "uncached requests");
-  *cycle = r.U64();
-  uint32_t n = r.Count(16);
-  for (uint32_t i = 0; i < n; ++i) requests->push_back(DecodeRequest(&r));
-  uint32_t s = r.Count(4);
-  for (uint32_t i = 0; i < s; ++i) stale->push_back(r.U32());
-  r.ExpectEnd();
+  DecodeRecordsAndPositions(payload, "uncached requests", cycle, requests, &DecodeRequest, stale);
 }
 
 std::string EncodeResponses(uint64_t cycle, const std::vector<Response>& responses,
                             const std::vector<uint32_t>& evict) {
-  WireWriter w;
-  w.U64(cycle);
-  w.U32(static_cast<uint32_t>(responses.size()));
-  for (const auto& p : responses) EncodeResponse(p, &w);
-  w.U32(static_cast<uint32_t>(evict.size()));
-  for (auto p : evict) w.U32(p);
-  return w.Take();
+  return EncodeRecordsAndPositions(cycle, responses, &EncodeResponse, evict);
 }
 
 void DecodeResponses(const std::string& payload, uint64_t* cycle, std::vector<Response>* responses,
                      std::vector<uint32_t>* evict) {
-  WireReader r(payload, "responses");
-  *cycle = r.U64();
-  uint32_t n = r.Count(16);
-  for (uint32_t i = 0; i < n; ++i) responses->push_back(DecodeResponse(&r));
-  uint32_t s = r.Count(4);
-  for (uint32_t i = 0; i < s; ++i) evict->push_back(r.U32());
-  r.ExpectEnd();
+  DecodeRecordsAndPositions(payload, "responses", cycle, responses, &DecodeResponse, evict);
 }
 
 uint64_t CycleOf(const std::string& payload) {

@@ -50,20 +50,31 @@ std::string ShapeToString(const std::vector<int64_t>& shape) {
 
 namespace {
 
-OpType ReadOpType(WireReader* r) {
+// An enumeration's byte, checked: `valid` says which values the enumeration has.
+template <typename Enum>
+Enum ReadEnum(WireReader* r, bool (*valid)(int), const char* what) {
   uint8_t v = r->U8();
-  if (v >= kNumOpTypes) throw Error(Status::Internal("malformed message: op type " + std::to_string(v)));
-  return static_cast<OpType>(v);
+  if (!valid(v)) throw Error(Status::Internal(std::string("malformed message: ") + what + " " + std::to_string(v)));
+  return static_cast<Enum>(v);
 }
-DataType ReadDataType(WireReader* r) {
-  uint8_t v = r->U8();
-  if (!IsValidDataType(v)) throw Error(Status::Internal("malformed message: dtype " + std::to_string(v)));
-  return static_cast<DataType>(v);
+bool IsValidOpType(int value) { return value >= 0 && value < kNumOpTypes; }
+
+// What a request and its response both say of the operation, in the same order on the wire.
+template <typename Message>
+void EncodeOperation(const Message& m, WireWriter* w) {
+  w->U8(static_cast<uint8_t>(m.dtype));
+  w->U8(static_cast<uint8_t>(m.reduce_op));
+  w->F64(m.prescale);
+  w->F64(m.postscale);
+  w->I32(m.root);
 }
-ReduceOp ReadReduceOp(WireReader* r) {
-  uint8_t v = r->U8();
-  if (!IsValidReduceOp(v)) throw Error(Status::Internal("malformed message: reduce op " + std::to_string(v)));
-  return static_cast<ReduceOp>(v);
+template <typename Message>
+void DecodeOperation(WireReader* r, Message* m) {
+  m->dtype = ReadEnum<DataType>(r, &IsValidDataType, "dtype");
+  m->reduce_op = ReadEnum<ReduceOp>(r, &IsValidReduceOp, "reduce op");
+  m->prescale = r->F64();
+  m->postscale = r->F64();
+  m->root = r->I32();
 }
 
 }  // namespace
@@ -73,11 +84,7 @@ void EncodeRequest(const RequestMeta& q, WireWriter* w) {
   w->Str(q.name);
   w->I32(q.process_set);
   w->I32(q.rank);
-  w->U8(static_cast<uint8_t>(q.dtype));
-  w->U8(static_cast<uint8_t>(q.reduce_op));
-  w->F64(q.prescale);
-  w->F64(q.postscale);
-  w->I32(q.root);
+  EncodeOperation(q, w);
   w->U32(static_cast<uint32_t>(q.tensors.size()));
   for (const auto& t : q.tensors) {
     w->I64s(t.shape);
@@ -90,15 +97,11 @@ void EncodeRequest(const RequestMeta& q, WireWriter* w) {
 
 RequestMeta DecodeRequest(WireReader* r) {
   RequestMeta q;
-  q.type = ReadOpType(r);
+  q.type = ReadEnum<OpType>(r, &IsValidOpType, "op type");
   q.name = r->Str();
   q.process_set = r->I32();
   q.rank = r->I32();
-  q.dtype = ReadDataType(r);
-  q.reduce_op = ReadReduceOp(r);
-  q.prescale = r->F64();
-  q.postscale = r->F64();
-  q.root = r->I32();
+  DecodeOperation(r, &q);
   uint32_t n = r->Count(8);
   q.tensors.resize(n);
   for (auto& t : q.tensors) {
@@ -115,11 +118,7 @@ void EncodeResponse(const Response& p, WireWriter* w) {
   w->U8(static_cast<uint8_t>(p.type));
   w->Str(p.name);
   w->I32(p.process_set);
-  w->U8(static_cast<uint8_t>(p.dtype));
-  w->U8(static_cast<uint8_t>(p.reduce_op));
-  w->F64(p.prescale);
-  w->F64(p.postscale);
-  w->I32(p.root);
+  EncodeOperation(p, w);
   w->U32(static_cast<uint32_t>(p.shapes.size()));
   for (const auto& s : p.shapes) w->I64s(s);
   w->U32(static_cast<uint32_t>(p.per_member.size()));
@@ -132,14 +131,10 @@ void EncodeResponse(const Response& p, WireWriter* w) {
 
 Response DecodeResponse(WireReader* r) {
   Response p;
-  p.type = ReadOpType(r);
+  p.type = ReadEnum<OpType>(r, &IsValidOpType, "op type");
   p.name = r->Str();
   p.process_set = r->I32();
-  p.dtype = ReadDataType(r);
-  p.reduce_op = ReadReduceOp(r);
-  p.prescale = r->F64();
-  p.postscale = r->F64();
-  p.root = r->I32();
+  DecodeOperation(r, &p);
   p.shapes.resize(r->Count(4));
   for (auto& s : p.shapes) s = r->I64s();
   p.per_member.resize(r->Count(4));
