@@ -51,6 +51,17 @@ class LaunchEnvReader {
     return static_cast<int>(value);
   }
 
+  // A launcher's (rank, size) pair: `size_name` at least 1 and, where `whole_name` is given, at
+  // most that variable's `whole`; `rank_name` in [0, size).
+  void RankAndSize(const std::string& rank_name, const std::string& size_name, int* rank, int* size,
+                   const std::string& whole_name = std::string(), int whole = INT_MAX) const {
+    *size = Int(size_name, 1, INT_MAX);
+    if (!whole_name.empty()) RequireAtMost(size_name, *size, whole_name, whole);
+    *rank = Int(rank_name, 0, INT_MAX);
+    RequireIndexBelow(rank_name, *rank, size_name, *size);
+  }
+
+ private:
   // `index_name` must lie in [0, `count_name`): a rank beyond the size means the launcher and the
   // process disagree about the job, and continuing would hang every other rank.
   void RequireIndexBelow(const std::string& index_name, int index, const std::string& count_name,
@@ -74,7 +85,6 @@ class LaunchEnvReader {
                                         ") is not valid: expected " + want));
   }
 
- private:
   const std::map<std::string, std::string>& env_;
   const char* launcher_;
 };
@@ -98,19 +108,11 @@ LaunchInfo FromHorovodrun(const std::map<std::string, std::string>& env) {
   LaunchEnvReader r(env, "horovodrun");
   LaunchInfo info;
   info.launcher = Launcher::kHorovodrun;
-  info.size = r.Int("HOROVOD_SIZE", 1, INT_MAX);
-  info.rank = r.Int("HOROVOD_RANK", 0, INT_MAX);
-  r.RequireIndexBelow("HOROVOD_RANK", info.rank, "HOROVOD_SIZE", info.size);
-  info.local_size = r.Int("HOROVOD_LOCAL_SIZE", 1, INT_MAX);
-  r.RequireAtMost("HOROVOD_LOCAL_SIZE", info.local_size, "HOROVOD_SIZE", info.size);
-  info.local_rank = r.Int("HOROVOD_LOCAL_RANK", 0, INT_MAX);
-  r.RequireIndexBelow("HOROVOD_LOCAL_RANK", info.local_rank, "HOROVOD_LOCAL_SIZE",
-                      info.local_size);
-  info.cross_size = r.Int("HOROVOD_CROSS_SIZE", 1, INT_MAX);
-  r.RequireAtMost("HOROVOD_CROSS_SIZE", info.cross_size, "HOROVOD_SIZE", info.size);
-  info.cross_rank = r.Int("HOROVOD_CROSS_RANK", 0, INT_MAX);
-  r.RequireIndexBelow("HOROVOD_CROSS_RANK", info.cross_rank, "HOROVOD_CROSS_SIZE",
-                      info.cross_size);
+  r.RankAndSize("HOROVOD_RANK", "HOROVOD_SIZE", &info.rank, &info.size);
+  r.RankAndSize("HOROVOD_LOCAL_RANK", "HOROVOD_LOCAL_SIZE", &info.local_rank, &info.local_size, "HOROVOD_SIZE",
+                info.size);
+  r.RankAndSize("HOROVOD_CROSS_RANK", "HOROVOD_CROSS_SIZE", &info.cross_rank, &info.cross_size, "HOROVOD_SIZE",
+                info.size);
   info.hostname = r.Required("HOROVOD_HOSTNAME");
   info.rendezvous_addr = r.Required("HOROVOD_GLOO_RENDEZVOUS_ADDR");
   info.rendezvous_port = r.Int("HOROVOD_GLOO_RENDEZVOUS_PORT", 1, 65535);
@@ -128,15 +130,9 @@ LaunchInfo FromMpirun(const std::map<std::string, std::string>& env) {
   LaunchEnvReader r(env, "mpirun (Open MPI)");
   LaunchInfo info;
   info.launcher = Launcher::kMpirun;
-  info.size = r.Int("OMPI_COMM_WORLD_SIZE", 1, INT_MAX);
-  info.rank = r.Int("OMPI_COMM_WORLD_RANK", 0, INT_MAX);
-  r.RequireIndexBelow("OMPI_COMM_WORLD_RANK", info.rank, "OMPI_COMM_WORLD_SIZE", info.size);
-  info.local_size = r.Int("OMPI_COMM_WORLD_LOCAL_SIZE", 1, INT_MAX);
-  r.RequireAtMost("OMPI_COMM_WORLD_LOCAL_SIZE", info.local_size, "OMPI_COMM_WORLD_SIZE",
-                  info.size);
-  info.local_rank = r.Int("OMPI_COMM_WORLD_LOCAL_RANK", 0, INT_MAX);
-  r.RequireIndexBelow("OMPI_COMM_WORLD_LOCAL_RANK", info.local_rank, "OMPI_COMM_WORLD_LOCAL_SIZE",
-                      info.local_size);
+  r.RankAndSize("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", &info.rank, &info.size);
+  r.RankAndSize("OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE", &info.local_rank, &info.local_size,
+                "OMPI_COMM_WORLD_SIZE", info.size);
   info.cross_rank = -1;
   info.cross_size = -1;
   info.hostname = HostnameOf(r);
@@ -152,14 +148,9 @@ LaunchInfo FromTorchrun(const std::map<std::string, std::string>& env) {
   LaunchEnvReader r(env, "torchrun");
   LaunchInfo info;
   info.launcher = Launcher::kTorchrun;
-  info.size = r.Int("WORLD_SIZE", 1, INT_MAX);
-  info.rank = r.Int("RANK", 0, INT_MAX);
-  r.RequireIndexBelow("RANK", info.rank, "WORLD_SIZE", info.size);
+  r.RankAndSize("RANK", "WORLD_SIZE", &info.rank, &info.size);
   if (!r.Optional("LOCAL_WORLD_SIZE").empty()) {
-    info.local_size = r.Int("LOCAL_WORLD_SIZE", 1, INT_MAX);
-    r.RequireAtMost("LOCAL_WORLD_SIZE", info.local_size, "WORLD_SIZE", info.size);
-    info.local_rank = r.Int("LOCAL_RANK", 0, INT_MAX);
-    r.RequireIndexBelow("LOCAL_RANK", info.local_rank, "LOCAL_WORLD_SIZE", info.local_size);
+    r.RankAndSize("LOCAL_RANK", "LOCAL_WORLD_SIZE", &info.local_rank, &info.local_size, "WORLD_SIZE", info.size);
   } else {
     const std::string master = r.Optional("MASTER_ADDR");
     const bool here = master.empty() || master == "localhost" || master.rfind("127.", 0) == 0;
