@@ -30,17 +30,7 @@ CompletionPtr P2pMatcher::Recv(int peer, uint32_t tag, void* data, size_t bytes)
   w.bytes = bytes;
   w.done = std::make_shared<Completion>();
   CompletionPtr done = w.done;
-  Post post;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto queue = waiting_.find(tag);
-    if (queue != waiting_.end()) {
-      queue->second.push_back(std::move(w));  // behind a receive from any source
-      return done;
-    }
-    post = PrepareLocked(tag, std::move(w));
-  }
-  Submit(tag, std::move(post));
+  PostOrWait(tag, std::move(w));
   return done;
 }
 
@@ -52,18 +42,22 @@ AnySourceReceivePtr P2pMatcher::RecvAny(const std::vector<int>& peers, uint32_t 
   w.any = std::make_shared<AnySourceReceive>();
   AnySourceReceivePtr receive = w.any;
   receive->on_settled = [this, tag](int peer) { Settled(tag, peer); };
+  PostOrWait(tag, std::move(w));
+  return receive;
+}
+
+void P2pMatcher::PostOrWait(uint32_t tag, Waiting w) {
   Post post;
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto queue = waiting_.find(tag);
     if (queue != waiting_.end()) {
-      queue->second.push_back(std::move(w));
-      return receive;
+      queue->second.push_back(std::move(w));  // behind a receive from any source
+      return;
     }
     post = PrepareLocked(tag, std::move(w));
   }
   Submit(tag, std::move(post));
-  return receive;
 }
 
 P2pMatcher::Post P2pMatcher::PrepareLocked(uint32_t tag, Waiting w) {

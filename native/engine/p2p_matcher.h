@@ -59,6 +59,9 @@ class P2pMatcher {
     Waiting what;
   };
 
+  // A receive `w` of `tag`: posted now, or queued behind the tag's unsettled receive from any
+  // source.
+  void PostOrWait(uint32_t tag, Waiting w);
   // mu_ held: the transfer `w` becomes (sequences assigned; a receive from any source becomes
   // the tag's unsettled one).
   Post PrepareLocked(uint32_t tag, Waiting w);

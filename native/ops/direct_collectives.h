@@ -27,31 +27,33 @@ class CollectiveImpl {
   virtual void Execute(ExecContext& ctx, const Response& response, const TensorIO& io, OpResult* result) = 0;
 };
 
-class DirectAllgather : public CollectiveImpl {
+// Exchanging directly between the members serves every request: always enabled.
+class DirectCollective : public CollectiveImpl {
+ public:
+  bool Enabled(const ExecContext&, const Response&) const override { return true; }
+};
+
+class DirectAllgather : public DirectCollective {
  public:
   const char* name() const override { return "direct-allgather"; }
-  bool Enabled(const ExecContext&, const Response&) const override { return true; }
   void Execute(ExecContext& ctx, const Response& response, const TensorIO& io, OpResult* result) override;
 };
 
-class DirectBroadcast : public CollectiveImpl {
+class DirectBroadcast : public DirectCollective {
  public:
   const char* name() const override { return "direct-broadcast"; }
-  bool Enabled(const ExecContext&, const Response&) const override { return true; }
   void Execute(ExecContext& ctx, const Response& response, const TensorIO& io, OpResult* result) override;
 };
 
-class DirectAlltoall : public CollectiveImpl {
+class DirectAlltoall : public DirectCollective {
  public:
   const char* name() const override { return "direct-alltoall"; }
-  bool Enabled(const ExecContext&, const Response&) const override { return true; }
   void Execute(ExecContext& ctx, const Response& response, const TensorIO& io, OpResult* result) override;
 };
 
-class DirectReducescatter : public CollectiveImpl {
+class DirectReducescatter : public DirectCollective {
  public:
   const char* name() const override { return "direct-reducescatter"; }
-  bool Enabled(const ExecContext&, const Response&) const override { return true; }
   void Execute(ExecContext& ctx, const Response& response, const TensorIO& io, OpResult* result) override;
 
  private:

@@ -265,6 +265,15 @@ struct ShmArena::Impl {
     return reinterpret_cast<CounterLine*>(base + layout.counters_offset)[flag * local_size + m];
   }
   std::string Describe() const { return "shared-memory arena " + name; }
+  // Member `m`'s part of a per-member region (its slot, its notice); `what` names the region in
+  // the error for an `m` out of range.
+  uint8_t* MemberRegion(const char* what, int m, size_t offset, size_t stride) const {
+    if (m < 0 || m >= local_size) {
+      throw Error(Status::InvalidArgument(Describe() + ": " + what + " " + std::to_string(m) + " out of range [0, " +
+                                          std::to_string(local_size) + ")"));
+    }
+    return base + offset + static_cast<size_t>(m) * stride;
+  }
   // "rank 5 (local member 1)": the rank is what a user can find in their logs.
   std::string Member(int m) const {
     const std::string local = "local member " + std::to_string(m);
@@ -707,13 +716,7 @@ const std::vector<int>& ShmArena::member_ranks() const { return impl_->member_ra
 size_t ShmArena::slot_bytes() const { return impl_->slot_bytes; }
 
 uint8_t* ShmArena::slot(int member) {
-  if (member < 0 || member >= impl_->local_size) {
-    throw Error(Status::InvalidArgument(impl_->Describe() + ": slot " + std::to_string(member) +
-                                        " out of range [0, " +
-                                        std::to_string(impl_->local_size) + ")"));
-  }
-  return impl_->base + impl_->layout.slots_offset + static_cast<size_t>(member) *
-                                                        impl_->layout.slot_stride;
+  return impl_->MemberRegion("slot", member, impl_->layout.slots_offset, impl_->layout.slot_stride);
 }
 
 uint8_t* ShmArena::result() { return impl_->base + impl_->layout.result_offset; }
@@ -728,12 +731,7 @@ int ShmArena::MemberPid(int member) const {
 bool ShmArena::SomeMemberWithoutACore() const { return impl_->some_member_without_a_core; }
 
 uint8_t* ShmArena::notice(int member) {
-  if (member < 0 || member >= impl_->local_size) {
-    throw Error(Status::InvalidArgument(impl_->Describe() + ": notice " + std::to_string(member) +
-                                        " out of range [0, " +
-                                        std::to_string(impl_->local_size) + ")"));
-  }
-  return impl_->base + impl_->layout.notices_offset + static_cast<size_t>(member) * impl_->layout.notice_stride;
+  return impl_->MemberRegion("notice", member, impl_->layout.notices_offset, impl_->layout.notice_stride);
 }
 
 size_t ShmArena::notice_bytes() const { return impl_->layout.notice_stride; }

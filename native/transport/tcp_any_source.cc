@@ -30,13 +30,9 @@ void TcpTransport::Impl::RecvAny(const std::vector<AnySourceCandidate>& candidat
       any_settled_.push_back({receive, peer, std::move(status)});
       any_settled_waiting_.store(true);
     };
-    Status refuse;
-    if (!abort_.ok()) {
-      refuse = abort_;
-    } else if (closed_) {
-      refuse = Status::Shutdown(RankText(opts_.rank) + ": Recv on a closed transport");
-    } else if (!connected_.load()) {
-      refuse = Status::InvalidArgument(RankText(opts_.rank) + ": Recv before ConnectMesh");
+    Status refuse = RefusalLocked("Recv");
+    if (!refuse.ok()) {
+      // the transport takes no transfer now
     } else if (candidates.empty()) {
       refuse = Status::InvalidArgument(RankText(opts_.rank) + ": a receive from any source with no candidate rank");
     }

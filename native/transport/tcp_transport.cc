@@ -307,6 +307,13 @@ Status TcpTransport::Impl::CheckPeerArgument(int peer, const char* what) const {
   return Status::OK();
 }
 
+Status TcpTransport::Impl::RefusalLocked(const char* what) const {
+  if (!abort_.ok()) return abort_;
+  if (closed_) return Status::Shutdown(RankText(opts_.rank) + ": " + what + " on a closed transport");
+  if (!connected_.load()) return Status::InvalidArgument(RankText(opts_.rank) + ": " + what + " before ConnectMesh");
+  return Status::OK();
+}
+
 CompletionPtr TcpTransport::Impl::Send(int peer, uint64_t tag, const void* data, size_t bytes) {
   Status bad = CheckPeerArgument(peer, "Send");
   if (!bad.ok()) return FinishedCompletion(bad);
@@ -324,13 +331,9 @@ CompletionPtr TcpTransport::Impl::Send(int peer, uint64_t tag, const void* data,
   msg->frames_left = chunks;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    Status refuse;
-    if (!abort_.ok()) {
-      refuse = abort_;
-    } else if (closed_) {
-      refuse = Status::Shutdown(RankText(opts_.rank) + ": Send on a closed transport");
-    } else if (!connected_.load()) {
-      refuse = Status::InvalidArgument(RankText(opts_.rank) + ": Send before ConnectMesh");
+    Status refuse = RefusalLocked("Send");
+    if (!refuse.ok()) {
+      // the transport takes no transfer now
     } else if (peers_[peer]->vacant) {
       refuse = Status::InvalidArgument(RankText(peer) + " has not joined the job");
     } else if (!peers_[peer]->status.ok()) {

@@ -146,6 +146,9 @@ class TcpTransport::Impl {
 
   // --- caller-thread helpers ---
   Status CheckPeerArgument(int peer, const char* what) const;
+  // Why a transfer to or from another rank (`what`: "Send", "Recv") cannot start now: the
+  // transport aborted, closed or not connected yet; OK when it can. mu_ held.
+  Status RefusalLocked(const char* what) const;
   CompletionPtr SendToSelf(uint64_t tag, const void* data, size_t bytes);
   void EnqueueChunks(const std::shared_ptr<OutMessage>& msg, const uint8_t* data, size_t bytes);
   void Enqueue(Stream* s, OutFrame frame, FinishedSends* finished);
