@@ -10,6 +10,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -100,22 +101,19 @@ F CombineFloating(F a, F b, ReduceOp op) {
   }
 }
 
+// Integers and float32/float64, combined in their own type.
 template <typename T>
-void ReferenceInteger(const std::vector<const uint8_t*>& srcs, size_t count, ReduceOp op,
-                      uint8_t* out) {
+void ReferenceInType(const std::vector<const uint8_t*>& srcs, size_t count, ReduceOp op, uint8_t* out) {
+  auto combine = [op](T a, T b) {
+    if constexpr (std::is_floating_point_v<T>) {
+      return CombineFloating(a, b, op);
+    } else {
+      return CombineInteger(a, b, op);
+    }
+  };
   for (size_t i = 0; i < count; ++i) {
     T acc = Load<T>(srcs[0], i);
-    for (size_t k = 1; k < srcs.size(); ++k) acc = CombineInteger(acc, Load<T>(srcs[k], i), op);
-    StoreAt(out, i, acc);
-  }
-}
-
-template <typename F>
-void ReferenceFloating(const std::vector<const uint8_t*>& srcs, size_t count, ReduceOp op,
-                       uint8_t* out) {
-  for (size_t i = 0; i < count; ++i) {
-    F acc = Load<F>(srcs[0], i);
-    for (size_t k = 1; k < srcs.size(); ++k) acc = CombineFloating(acc, Load<F>(srcs[k], i), op);
+    for (size_t k = 1; k < srcs.size(); ++k) acc = combine(acc, Load<T>(srcs[k], i));
     StoreAt(out, i, acc);
   }
 }
@@ -156,16 +154,16 @@ std::vector<uint8_t> ReferenceReduce(const std::vector<const uint8_t*>& srcs, si
                                      DataType dtype, ReduceOp op) {
   std::vector<uint8_t> out(count * ElementSize(dtype));
   switch (dtype) {
-    case DataType::kUInt8: ReferenceInteger<uint8_t>(srcs, count, op, out.data()); break;
-    case DataType::kInt8: ReferenceInteger<int8_t>(srcs, count, op, out.data()); break;
-    case DataType::kInt16: ReferenceInteger<int16_t>(srcs, count, op, out.data()); break;
-    case DataType::kUInt16: ReferenceInteger<uint16_t>(srcs, count, op, out.data()); break;
-    case DataType::kInt32: ReferenceInteger<int32_t>(srcs, count, op, out.data()); break;
-    case DataType::kInt64: ReferenceInteger<int64_t>(srcs, count, op, out.data()); break;
+    case DataType::kUInt8: ReferenceInType<uint8_t>(srcs, count, op, out.data()); break;
+    case DataType::kInt8: ReferenceInType<int8_t>(srcs, count, op, out.data()); break;
+    case DataType::kInt16: ReferenceInType<int16_t>(srcs, count, op, out.data()); break;
+    case DataType::kUInt16: ReferenceInType<uint16_t>(srcs, count, op, out.data()); break;
+    case DataType::kInt32: ReferenceInType<int32_t>(srcs, count, op, out.data()); break;
+    case DataType::kInt64: ReferenceInType<int64_t>(srcs, count, op, out.data()); break;
     case DataType::kFloat16: ReferenceHalf(srcs, count, op, false, out.data()); break;
     case DataType::kBFloat16: ReferenceHalf(srcs, count, op, true, out.data()); break;
-    case DataType::kFloat32: ReferenceFloating<float>(srcs, count, op, out.data()); break;
-    case DataType::kFloat64: ReferenceFloating<double>(srcs, count, op, out.data()); break;
+    case DataType::kFloat32: ReferenceInType<float>(srcs, count, op, out.data()); break;
+    case DataType::kFloat64: ReferenceInType<double>(srcs, count, op, out.data()); break;
     case DataType::kBool: ReferenceBool(srcs, count, op, out.data()); break;
   }
   return out;

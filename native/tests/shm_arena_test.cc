@@ -233,6 +233,18 @@ std::unique_ptr<ShmArena> ChildAttach(ChildReport& r, const ShmArenaOptions& o) 
   }
 }
 
+// Writes `pattern(member, i)` into bytes i of `area`; Mismatches counts the bytes that differ from it.
+template <typename Pattern>
+void Fill(uint8_t* area, size_t bytes, int member, Pattern pattern) {
+  for (size_t b = 0; b < bytes; ++b) area[b] = pattern(member, b);
+}
+template <typename Pattern>
+size_t Mismatches(const uint8_t* area, size_t bytes, int member, Pattern pattern) {
+  size_t bad = 0;
+  for (size_t b = 0; b < bytes; ++b) bad += area[b] != pattern(member, b);
+  return bad;
+}
+
 // Runs Attach expecting it to throw; returns the status (OK if it did not throw).
 Status AttachError(const ShmArenaOptions& o) {
   try {
@@ -364,22 +376,16 @@ TEST(ShmArena, ShmArenaSlotDataVisibleAcrossProcesses) {
     procs.Spawn([&, i](ChildReport& r) {
       auto arena = ChildAttach(r, Options(name, i, kMembers, kBytes));
       if (!arena) return;
-      for (size_t b = 0; b < kBytes; ++b) arena->slot(i)[b] = pattern(i, b);
+      Fill(arena->slot(i), kBytes, i, pattern);
       arena->Publish(0, 1);
       CHILD_EXPECT(r, arena->WaitAll(0, 1, Deadline::AfterSeconds(5)).ok());
-      for (int m = 0; m < kMembers; ++m) {
-        size_t bad = 0;
-        for (size_t b = 0; b < kBytes; ++b) bad += arena->slot(m)[b] != pattern(m, b);
-        CHILD_EXPECT(r, bad == 0);
-      }
+      for (int m = 0; m < kMembers; ++m) CHILD_EXPECT(r, Mismatches(arena->slot(m), kBytes, m, pattern) == 0);
       if (i == 0) {
-        for (size_t b = 0; b < kBytes; ++b) arena->result()[b] = pattern(99, b);
+        Fill(arena->result(), kBytes, 99, pattern);
         arena->Publish(1, 1);
       } else {
         CHILD_EXPECT(r, arena->WaitFor(1, 0, 1, Deadline::AfterSeconds(5)).ok());
-        size_t bad = 0;
-        for (size_t b = 0; b < kBytes; ++b) bad += arena->result()[b] != pattern(99, b);
-        CHILD_EXPECT(r, bad == 0);
+        CHILD_EXPECT(r, Mismatches(arena->result(), kBytes, 99, pattern) == 0);
       }
       // Nobody leaves before every reader is done.
       arena->Publish(2, 1);
@@ -406,14 +412,12 @@ TEST(ShmArena, ShmArenaNoticeAreasOfAnotherSizeAreWholeAndApart) {
       if (!arena) return;
       CHILD_EXPECT(r, arena->notice_bytes() == kNotice);
       std::memset(arena->slot(i), 0xee, kSlot);
-      for (size_t b = 0; b < kNotice; ++b) arena->notice(i)[b] = pattern(i, b);
+      Fill(arena->notice(i), kNotice, i, pattern);
       arena->Publish(0, 1);
       CHILD_EXPECT(r, arena->WaitAll(0, 1, Deadline::AfterSeconds(5)).ok());
       for (int m = 0; m < kMembers; ++m) {
-        size_t bad = 0;
-        for (size_t b = 0; b < kNotice; ++b) bad += arena->notice(m)[b] != pattern(m, b);
-        for (size_t b = 0; b < kSlot; ++b) bad += arena->slot(m)[b] != 0xee;
-        CHILD_EXPECT(r, bad == 0);
+        CHILD_EXPECT(r, Mismatches(arena->notice(m), kNotice, m, pattern) == 0);
+        CHILD_EXPECT(r, Mismatches(arena->slot(m), kSlot, m, [](int, size_t) { return uint8_t(0xee); }) == 0);
       }
       arena->Publish(1, 1);
       CHILD_EXPECT(r, arena->WaitAll(1, 1, Deadline::AfterSeconds(5)).ok());
