@@ -84,5 +84,18 @@ setup(
     ext_modules=[CMakeExtension("hvd_herring._native")],
     cmdclass={"build_ext": CMakeBuild, "build_py": BuildPyWithPth},
     python_requires=">=3.9",
+    # The engine itself needs nothing from PyPI; each front needs its framework, pinned to the
+    # version the native calls are built against (requirements/base.txt pins the same). Horovod is
+    # only for its API and horovodrun: torch.distributed ("herring") and torchft need none of it.
+    # Build Horovod without frameworks: HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_TENSORFLOW=1
+    # HOROVOD_WITHOUT_MXNET=1 pip install 'hvd-herring[horovod]'.
+    extras_require={
+        "torch": ["torch==2.13.0"],
+        "tensorflow": ["tensorflow-cpu==2.21.0"],
+        "keras2": ["tensorflow-cpu==2.21.0", "tf_keras==2.21.0"],
+        "horovod": ["horovod==0.28.1"],
+        "spark": ["horovod==0.28.1", "pyspark==4.3.0", "pyarrow==26.0.1", "pandas==3.1.1"],
+        "ray": ["horovod==0.28.1", "ray[train]==2.60.0"],
+    },
     zip_safe=False,
 )

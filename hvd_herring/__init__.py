@@ -12,15 +12,15 @@ __version__ = "0.1.0"
 
 def counters():
     """Engine counters of this process (cycles, coordinator rounds, cache hits...)."""
-    from hvd_herring.basics import basics
-    return basics.counters()
+    from hvd_herring.engine_front import front
+    return front.counters()
 
 
 def server_layout(process_set=0):
     """The server shards of a process set: their ranks, current shares and partition-map version
     (PSLD moves the shares, HERRING_BALANCER=psld)."""
-    from hvd_herring.basics import basics
-    layout = basics.engine().server_layout(process_set)
+    from hvd_herring.engine_front import front
+    layout = front.engine().server_layout(process_set)
     total = sum(layout["weights"])
     layout["shares"] = [w / total for w in layout["weights"]]
     return layout
@@ -29,8 +29,8 @@ def server_layout(process_set=0):
 def remove_server(rank):
     """Retires dedicated server `rank` between two steps (HERRING_ELASTIC_SLOTS jobs, or any job
     with several dedicated servers): its byte ranges move to the other servers, then it exits."""
-    from hvd_herring.basics import basics
-    basics.engine().request_leave(int(rank))
+    from hvd_herring.engine_front import front
+    front.engine().request_leave(int(rank))
 
 
 def knobs():

@@ -17,7 +17,7 @@ def main(argv=None):
     parser.add_argument("command", choices=["join"])
     parser.parse_args(argv)
     from hvd_herring import _native
-    from hvd_herring.basics import serve
+    from hvd_herring.engine_front import serve
     engine = _native.Engine([], 0, None, join=True)
     print(f"hvd_herring: joined as dedicated server rank {engine.rank}", file=sys.stderr, flush=True)
     failure = serve(engine)

@@ -26,9 +26,10 @@ CHECK_NAMES = [
     "timeouts_raise_and_the_collective_can_still_complete",
 ]
 LAUNCHERS = {"torchrun": launch.torchrun, "horovodrun": launch.horovodrun, "mpirun": launch.mpirun}
-# name -> (launcher, ranks)
+# name -> (launcher, ranks); the first runs as a torch user has it, without Horovod installed (every
+# import of it fails in the ranks; HOROVOD_BACKEND unset).
 CONFIGS = {
-    "torchrun-np2": ("torchrun", 2),
+    "torchrun-np2-without-horovod": ("torchrun", 2),
     "torchrun-np3": ("torchrun", 3),
     "horovodrun-np2": ("horovodrun", 2),
     "horovodrun-np3": ("horovodrun", 3),
@@ -50,7 +51,8 @@ def run_worker(launcher, np, options=(), **env):
 @pytest.fixture(scope="module", params=list(CONFIGS))
 def launched(request):
     launcher, np = CONFIGS[request.param]
-    run, per_rank = run_worker(launcher, np)
+    env = {"HERRING_TEST_WITHOUT_HOROVOD": "1", "HOROVOD_BACKEND": None} if "without-horovod" in request.param else {}
+    run, per_rank = run_worker(launcher, np, **env)
     return request.param, launcher, np, run, per_rank
 
 

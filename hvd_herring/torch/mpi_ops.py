@@ -8,7 +8,6 @@ holds the result; synchronize() waits on it without the GIL.
 import torch
 import torch.utils.dlpack
 
-from horovod.common.exceptions import HorovodInternalError
 from horovod.common.process_sets import ProcessSet, global_process_set, add_process_set, remove_process_set
 from horovod.common.process_sets import _setup as _setup_process_sets
 from horovod.common.util import get_average_backwards_compatibility_fun
@@ -18,16 +17,12 @@ from hvd_herring import _native
 from hvd_herring.dtype_groups import split_by_dtype
 from hvd_herring.torch import zero_copy as _zero_copy
 from hvd_herring.torch.storage_hold import held as _held, hold_storages as _hold_storages, _torch_native
-from hvd_herring.basics import basics as _basics, export_basics as _export_basics, DTYPES as _DTYPES
+from hvd_herring.basics import HorovodInternalError, basics as _basics, export_basics as _export_basics, horovod_error
+from hvd_herring.basics import DTYPES as _DTYPES
 from hvd_herring.basics import OP_TYPES as _OP_TYPES
+from hvd_herring.engine_front import front as _front
+from hvd_herring.torch.dtypes import DTYPE_CODES as _DTYPE_CODES, TORCH_DTYPES as _TORCH_DTYPES
 
-_TORCH_DTYPES = {  # torch dtype -> the engine's dtype name
-    torch.uint8: "uint8", torch.int8: "int8", torch.int16: "int16", torch.int32: "int32",
-    torch.int64: "int64", torch.float16: "float16", torch.bfloat16: "bfloat16",
-    torch.float32: "float32", torch.float64: "float64", torch.bool: "bool", torch.uint16: "uint16",
-}
-
-_DTYPE_CODES = {t: _DTYPES[n] for t, n in _TORCH_DTYPES.items()}
 _ALLREDUCE = _OP_TYPES["allreduce"]
 
 # The synchronous collectives of one tensor with the tensors read in C++ (native/torch); None in a
@@ -98,7 +93,7 @@ def _engine_and_code(tensor):
     code = _DTYPE_CODES.get(tensor.dtype)
     if code is None:
         raise ValueError(f"Tensor type {tensor.type()} is not supported.")
-    engine = _basics._engine  # read directly on this path; engine() raises the error before init
+    engine = _front._engine  # read directly on this path; engine() raises the error before init
     if engine is None:
         engine = _basics.engine()
     return engine, code
@@ -120,7 +115,7 @@ def _enqueue_one(op_type, name, tensor, output, process_set, op, prescale, posts
                                        op, prescale, postscale, root,
                                        tensor.data_ptr(), output.data_ptr(), tensor.shape)
     except _native.HerringError as e:
-        raise HorovodInternalError(str(e)) from e
+        raise horovod_error(e) from e
     handle = work.handle
     _works[handle] = work
     return handle
@@ -136,7 +131,7 @@ def _ran_in_cpp(op_code, name, tensor, output, process_set, op, prescale, postsc
         return _torch_native.run_one(_basics.slot_address, tensor, output, op_code, name or "",
                                      process_set.process_set_id, op, prescale, postscale, root) is not None
     except _native.HerringError as e:
-        raise HorovodInternalError(str(e)) from e
+        raise horovod_error(e) from e
 
 
 def _run_one(op_type, name, tensor, output, process_set, op, prescale, postscale, root=-1, result=None):
@@ -157,7 +152,7 @@ def _run_one_in_python(op_code, name, tensor, output, process_set, op, prescale,
         engine.run_one(tensor, output, op_code, name or "", process_set.process_set_id, code, op,
                        prescale, postscale, root, tensor.data_ptr(), output.data_ptr(), tensor.shape)
     except _native.HerringError as e:
-        raise HorovodInternalError(str(e)) from e
+        raise horovod_error(e) from e
 
 
 def _enqueue(op_type, name, tensors, outputs, process_set, op=None, prescale=1.0, postscale=1.0,
@@ -213,7 +208,7 @@ def synchronize(handle):
         out = work.result()  # Ctrl-C or a timeout leaves the handle valid
     except _native.HerringError as e:
         _works.pop(handle, None)  # the request failed: it is over
-        raise HorovodInternalError(str(e)) from e
+        raise horovod_error(e) from e
     except BaseException:
         if work.is_completed():  # failed with another error; a timeout or Ctrl-C keeps it pending
             _works.pop(handle, None)
@@ -308,7 +303,7 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
             out = _torch_native.allreduce(_basics.slot_address, tensor, name or "", process_set.process_set_id,
                                           Average if op is None else op, prescale_factor, postscale_factor)
         except _native.HerringError as e:
-            raise HorovodInternalError(str(e)) from e
+            raise horovod_error(e) from e
         if out is not None:
             return out
     tensor_compressed, cctx = compression.compress(tensor)

@@ -16,18 +16,18 @@ here does the engine take this path (otherwise it stages them as usual).
 import torch
 import torch.utils.dlpack
 
-from hvd_herring.basics import DTYPES as _DTYPES, basics as _basics
+from hvd_herring.engine_front import front as _front
+from hvd_herring.torch.dtypes import DTYPE_CODES
 from hvd_herring.torch.storage_hold import storage_is_held
 
 _used = False  # set by the first allocation: until then no tensor can be in zero-copy memory
 
 
 def _dtype_code(dtype):
-    from hvd_herring.torch.mpi_ops import _TORCH_DTYPES
-    name = _TORCH_DTYPES.get(dtype)
-    if name is None:
+    code = DTYPE_CODES.get(dtype)
+    if code is None:
         raise ValueError(f"zero-copy memory does not hold {dtype} tensors")
-    return _DTYPES[name]
+    return code
 
 
 def zero_copy_empty(*size, dtype=torch.float32):
@@ -36,7 +36,7 @@ def zero_copy_empty(*size, dtype=torch.float32):
     global _used
     if len(size) == 1 and isinstance(size[0], (tuple, list, torch.Size)):
         size = tuple(size[0])
-    capsule = _basics.zero_copy.empty([int(d) for d in size], _dtype_code(dtype))
+    capsule = _front.zero_copy.empty([int(d) for d in size], _dtype_code(dtype))
     _used = True
     return torch.utils.dlpack.from_dlpack(capsule)
 
@@ -85,14 +85,14 @@ def in_zero_copy_memory(tensor):
     """True when every byte of `tensor` lies in this process's zero-copy memory."""
     if not _used or tensor.device.type != "cpu":
         return False
-    return _basics.zero_copy.contains(tensor.data_ptr(), tensor.numel() * tensor.element_size())
+    return _front.zero_copy.contains(tensor.data_ptr(), tensor.numel() * tensor.element_size())
 
 
 def storage_in_zero_copy_memory(storage):
     """True when the whole of `storage` (a torch.UntypedStorage) lies in zero-copy memory."""
     if not _used or storage.device.type != "cpu":
         return False
-    return _basics.zero_copy.contains(storage.data_ptr(), storage.nbytes())
+    return _front.zero_copy.contains(storage.data_ptr(), storage.nbytes())
 
 
 def move_to_zero_copy(tensor):

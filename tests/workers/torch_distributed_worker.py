@@ -5,7 +5,8 @@ torch.compile), FSDP2 and errors, against single-process references.
 Every rank can compute every rank's input, so each builds the reference itself. All ranks run the
 same collectives in the same order and compare afterwards. Results go to
 $HERRING_TEST_RESULTS/<rank>.json, one entry per check. HERRING_TORCH_SCENARIO=peer_death runs only
-the peer-death scenario (rank 1 dies; the others must raise naming it)."""
+the peer-death scenario (rank 1 dies; the others must raise naming it). HERRING_TEST_WITHOUT_HOROVOD=1
+runs every check as if Horovod were not installed (any import of it fails), as a torch user has it."""
 
 import contextlib
 import copy
@@ -19,7 +20,22 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-import hvd_herring.torch.distributed  # noqa: F401  (registers "herring")
+WITHOUT_HOROVOD = os.environ.get("HERRING_TEST_WITHOUT_HOROVOD") == "1"
+if WITHOUT_HOROVOD:
+    import importlib.abc
+
+    class NoHorovod(importlib.abc.MetaPathFinder):
+        """Every import of horovod fails, as where it is not installed."""
+
+        def find_spec(self, name, path=None, target=None):
+            if name == "horovod" or name.startswith("horovod."):
+                raise ModuleNotFoundError(f"No module named {name!r} (this job runs without Horovod)", name=name)
+            return None
+
+    sys.meta_path.insert(0, NoHorovod())
+
+import hvd_herring.torch.distributed  # noqa: F401,E402  (registers "herring")
+from hvd_herring.engine_front import front  # noqa: E402
 
 CHECKS = []
 DTYPES = [torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16, torch.bfloat16,
@@ -285,28 +301,38 @@ def subgroups_are_process_sets():
 
 @check
 def one_engine_with_horovods_api():
+    if WITHOUT_HOROVOD:
+        # torch.distributed ran every collective above without Horovod; its API says what it needs.
+        import hvd_herring.torch as hvd
+        assert not any(m == "horovod" or m.startswith("horovod.") for m in sys.modules), \
+            sorted(m for m in sys.modules if m.startswith("horovod"))
+        try:
+            hvd.init()
+        except ImportError as e:
+            assert "hvd-herring[horovod]" in str(e), str(e)
+        else:
+            raise AssertionError("hvd.init() worked without Horovod")
+        return
     import hvd_herring.torch as hvd
-    from hvd_herring.basics import basics
-    engine = basics.engine()
+    engine = front.engine()
     hvd.init()  # already running: the same engine
-    assert basics.engine() is engine
+    assert front.engine() is engine
     out = hvd.allreduce(torch.ones(3) * R, op=hvd.Sum, name="hvd.beside.torch")
     assert torch.equal(out, torch.full((3,), float(sum(range(N)))))
-    before = basics.counters()["cycles"]
+    before = front.counters()["cycles"]
     dist.all_reduce(torch.ones(2))
-    assert basics.counters()["cycles"] > before
+    assert front.counters()["cycles"] > before
 
 
 @check
 def synchronous_calls_run_their_cycles_on_the_caller():
     # torch says asyncOp=False when it waits for the Work at once (no async_op): the waiting thread
     # runs the engine's cycle, as hvd.allreduce_'s does; async Works (DDP's buckets) stay the loop's.
-    from hvd_herring.basics import basics
 
     def waiter_cycles(collectives):
-        before = basics.counters()["waiter_cycles"]
+        before = front.counters()["waiter_cycles"]
         collectives()
-        return basics.counters()["waiter_cycles"] - before
+        return front.counters()["waiter_cycles"] - before
 
     # A rank that is late every time (more ranks than cores) may find its loop woken by the others'
     # invitations, and the loop runs the cycle: so rounds of 10, up to 5, until a waiter ran one on
@@ -412,18 +438,17 @@ def ddp_buckets_move_into_zero_copy_memory():
     # steps 3 to 5 reduce it in place. Training must still equal the reference. With
     # HERRING_DIST_ZERO_COPY=0 nothing moves.
     from torch.nn.parallel import DistributedDataParallel as DDP
-    from hvd_herring.basics import basics
     from hvd_herring.torch import in_zero_copy_memory
     moves = os.environ.get("HERRING_DIST_ZERO_COPY", "1") != "0"
     for bucket_view in (False, True):
-        before = basics.counters()["zero_copy_allreduces"]
+        before = front.counters()["zero_copy_allreduces"]
         model, data = model_and_data(seed=5, inputs=256, width=256)
         want = reference_training(model, data)
         ddp = DDP(copy.deepcopy(model), gradient_as_bucket_view=bucket_view)
         distributed_training(ddp, ddp.parameters(), data)
         for i, (p, w) in enumerate(zip(ddp.module.parameters(), want)):
             assert_close(p.detach(), w, f"bucket view {bucket_view}: parameter {i}", tol=1e-5)
-        ran = basics.counters()["zero_copy_allreduces"] - before
+        ran = front.counters()["zero_copy_allreduces"] - before
         want_ran = len(data) - 2 if moves else 0
         assert ran == want_ran, f"bucket view {bucket_view}: {ran} zero-copy allreduces in {len(data)} steps"
         if bucket_view:  # the gradients are views of the (moved) bucket
@@ -666,8 +691,7 @@ def main():
     global N, R
     dist.init_process_group("herring", timeout=timedelta(seconds=TIMEOUT_SECONDS))
     N, R = dist.get_world_size(), dist.get_rank()
-    from hvd_herring.basics import basics
-    assert basics.rank() == R and basics.size() == N, (basics.rank(), R, basics.size(), N)
+    assert front.rank() == R and front.size() == N, (front.rank(), R, front.size(), N)
     scenario = os.environ.get("HERRING_TORCH_SCENARIO", "checks")
     checks = [SCENARIOS[scenario]] if scenario in SCENARIOS else CHECKS
     only = os.environ.get("HERRING_TEST_ONLY")
@@ -683,7 +707,7 @@ def main():
     out_dir = os.environ.get("HERRING_TEST_RESULTS")
     if out_dir:
         with open(os.path.join(out_dir, f"{R}.json"), "w") as f:
-            json.dump({"results": results, "size": N, "launcher": basics.engine().launcher}, f)
+            json.dump({"results": results, "size": N, "launcher": front.engine().launcher}, f)
     failed = [k for k, v in results.items() if v != "ok"]
     for k in failed:
         print(f"rank {R}: {k} FAILED\n{results[k]}", file=sys.stderr)

@@ -8,7 +8,7 @@ too); groups from new_group are process sets. CPU tensors only."""
 
 import torch.distributed as dist
 
-from hvd_herring.basics import basics
+from hvd_herring.engine_front import front
 from hvd_herring.torch.distributed import rendezvous
 from hvd_herring.torch.distributed.hooks import average_hook
 from hvd_herring.torch.distributed.process_group import HerringProcessGroup
@@ -20,21 +20,21 @@ def _create_process_group(options, backend_options=None):
     """torch's creator callback (extended API): called on the members of each new group."""
     rank, size = options.group_rank, options.group_size
     timeout = options.timeout.total_seconds()
-    if not basics.is_initialized():
+    if not front.is_initialized():
         # The default group (torchrun, tcp://, file://, store=, mp.spawn): the engine takes the rank and
     # size torch hands it, and exchanges its endpoints through torch's Store.
         rendezvous.prepare_engine_environment()
-        basics.init(exchange=rendezvous.store_exchange(options.store, rank, size, timeout),
+        front.start(exchange=rendezvous.store_exchange(options.store, rank, size, timeout),
                     env=rendezvous.launch_environment(rank, size, options.store))
-        basics.leaves_at_exit = True  # torch's ranks finish one at a time (engine/departures.cc)
+        front.leaves_at_exit = True  # torch's ranks finish one at a time (engine/departures.cc)
     is_default = dist.distributed_c10d._world.default_pg is None
     ranks = list(options.global_ranks_in_group) or list(range(size))
-    if len(ranks) == basics.size():
+    if len(ranks) == front.size():
         set_id = 0
-        if basics.rank() != ranks[rank] or basics.size() != size:
+        if front.rank() != ranks[rank] or front.size() != size:
             raise RuntimeError(
                 f"herring: torch.distributed says rank {rank} of {size}, but the engine (launched by "
-                f"{basics.engine().launcher}) is rank {basics.rank()} of {basics.size()}")
+                f"{front.engine().launcher}) is rank {front.rank()} of {front.size()}")
     else:
         set_id = rendezvous.subgroup_sets.get(tuple(sorted(ranks)))
         if set_id is None:
@@ -43,7 +43,7 @@ def _create_process_group(options, backend_options=None):
     group = HerringProcessGroup(rank, size, set_id, sorted(ranks), timeout, str(options.group_id))
     # destroy_process_group() shuts every group down; the default one's, if torch started the
     # engine, takes this rank out of the job while the other ranks go on.
-    group._leaves_job = is_default and basics.leaves_at_exit
+    group._leaves_job = is_default and front.leaves_at_exit
     return group
 
 

@@ -19,7 +19,7 @@ import warnings
 import weakref
 
 from hvd_herring import _native
-from hvd_herring.basics import basics
+from hvd_herring.engine_front import front
 from hvd_herring.torch import zero_copy
 from hvd_herring.torch.storage_hold import storage_is_held
 
@@ -34,7 +34,7 @@ class PersistentBuffers:
     def _decide(self):
         if self._enabled is None:
             self._enabled = (_native.bool_knob("HERRING_DIST_ZERO_COPY")
-                             and basics.local_size() == basics.size())
+                             and front.local_size() == front.size())
         return self._enabled
 
     def visit(self, tensor):

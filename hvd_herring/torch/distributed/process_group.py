@@ -16,7 +16,8 @@ from torch.distributed import ReduceOp
 from torch._C._distributed_c10d import AllgatherOptions  # torch.distributed does not re-export it
 
 from hvd_herring import _native
-from hvd_herring.basics import basics, DTYPES
+from hvd_herring.engine_front import DTYPES, front
+from hvd_herring.torch.dtypes import DTYPE_CODES as _DTYPE_CODES
 from hvd_herring.torch.distributed.arguments import (
     as_list, check_allgather, check_allgather_coalesced, check_allreduce, check_allreduce_coalesced, check_broadcast,
     check_cpu, check_gather, check_reduce, check_scatter, invalid, options, reduce_op_of)
@@ -25,12 +26,6 @@ from hvd_herring.torch.distributed.persistent_buffers import persistent_buffers
 from hvd_herring.torch.distributed.work import (CompletedWork, EnginePart, HerringWork, TransferPart, _in_flight, _seconds,
                                                 complete_at_once)
 
-_TORCH_DTYPES = {  # torch dtype -> the engine's dtype code
-    torch.uint8: "uint8", torch.int8: "int8", torch.int16: "int16", torch.int32: "int32",
-    torch.int64: "int64", torch.float16: "float16", torch.bfloat16: "bfloat16",
-    torch.float32: "float32", torch.float64: "float64", torch.bool: "bool", torch.uint16: "uint16",
-}
-_DTYPE_CODES = {t: DTYPES[n] for t, n in _TORCH_DTYPES.items()}
 _RED = ReduceOp.RedOpType
 
 
@@ -52,9 +47,9 @@ def _engine_op(reduce_op, dtype):
             return op, 1.0
     if kind == _RED.PREMUL_SUM:
         factor = reduce_op.factor
-        return basics.Sum, float(factor.item() if isinstance(factor, torch.Tensor) else factor)
+        return front.Sum, float(factor.item() if isinstance(factor, torch.Tensor) else factor)
     if dtype == torch.bool and kind in (_RED.SUM, _RED.PRODUCT):
-        return (basics.Max if kind == _RED.SUM else basics.Min), 1.0
+        return (front.Max if kind == _RED.SUM else front.Min), 1.0
     op = _ENGINE_OPS.get(kind)
     if op is None:
         raise ValueError(f"herring: ReduceOp {kind} is not supported (SUM, AVG, PRODUCT, MIN, MAX, PREMUL_SUM)")
@@ -227,10 +222,10 @@ class HerringProcessGroup(dist.ProcessGroup):
         """destroy_process_group() calls it on every group. The default group of an engine torch
         started takes this rank out of the job, in order: the other ranks go on, their
         collectives in process sets without it keep working (native engine/departures.cc)."""
-        if getattr(self, "_leaves_job", False) and basics.is_initialized():
+        if getattr(self, "_leaves_job", False) and front.is_initialized():
             from hvd_herring.torch.distributed import rendezvous
             rendezvous.subgroup_sets.clear()  # the next engine numbers its sets anew
-            basics.leave()
+            front.leave()
 
     def _get_backend(self, device):
         """A Python group is its own backend (torch's DummyProcessGroup does the same): code that
@@ -256,20 +251,20 @@ class HerringProcessGroup(dist.ProcessGroup):
         synchronous call's (_synchronous(opts)) waiting thread runs the cycle, as hvd.allreduce_'s
         does, instead of waking the engine's loop for it: dist.all_reduce of 4 KiB at np=2, back to
         back, measured 48-60 -> 42-44 us per call (3 interleaved launches each)."""
-        reduce_op = basics.Sum if reduce_op is None else reduce_op
+        reduce_op = front.Sum if reduce_op is None else reduce_op
         if len(entries) == 1 and entries[0][2] is None:
             # One tensor without splits, most collectives: the engine's one-tensor call, without
             # building and converting a list of tuples.
             i, o, _ = entries[0]
             shape = i.shape
             name = collective_name(self._set, _one_tensor_signature(op_type, dtype_code, reduce_op, root, shape))
-            return basics.enqueue_one(op_type, name, self._set, dtype_code, reduce_op, prescale, 1.0, root,
+            return front.enqueue_one(op_type, name, self._set, dtype_code, reduce_op, prescale, 1.0, root,
                                       i.data_ptr(), 0 if o is None else o.data_ptr(), shape,
                                       in_program_order=True, waiter_follows=_synchronous(opts))
         args = [(i.data_ptr(), 0 if o is None else o.data_ptr(), list(i.shape), list(s) if s else [])
                 for i, o, s in entries]
         name = collective_name(self._set, _signature(op_type, dtype_code, reduce_op, root, [a[2] for a in args]))
-        return basics.enqueue(op_type, name, self._set, dtype_code, reduce_op, prescale, 1.0, root, args,
+        return front.enqueue(op_type, name, self._set, dtype_code, reduce_op, prescale, 1.0, root, args,
                               in_program_order=True, waiter_follows=_synchronous(opts))
 
     def _work(self, op, parts, finish, result, opts, keep_alive):
@@ -734,8 +729,8 @@ class HerringProcessGroup(dist.ProcessGroup):
 
     def barrier(self, opts=None):
         opts = opts if opts is not None else dist.BarrierOptions()
-        handle = basics.enqueue("barrier", collective_name(self._set, "barrier"), self._set, DTYPES["uint8"],
-                                basics.Sum, 1.0, 1.0, -1, [], in_program_order=True, waiter_follows=_synchronous(opts))
+        handle = front.enqueue("barrier", collective_name(self._set, "barrier"), self._set, DTYPES["uint8"],
+                                front.Sum, 1.0, 1.0, -1, [], in_program_order=True, waiter_follows=_synchronous(opts))
         return self._work("barrier", [EnginePart(handle, DTYPES["uint8"])], lambda values: None, [], opts, [])
 
     def monitored_barrier(self, timeout=None, wait_all_ranks=False):
@@ -766,12 +761,12 @@ class HerringProcessGroup(dist.ProcessGroup):
 
     def send(self, tensors, dst, tag=0):
         peer = self._ranks[dst]
-        return self._p2p("send", lambda address, size: _native.p2p_send(basics.engine(), peer, int(tag), address, size),
+        return self._p2p("send", lambda address, size: _native.p2p_send(front.engine(), peer, int(tag), address, size),
                          tensors, f"peer {dst}", tag)
 
     def recv(self, tensors, src, tag=0):
         peer = self._ranks[src]
-        return self._p2p("recv", lambda address, size: _native.p2p_recv(basics.engine(), peer, int(tag), address, size),
+        return self._p2p("recv", lambda address, size: _native.p2p_recv(front.engine(), peer, int(tag), address, size),
                          tensors, f"peer {src}", tag, source=lambda: src)
 
     def recv_anysource(self, tensors, tag=0):
@@ -780,7 +775,7 @@ class HerringProcessGroup(dist.ProcessGroup):
         holder = {}
 
         def post(address, size):
-            holder["transfer"] = _native.p2p_recv_any(basics.engine(), self._ranks, int(tag), address, size)
+            holder["transfer"] = _native.p2p_recv_any(front.engine(), self._ranks, int(tag), address, size)
             return holder["transfer"]
 
         return self._p2p("recv", post, tensors, "any source", tag,

@@ -28,7 +28,7 @@ import torch.distributed.distributed_c10d as c10d
 torch_rendezvous = importlib.import_module("torch.distributed.rendezvous")
 
 from hvd_herring import bootstrap
-from hvd_herring.basics import basics, DTYPES
+from hvd_herring.engine_front import DTYPES, front
 
 _ADDRESS_BYTES = 256
 
@@ -59,7 +59,7 @@ def launch_environment(rank, size, store=None):
 
 def store_exchange(store, rank, size, timeout_seconds):
     """The engine's endpoint exchange (mine -> every rank's record) through a torch Store."""
-    prefix = f"herring/endpoints/{basics._epoch}/"
+    prefix = f"herring/endpoints/{front._epoch}/"
 
     def exchange(mine):
         store.set(prefix + str(rank), mine)
@@ -85,7 +85,7 @@ def _interface_address(name):
 
 def _store_address_for_peers():
     """The address at which the other ranks reach rank 0's store."""
-    if len(set(basics.engine().hostnames)) == 1:
+    if len(set(front.engine().hostnames)) == 1:
         return "127.0.0.1"
     iface = os.environ.get("HERRING_IFACE") or os.environ.get("HOROVOD_GLOO_IFACE")
     if iface:
@@ -100,19 +100,19 @@ def _broadcast_text(text, timeout_seconds):
         raise ValueError(f"herring: store address {text!r} is too long")
     buf = torch.zeros(_ADDRESS_BYTES, dtype=torch.uint8)
     buf[:len(data)] = torch.tensor(list(data), dtype=torch.uint8)
-    handle = basics.enqueue("broadcast", "herring.torch.store_address", 0, DTYPES["uint8"], basics.Sum, 1.0, 1.0,
+    handle = front.enqueue("broadcast", "herring.torch.store_address", 0, DTYPES["uint8"], front.Sum, 1.0, 1.0,
                             0, [(buf.data_ptr(), buf.data_ptr(), [_ADDRESS_BYTES], [])])
-    basics.wait_simple(handle, timeout_seconds)
+    front.wait_simple(handle, timeout_seconds)
     return bytes(buf.tolist()).rstrip(b"\0").decode()
 
 
 def _launcher_rendezvous(timeout):
     """env:// under horovodrun or mpirun: the engine first, then a TCPStore hosted by rank 0."""
     prepare_engine_environment()
-    if not basics.is_initialized():
-        basics.init()
-        basics.leaves_at_exit = True  # torch's ranks finish one at a time (engine/departures.cc)
-    engine = basics.engine()
+    if not front.is_initialized():
+        front.start()
+        front.leaves_at_exit = True  # torch's ranks finish one at a time (engine/departures.cc)
+    engine = front.engine()
     rank, size = engine.rank, engine.size
     if rank == 0:
         store = dist.TCPStore("0.0.0.0", 0, size, True, timeout=timeout, wait_for_workers=False)
@@ -160,11 +160,11 @@ def _uses_herring(backend):
 def ensure_process_set(ranks):
     """The process set of these global ranks, created by a collective of every rank if needed."""
     ranks = sorted(int(r) for r in ranks)
-    for set_id, members in basics._get_process_set_ids_and_ranks().items():
+    for set_id, members in front.process_sets().items():
         if sorted(members) == ranks:
             return set_id
     try:
-        set_id = basics._add_process_set_impl(ranks)
+        set_id = front.add_process_set(ranks)
     except Exception as e:
         raise RuntimeError(f"herring: creating the process set of new_group({ranks}) failed: {e} (subgroups need "
                            "HOROVOD_DYNAMIC_PROCESS_SETS=1 when the engine was started by hvd.init())") from e
@@ -177,9 +177,9 @@ def _new_group_with_tag(*args, **kwargs):
     bound = inspect.signature(_torch_new_group_with_tag).bind(*args, **kwargs)
     bound.apply_defaults()
     ranks, backend = bound.arguments.get("ranks"), bound.arguments.get("backend")
-    if ranks and _uses_herring(backend) and basics.is_initialized():
+    if ranks and _uses_herring(backend) and front.is_initialized():
         ranks = sorted(int(r) for r in ranks)
-        if len(ranks) < basics.size():
+        if len(ranks) < front.size():
             if bound.arguments.get("use_local_synchronization"):
                 raise NotImplementedError(
                     "herring: new_group(use_local_synchronization=True) is not supported: its process set is "

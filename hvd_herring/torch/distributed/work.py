@@ -30,7 +30,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 import torch.utils.dlpack
-from hvd_herring.basics import basics
+from hvd_herring.engine_front import front
 from hvd_herring.torch.distributed.naming import HerringFuture, raising_when_read_by_cpp
 from hvd_herring.torch.storage_hold import held
 
@@ -43,12 +43,12 @@ class EnginePart:
         self.handle, self.dtype = handle, dtype
 
     def ready(self):
-        return basics.poll(self.handle)
+        return front.poll(self.handle)
 
     def wait(self, timeout):
         if self.dtype is None:
-            return basics.wait_simple(self.handle, timeout)
-        capsules, _, received_splits, _ = basics.wait(self.handle, self.dtype, timeout)
+            return front.wait_simple(self.handle, timeout)
+        capsules, _, received_splits, _ = front.wait(self.handle, self.dtype, timeout)
         return [torch.utils.dlpack.from_dlpack(c) for c in capsules], received_splits
 
 
@@ -221,7 +221,7 @@ class HerringWork(dist.Work):
         if not isinstance(part, EnginePart):
             return ""
         try:
-            missing = basics.missing_ranks(part.handle, min(_EXPLAIN_SECONDS, max(0.5, timeout)))
+            missing = front.missing_ranks(part.handle, min(_EXPLAIN_SECONDS, max(0.5, timeout)))
         except RuntimeError:  # the engine's error (it failed meanwhile): the timeout is still the one to report
             return ""
         if missing is None:
