@@ -33,8 +33,8 @@ def variable_key(variable):
 
 
 def groups_or_num_groups(groups, num_groups):
-    """The DistributedOptimizers' `groups`, or their deprecated `num_groups` (with Horovod's
-    warning) when groups is not given."""
+    """The `groups` of a DistributedOptimizer or DistributedGradientTape, or their deprecated
+    `num_groups` (with Horovod's warning) when groups is not given."""
     if num_groups != 0:
         warnings.warn('Parameter `num_groups` has been replaced by `groups` and will be removed in v0.23.0.',
                       DeprecationWarning)

@@ -1,14 +1,12 @@
 """DistributedGradientTape: a tf.GradientTape whose gradient() returns gradients averaged over
 the ranks (Horovod's API, with groups=, compression, local sources)."""
 
-import warnings
-
 import tensorflow as tf
 
 from horovod.common.process_sets import global_process_set
 from horovod.tensorflow.compression import Compression
 
-from hvd_herring.tensorflow.gradient_reduction import cached_allreducer, variable_key
+from hvd_herring.tensorflow.gradient_reduction import cached_allreducer, groups_or_num_groups, variable_key
 from hvd_herring.tensorflow.mpi_ops import Average
 
 
@@ -46,15 +44,6 @@ class _DistributedTapeMixin:
         return local, shared
 
 
-def _groups_argument(num_groups, groups):
-    if num_groups != 0:
-        warnings.warn('Parameter `num_groups` has been replaced by `groups` and will be removed in v0.23.0.',
-                      DeprecationWarning)
-        if groups is None:
-            groups = num_groups
-    return groups
-
-
 def DistributedGradientTape(gradtape, device_dense='', device_sparse='', compression=Compression.none,
                             sparse_as_dense=False, op=Average, gradient_predivide_factor=1.0, num_groups=0,
                             groups=None, process_set=global_process_set, scale_local_gradients=True):
@@ -64,7 +53,7 @@ def DistributedGradientTape(gradtape, device_dense='', device_sparse='', compres
     by 1/f before the sum and f/size after), `groups` (N, or lists of variables reduced together),
     `compression` (Compression.fp16 halves the bytes sent), `sparse_as_dense`, `process_set`.
     """
-    groups = _groups_argument(num_groups, groups)
+    groups = groups_or_num_groups(groups, num_groups)
     reducer = cached_allreducer("DistributedGradientTape", device_dense, device_sparse, compression,
                                 sparse_as_dense, op, gradient_predivide_factor, groups, process_set)
     cls = type(gradtape.__class__.__name__, (_DistributedTapeMixin, gradtape.__class__), {})
