@@ -124,8 +124,14 @@ LaunchInfo FromHorovodrun(const std::map<std::string, std::string>& env) {
   return info;
 }
 
-// Open MPI says nothing about hosts beyond the local ones, so cross_rank/cross_size stay -1 until
-// the engine derives them from the hostnames the ranks exchange.
+// mpirun and torchrun say nothing about hosts beyond the local ones, so cross_rank/cross_size stay
+// -1 until the engine derives them from the hostnames the ranks exchange.
+void HostsFromHostnames(const LaunchEnvReader& r, LaunchInfo* info) {
+  info->cross_rank = -1;
+  info->cross_size = -1;
+  info->hostname = HostnameOf(r);
+}
+
 LaunchInfo FromMpirun(const std::map<std::string, std::string>& env) {
   LaunchEnvReader r(env, "mpirun (Open MPI)");
   LaunchInfo info;
@@ -133,9 +139,7 @@ LaunchInfo FromMpirun(const std::map<std::string, std::string>& env) {
   r.RankAndSize("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", &info.rank, &info.size);
   r.RankAndSize("OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE", &info.local_rank, &info.local_size,
                 "OMPI_COMM_WORLD_SIZE", info.size);
-  info.cross_rank = -1;
-  info.cross_size = -1;
-  info.hostname = HostnameOf(r);
+  HostsFromHostnames(r, &info);
   info.iface = r.Optional("HOROVOD_GLOO_IFACE");
   return info;
 }
@@ -157,9 +161,7 @@ LaunchInfo FromTorchrun(const std::map<std::string, std::string>& env) {
     info.local_size = here ? info.size : 1;
     info.local_rank = here ? info.rank : 0;
   }
-  info.cross_rank = -1;
-  info.cross_size = -1;
-  info.hostname = HostnameOf(r);
+  HostsFromHostnames(r, &info);
   info.iface = r.Optional("HOROVOD_GLOO_IFACE");
   return info;
 }

@@ -169,31 +169,33 @@ R2spSessionSpec DecodeR2spSession(const std::string& payload) {
   return spec;
 }
 
-std::string EncodeR2spEnd(uint32_t session) {
+namespace {
+
+// A message of one number (R2SP's end of a session, a cycle's begin).
+template <typename T>
+std::string EncodeNumber(T value, void (WireWriter::*put)(T)) {
   WireWriter w;
-  w.U32(session);
+  (w.*put)(value);
   return w.Take();
 }
 
-uint32_t DecodeR2spEnd(const std::string& payload) {
-  WireReader r(payload, "R2SP end");
-  uint32_t id = r.U32();
+template <typename T>
+T DecodeNumber(const std::string& payload, const char* what, T (WireReader::*get)()) {
+  WireReader r(payload, what);
+  T value = (r.*get)();
   r.ExpectEnd();
-  return id;
+  return value;
 }
 
-std::string EncodeCycle(uint64_t cycle) {
-  WireWriter w;
-  w.U64(cycle);
-  return w.Take();
-}
+}  // namespace
 
-uint64_t DecodeCycle(const std::string& payload) {
-  WireReader r(payload, "cycle");
-  uint64_t c = r.U64();
-  r.ExpectEnd();
-  return c;
-}
+std::string EncodeR2spEnd(uint32_t session) { return EncodeNumber(session, &WireWriter::U32); }
+
+uint32_t DecodeR2spEnd(const std::string& payload) { return DecodeNumber(payload, "R2SP end", &WireReader::U32); }
+
+std::string EncodeCycle(uint64_t cycle) { return EncodeNumber(cycle, &WireWriter::U64); }
+
+uint64_t DecodeCycle(const std::string& payload) { return DecodeNumber(payload, "cycle", &WireReader::U64); }
 
 namespace {
 

@@ -59,7 +59,20 @@ Enum ReadEnum(WireReader* r, bool (*valid)(int), const char* what) {
 }
 bool IsValidOpType(int value) { return value >= 0 && value < kNumOpTypes; }
 
-// What a request and its response both say of the operation, in the same order on the wire.
+// What a request and its response both say of the collective (type, name, process set) and of
+// the operation (dtype, reduce op, scale factors, root), each in the same order on the wire.
+template <typename Message>
+void EncodeCollective(const Message& m, WireWriter* w) {
+  w->U8(static_cast<uint8_t>(m.type));
+  w->Str(m.name);
+  w->I32(m.process_set);
+}
+template <typename Message>
+void DecodeCollective(WireReader* r, Message* m) {
+  m->type = ReadEnum<OpType>(r, &IsValidOpType, "op type");
+  m->name = r->Str();
+  m->process_set = r->I32();
+}
 template <typename Message>
 void EncodeOperation(const Message& m, WireWriter* w) {
   w->U8(static_cast<uint8_t>(m.dtype));
@@ -80,9 +93,7 @@ void DecodeOperation(WireReader* r, Message* m) {
 }  // namespace
 
 void EncodeRequest(const RequestMeta& q, WireWriter* w) {
-  w->U8(static_cast<uint8_t>(q.type));
-  w->Str(q.name);
-  w->I32(q.process_set);
+  EncodeCollective(q, w);
   w->I32(q.rank);
   EncodeOperation(q, w);
   w->U32(static_cast<uint32_t>(q.tensors.size()));
@@ -97,9 +108,7 @@ void EncodeRequest(const RequestMeta& q, WireWriter* w) {
 
 RequestMeta DecodeRequest(WireReader* r) {
   RequestMeta q;
-  q.type = ReadEnum<OpType>(r, &IsValidOpType, "op type");
-  q.name = r->Str();
-  q.process_set = r->I32();
+  DecodeCollective(r, &q);
   q.rank = r->I32();
   DecodeOperation(r, &q);
   uint32_t n = r->Count(8);
@@ -115,9 +124,7 @@ RequestMeta DecodeRequest(WireReader* r) {
 }
 
 void EncodeResponse(const Response& p, WireWriter* w) {
-  w->U8(static_cast<uint8_t>(p.type));
-  w->Str(p.name);
-  w->I32(p.process_set);
+  EncodeCollective(p, w);
   EncodeOperation(p, w);
   w->U32(static_cast<uint32_t>(p.shapes.size()));
   for (const auto& s : p.shapes) w->I64s(s);
@@ -131,9 +138,7 @@ void EncodeResponse(const Response& p, WireWriter* w) {
 
 Response DecodeResponse(WireReader* r) {
   Response p;
-  p.type = ReadEnum<OpType>(r, &IsValidOpType, "op type");
-  p.name = r->Str();
-  p.process_set = r->I32();
+  DecodeCollective(r, &p);
   DecodeOperation(r, &p);
   p.shapes.resize(r->Count(4));
   for (auto& s : p.shapes) s = r->I64s();
