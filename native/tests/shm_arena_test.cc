@@ -245,6 +245,12 @@ size_t Mismatches(const uint8_t* area, size_t bytes, int member, Pattern pattern
   return bad;
 }
 
+// Every member reached step `flag`: publishes 1 on it and waits for all the others' (5 s).
+bool AllReached(ShmArena& arena, int flag) {
+  arena.Publish(flag, 1);
+  return arena.WaitAll(flag, 1, Deadline::AfterSeconds(5)).ok();
+}
+
 // Runs Attach expecting it to throw; returns the status (OK if it did not throw).
 Status AttachError(const ShmArenaOptions& o) {
   try {
@@ -377,8 +383,7 @@ TEST(ShmArena, ShmArenaSlotDataVisibleAcrossProcesses) {
       auto arena = ChildAttach(r, Options(name, i, kMembers, kBytes));
       if (!arena) return;
       Fill(arena->slot(i), kBytes, i, pattern);
-      arena->Publish(0, 1);
-      CHILD_EXPECT(r, arena->WaitAll(0, 1, Deadline::AfterSeconds(5)).ok());
+      CHILD_EXPECT(r, AllReached(*arena, 0));
       for (int m = 0; m < kMembers; ++m) CHILD_EXPECT(r, Mismatches(arena->slot(m), kBytes, m, pattern) == 0);
       if (i == 0) {
         Fill(arena->result(), kBytes, 99, pattern);
@@ -388,8 +393,7 @@ TEST(ShmArena, ShmArenaSlotDataVisibleAcrossProcesses) {
         CHILD_EXPECT(r, Mismatches(arena->result(), kBytes, 99, pattern) == 0);
       }
       // Nobody leaves before every reader is done.
-      arena->Publish(2, 1);
-      CHILD_EXPECT(r, arena->WaitAll(2, 1, Deadline::AfterSeconds(5)).ok());
+      CHILD_EXPECT(r, AllReached(*arena, 2));
     });
   }
   procs.JoinAll();
@@ -413,14 +417,12 @@ TEST(ShmArena, ShmArenaNoticeAreasOfAnotherSizeAreWholeAndApart) {
       CHILD_EXPECT(r, arena->notice_bytes() == kNotice);
       std::memset(arena->slot(i), 0xee, kSlot);
       Fill(arena->notice(i), kNotice, i, pattern);
-      arena->Publish(0, 1);
-      CHILD_EXPECT(r, arena->WaitAll(0, 1, Deadline::AfterSeconds(5)).ok());
+      CHILD_EXPECT(r, AllReached(*arena, 0));
       for (int m = 0; m < kMembers; ++m) {
         CHILD_EXPECT(r, Mismatches(arena->notice(m), kNotice, m, pattern) == 0);
         CHILD_EXPECT(r, Mismatches(arena->slot(m), kSlot, m, [](int, size_t) { return uint8_t(0xee); }) == 0);
       }
-      arena->Publish(1, 1);
-      CHILD_EXPECT(r, arena->WaitAll(1, 1, Deadline::AfterSeconds(5)).ok());
+      CHILD_EXPECT(r, AllReached(*arena, 1));
     });
   }
   procs.JoinAll();
