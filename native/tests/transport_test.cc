@@ -601,6 +601,37 @@ TEST(Transport, TransportConnectRetriesUntilPeerListens) {
   close(fd0);
 }
 
+TEST(Transport, TransportGivesUpOnAnEndpointThatKeepsRefusing) {
+  // Rank 0's endpoint is bound but nobody listens there (a dead process's endpoint, as a
+  // launcher's store keeps it across restarts): the mesh fails after a few seconds of refusals,
+  // naming the rank and the address, not at the deadline.
+  int fd0 = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+  ASSERT_TRUE(bind(fd0, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+  socklen_t len = sizeof(addr);
+  getsockname(fd0, reinterpret_cast<sockaddr*>(&addr), &len);
+  const Endpoint e0{"127.0.0.1", ntohs(addr.sin_port)};
+  TcpTransport t1(Options(1, 2, 1));
+  auto start = Clock::now();
+  std::string message;
+  StatusCode code = StatusCode::kOk;
+  try {
+    t1.ConnectMesh({e0, t1.listen_endpoint()}, Deadline::AfterSeconds(30));
+  } catch (const Error& e) {
+    message = e.what();
+    code = e.status().code();
+  }
+  double took = SecondsSince(start);
+  EXPECT_TRUE(code == StatusCode::kPeerLost) << message;
+  EXPECT_TRUE(took >= 2.9 && took < 10) << took;
+  EXPECT_TRUE(Contains(message, "rank 0 is gone: its endpoint 127.0.0.1:" + std::to_string(e0.port) +
+                                    " has refused every connection"))
+      << message;
+  close(fd0);
+}
+
 TEST(Transport, TransportConnectTimeoutNamesMissingRanks) {
   // Rank 0 listens but never runs ConnectMesh (no hello-ack); rank 1's port refuses; rank 3
   // never dials rank 2.

@@ -35,6 +35,16 @@ constexpr auto kLazyHandshakeTimeout = std::chrono::seconds(1);
 constexpr size_t kMinMaxArrivals = 256;
 constexpr auto kFirstRetryDelay = milliseconds(2);
 constexpr auto kMaxRetryDelay = milliseconds(100);
+// A peer's endpoint that refuses connections this long, without a break, belongs to a process
+// that has ended. A TcpTransport listens from its construction, on an ephemeral port nobody can
+// know before it is bound, and its endpoint is exchanged only after that, so "connection refused"
+// from an exchanged endpoint never means "not listening yet" (a full accept queue drops SYNs, it
+// does not refuse them); it means nothing listens there any more: an endpoint left in the
+// launcher's store by an earlier attempt of the job (torchrun's agent keeps its store across
+// restarts), or a rank that exited while the mesh was being built. Waiting the whole start
+// timeout for it only delays the error. The few seconds absorb any transient refusal (about 30
+// dials at the retry delays above); every other connect error is retried until the deadline.
+constexpr auto kStaleEndpointAfter = std::chrono::seconds(3);
 
 std::string FormatSeconds(double s) {
   char text[32];
@@ -104,7 +114,7 @@ class MeshBuilder {
               Deadline deadline, bool lazy)
       : spec_(spec), listen_fd_(listen_fd), endpoints_(endpoints), deadline_(deadline), lazy_(lazy),
         fds_(spec.size), last_error_(spec.size), state_(spec.size, PeerState::kIdle),
-        want_until_(spec.size) {
+        want_until_(spec.size), refused_since_(spec.size) {
     if (static_cast<int>(endpoints_.size()) != spec_.size) {
       throw Error(Status::InvalidArgument("ConnectMesh needs " + std::to_string(spec_.size) +
                                           " endpoints, got " +
@@ -276,9 +286,21 @@ class MeshBuilder {
     return endpoints_[peer].ip + ":" + std::to_string(endpoints_[peer].port);
   }
 
-  void RetryLater(Dial* d, const std::string& why) {
+  // A failed dial is retried after a backoff, unless it says the peer is gone (kStaleEndpointAfter
+  // of refusals in a row): then the mesh fails at once (lazily: that peer fails), naming the rank
+  // and the address.
+  void RetryLater(Dial* d, const std::string& why, int err = 0) {
     CloseFd(&d->fd);
     last_error_[d->peer] = why;
+    Clock::time_point& since = refused_since_[d->peer];
+    if (err != ECONNREFUSED) {
+      since = Clock::time_point{};
+    } else if (since == Clock::time_point{}) {
+      since = Clock::now();
+    } else if (Clock::now() - since >= kStaleEndpointAfter) {
+      GiveUpOnGonePeer(d->peer, Clock::now() - since);
+      return;
+    }
     d->state = DialState::kIdle;
     d->retry_at = Clock::now() + d->retry_delay;
     d->retry_delay = std::min<Clock::duration>(d->retry_delay * 2, kMaxRetryDelay);
@@ -286,15 +308,29 @@ class MeshBuilder {
 
   void StartDueDials(Clock::time_point now) {
     for (auto& d : dials_) {
-      if (d.state != DialState::kIdle || now < d.retry_at) continue;
+      // (A peer given up on by an earlier dial of this round: its dials go next round.)
+      if (d.state != DialState::kIdle || now < d.retry_at || state_[d.peer] != PeerState::kWanted) continue;
       int err = 0;
       d.fd = StartConnect(addrs_[d.peer], addr_lens_[d.peer], spec_.socket_buffer_bytes, &err);
       if (d.fd < 0) {
-        RetryLater(&d, "connect to " + EndpointText(d.peer) + ": " + ErrnoText(err));
+        RetryLater(&d, "connect to " + EndpointText(d.peer) + ": " + ErrnoText(err), err);
       } else {
         d.state = DialState::kConnecting;
       }
     }
+  }
+
+  void GiveUpOnGonePeer(int peer, Clock::duration refused_for) {
+    const std::string why =
+        "rank " + std::to_string(peer) + " is gone: its endpoint " + EndpointText(peer) +
+        " has refused every connection for " + FormatSeconds(std::chrono::duration<double>(refused_for).count()) +
+        " s, and a rank listens there from before its endpoint is exchanged, so its process has ended (an "
+        "endpoint an earlier attempt of the job left in the launcher's store, or rank " + std::to_string(peer) +
+        " exited while the mesh was being built)";
+    if (!lazy_) {
+      throw Error(Status::PeerLost("rank " + std::to_string(spec_.rank) + ": could not connect the TCP mesh: " + why));
+    }
+    Fail(peer, why);
   }
 
   void ExpireArrivals(Clock::time_point now) {
@@ -357,9 +393,10 @@ class MeshBuilder {
       socklen_t len = sizeof(err);
       getsockopt(d->fd, SOL_SOCKET, SO_ERROR, &err, &len);
       if (err != 0) {
-        RetryLater(d, "connect to " + EndpointText(d->peer) + ": " + ErrnoText(err));
+        RetryLater(d, "connect to " + EndpointText(d->peer) + ": " + ErrnoText(err), err);
         return;
       }
+      refused_since_[d->peer] = Clock::time_point{};  // something listens there
       d->nonce = RandomBytes(kNonceBytes);
       if (!SendHandshake(d->fd, FrameKind::kHello, spec_.job_token, HelloIdentity(spec_.rank, d->stream),
                          d->nonce)) {
@@ -615,6 +652,7 @@ class MeshBuilder {
   std::vector<std::string> last_error_;
   std::vector<PeerState> state_;
   std::vector<Clock::time_point> want_until_;
+  std::vector<Clock::time_point> refused_since_;  // per peer: the first of the refusals in a row, or {}
   std::vector<sockaddr_storage> addrs_;
   std::vector<socklen_t> addr_lens_;
   std::vector<Dial> dials_;

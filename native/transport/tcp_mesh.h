@@ -52,9 +52,11 @@ inline uint64_t HelloIdentity(int rank, int stream) {
 }
 
 // Returns fds[peer][stream] (fds[spec.rank] is empty), every socket non-blocking with
-// TCP_NODELAY. Dials are retried while a peer is not listening yet. Throws Error(Timeout) naming
-// the missing ranks at the deadline, Error(InvalidArgument) on bad endpoints; on failure every
-// socket it opened is closed.
+// TCP_NODELAY. Failed dials are retried until the deadline, except that an endpoint refusing
+// every connection for a few seconds belongs to a process that has ended (a rank listens before
+// its endpoint is exchanged): Error(PeerLost) then, naming the rank and the address. Throws
+// Error(Timeout) naming the missing ranks at the deadline, Error(InvalidArgument) on bad
+// endpoints; on failure every socket it opened is closed.
 std::vector<std::vector<int>> BuildMesh(const MeshSpec& spec, int listen_fd,
                                         const std::vector<Endpoint>& endpoints,
                                         Deadline deadline);

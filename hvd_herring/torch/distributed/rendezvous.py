@@ -18,7 +18,6 @@ import inspect
 import os
 import socket
 import struct
-from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -58,16 +57,11 @@ def launch_environment(rank, size, store=None):
 
 
 def store_exchange(store, rank, size, timeout_seconds):
-    """The engine's endpoint exchange (mine -> every rank's record) through a torch Store."""
-    prefix = f"herring/endpoints/{front._epoch}/"
-
-    def exchange(mine):
-        store.set(prefix + str(rank), mine)
-        keys = [prefix + str(r) for r in range(size)]
-        store.wait(keys, timedelta(seconds=timeout_seconds))
-        return [store.get(k).decode() for k in keys]
-
-    return exchange
+    """The engine's endpoint exchange (mine -> every rank's record) through a torch Store. Under
+    torchrun that Store is its agent's, which outlives the workers: after a restart
+    (--max-restarts) it still holds the first attempt's records, so the exchange reads only
+    records this attempt wrote (bootstrap.store_allgather names the attempt through the store)."""
+    return bootstrap.store_allgather(store, rank, size, f"herring/endpoints/{size}/", timeout_seconds)
 
 
 # --- horovodrun / mpirun under env:// ------------------------------------------------------------
