@@ -225,6 +225,9 @@ PYBIND11_MODULE(_native, m) {
       .def("leave", &Engine::Leave, py::call_guard<py::gil_scoped_release>(),
            "Leaves the job in order while the other ranks go on (torch.distributed's semantics; "
            "shutdown() is Horovod's collective one).")
+      .def("abort_job", &Engine::AbortJob, py::arg("why"), py::call_guard<py::gil_scoped_release>(),
+           "This rank's process is failing (an uncaught exception): the job fails with `why` on every "
+           "rank, then this rank shuts down; never called an orderly departure.")
       .def("start_timeline", &Engine::StartTimeline, py::arg("path"), py::arg("mark_cycles"),
            py::call_guard<py::gil_scoped_release>())
       .def("stop_timeline", &Engine::StopTimeline, py::call_guard<py::gil_scoped_release>())

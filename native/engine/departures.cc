@@ -15,7 +15,11 @@
 //     (ValidateAndComplete). Sets without R go on as before.
 // R's loop stops after that cycle; R then closes its transport, saying goodbye on every
 // connection. A rank that vanishes without a goodbye (killed, crashed) is still a loss that fails
-// the job, as before.
+// the job, as before: the others read "rank N: connection closed (process exited or killed?)".
+// A rank whose process fails but still runs its exit handlers (an uncaught Python exception) is
+// no departure either: it aborts the job with the cause (AbortJob), and the others read
+// "rank N aborted the job: rank N failed (uncaught exception ...)". Only a departure agreed here
+// is called an orderly shutdown (DepartureText).
 //
 // Rank 0 coordinates the others' negotiation, so it leaves last: its Leave waits (at most
 // HERRING_TIMEOUT_SECONDS) until every other rank has left, then shuts down; if some are still
@@ -61,6 +65,16 @@ void Engine::Leave() {
   }
   if (!left.ok()) HLOG(Warning) << "rank " << rank() << " could not leave the job in order: " << left.message();
   Shutdown();  // the loop stops after the agreeing cycle; the transport says goodbye
+}
+
+void Engine::AbortJob(const std::string& why) {
+  if (!loop_.joinable()) {
+    Shutdown();
+    return;
+  }
+  Fail(Status::Aborted(why));  // the abort message goes to every peer ahead of the goodbye
+  Wake();
+  Shutdown();
 }
 
 std::string Engine::DepartureText(int departed) const {

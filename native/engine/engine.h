@@ -125,6 +125,11 @@ class Engine {
   // fail on their members, naming it; the other sets keep working. Rank 0, which coordinates
   // negotiation, first waits until the others have left (engine/departures.cc). Idempotent.
   void Leave();
+  // This rank's process is failing (an uncaught exception: its exit handlers still run, but it
+  // must not be taken for a departure in order): the job fails with `why` on every rank (each
+  // gets it as "rank N aborted the job: <why>" before this rank's goodbye), then this rank shuts
+  // down without agreeing anything. A job that failed already keeps its first failure.
+  void AbortJob(const std::string& why);
   // hvd.start_timeline / stop_timeline (Horovod's): start writing this rank's trace to
   // Timeline::PathFor(path, rank()) (a running trace is closed first), or stop. Applied between two
   // cycles (under cycle_mu_). Throws InvalidArgument unless HOROVOD_TIMELINE is set (a path or
