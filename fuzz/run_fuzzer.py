@@ -1,6 +1,6 @@
 """Builds and runs the libFuzzer target over the wire decoders (fuzz/wire_decoders_fuzzer.cc).
 
-Used by tests/test_security.py (a fixed budget in CI) and scripts/fuzz.sh (longer, by hand):
+Used by tests/native/test_security.py (a fixed budget in CI) and scripts/fuzz.sh (longer, by hand):
 
     python fuzz/run_fuzzer.py --seconds 600 [--corpus DIR] [--json OUT]
 

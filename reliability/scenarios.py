@@ -4,8 +4,8 @@ the user saw (the exact messages) and how long it took into docs/reliability.md 
 
     .venv/bin/python -m reliability.scenarios [--only faults stall_verify strangers]
 
-It launches the same workers, with the same settings, as tests/test_reliability.py and
-tests/test_security.py (it imports their launch helpers): 4 ranks on 2 simulated hosts with
+It launches the same workers, with the same settings, as tests/reliability/test_reliability.py and
+tests/native/test_security.py (it imports their launch helpers): 4 ranks on 2 simulated hosts with
 HERRING_TIMEOUT_SECONDS=5 for the faults; the tests assert, this records. About 4 minutes.
 """
 
@@ -17,7 +17,7 @@ import time
 
 from reliability import doc_sections
 
-sys.path.insert(0, os.path.join(doc_sections.ROOT, "tests"))
+sys.path[:0] = [os.path.join(doc_sections.ROOT, "tests", folder) for folder in ("harness", "reliability", "native")]
 
 import launch  # noqa: E402
 from test_reliability import FAULTS, WORKERS, herring_segments, run_fault  # noqa: E402
@@ -86,7 +86,7 @@ def render_stall_verify(f):
     return "\n".join([
         "Stall: 3 ranks, `HOROVOD_STALL_CHECK_TIME_SECONDS=2`, `HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=6`; rank 2 "
         "skips `grad.1` and submits `only.rank2`, which nobody else does "
-        f"(tests/workers/stall_worker.py). Every rank raised after {times[0]:.1f}"
+        f"(tests/reliability/workers/stall_worker.py). Every rank raised after {times[0]:.1f}"
         f"{'' if times[-1] - times[0] < 0.05 else f'-{times[-1]:.1f}'} s; "
         f"horovodrun exited with status {s['launcher_status']}.",
         "",

@@ -4,7 +4,7 @@
 # .venv's normal build is never touched. A process runs on it with
 #   PYTHONPATH=build/asan/pkg  LD_PRELOAD=<libasan.so>   (Python itself is not instrumented)
 #
-#   bash scripts/asan_test.sh          build, then run tests/test_sanitizers.py against it
+#   bash scripts/asan_test.sh          build, then run tests/native/sanitizers/test_sanitizers.py against it
 #   bash scripts/asan_test.sh build    only build; prints the package directory on its last line
 #
 # Compiled at -O0 with frame pointers and assertions on: the reduction kernels' template
@@ -53,7 +53,7 @@ case "${1:-test}" in
   test)
     build >/dev/null
     cd "$ROOT"
-    exec "$ROOT/.venv/bin/pytest" tests/test_sanitizers.py "${@:2}"
+    exec "$ROOT/.venv/bin/pytest" tests/native/sanitizers/test_sanitizers.py "${@:2}"
     ;;
   *) echo "usage: $0 [build|test [pytest args]]" >&2; exit 2 ;;
 esac

@@ -23,10 +23,10 @@ command -v pkg-config >/dev/null 2>&1 || need_apt+=(pkg-config)   # finds cpp-ht
 for pkg in libssl-dev nlohmann-json3-dev libcpp-httplib-dev libgtest-dev; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
 done
-# clang with libFuzzer's runtime: the wire decoders' fuzz target (fuzz/, tests/test_security.py).
+# clang with libFuzzer's runtime: the wire decoders' fuzz target (fuzz/, tests/native/test_security.py).
 command -v clang++-14 >/dev/null 2>&1 || need_apt+=(clang-14)
 dpkg -s libclang-rt-14-dev >/dev/null 2>&1 || need_apt+=(libclang-rt-14-dev)
-# Java 17 for Spark 4 (pyspark starts its JVMs with it): tests/test_spark.py, docs/spark.md.
+# Java 17 for Spark 4 (pyspark starts its JVMs with it): tests/cluster_engines/applications/test_spark.py, docs/spark.md.
 command -v java >/dev/null 2>&1 || need_apt+=(openjdk-17-jre-headless)
 if [ ${#need_apt[@]} -gt 0 ]; then
   say "installing system packages: ${need_apt[*]}"

@@ -12,7 +12,7 @@ out="$(mktemp /tmp/herring-soak-XXXXXX.json)"
 trap 'rm -f "$out"' EXIT
 start=$SECONDS
 load_start="$(cut -d' ' -f1 /proc/loadavg)"
-HERRING_SOAK=1 HERRING_SOAK_JSON="$out" "$ROOT/.venv/bin/pytest" -q -s tests/test_soak.py "$@"
+HERRING_SOAK=1 HERRING_SOAK_JSON="$out" "$ROOT/.venv/bin/pytest" -q -s tests/reliability/test_soak.py "$@"
 load_end="$(cut -d' ' -f1 /proc/loadavg)"
 "$ROOT/.venv/bin/python" - "$out" "$load_start" "$load_end" <<'PY'
 import json, sys, time

@@ -10,7 +10,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bash "$ROOT/scripts/setup.sh"
 # The DeepSpeed benchmark peer (pinned deepspeed in .venv, its shm op built once into .cache/deepspeed;
-# about 2 minutes the first time, seconds after): tests/test_deepspeed_peer.py runs its worker.
+# about 2 minutes the first time, seconds after): tests/benchmarks/test_deepspeed_peer.py runs its worker.
 bash "$ROOT/benchmarks/peers/setup_deepspeed.sh" >/dev/null
 cd "$ROOT"
 args=()

@@ -1,11 +1,17 @@
+import glob
 import os
 import sys
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+TESTS = os.path.dirname(os.path.abspath(__file__))
 # The repository root: the development tools (tools/simcluster) are not part of the installed package.
-sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(TESTS))
+# The shared test code (launch, engine_jobs, ...), and every area folder: a test imports the helpers
+# of another area's test by module name (test_collectives, test_elastic_workers, ...). tests/ itself
+# stays off the path (it is a package): its folder tensorflow/ must not stand in for TensorFlow.
+sys.path[1:1] = [os.path.join(TESTS, "harness")] + sorted(
+    {os.path.dirname(p) for p in glob.glob(os.path.join(TESTS, "*", "**", "test_*.py"), recursive=True)})
 
 # The fast tier (`bash scripts/test.sh --fast`, a few minutes): the native unit tests, the switch,
 # and one multi-process smoke per framework and launch path. The default run (what CI runs) is
@@ -25,13 +31,13 @@ FAST_TIER = {
 # runs). CI's budget is 90 minutes for the set-up and the suite on a 2-core machine, and on a slow
 # one (measured 2026-11-29: the whole suite 77 min, set-up 8) the default run must fit with room to
 # spare. A separate tier runs when `-m` names it (`bash scripts/test.sh -m cluster_engines`), when
-# one of its files is named (`bash scripts/test.sh tests/test_spark.py`), or with --all-tiers
+# one of its files is named (`bash scripts/test.sh tests/cluster_engines/applications/test_spark.py`), or with --all-tiers
 # (`bash scripts/test.sh --all`); the default run says at its end what it left out.
 SEPARATE_TIERS = {
-    "cluster_engines": "Spark and Ray launch paths (tests/test_spark.py, test_ray.py)",
-    "sanitizers": "the native core under AddressSanitizer and UBSan (tests/test_sanitizers.py)",
+    "cluster_engines": "Spark and Ray launch paths (tests/cluster_engines/applications/test_spark.py, test_ray.py)",
+    "sanitizers": "the native core under AddressSanitizer and UBSan (tests/native/sanitizers/test_sanitizers.py)",
     "horovod_suites_wide": "Horovod's suites at the rank counts and Keras versions past each suite's "
-                           "run in the default tier (tests/test_horovod_suites.py)",
+                           "run in the default tier (tests/horovod_api/test_horovod_suites.py)",
 }
 # Whole files in a separate tier; single tests join one by their marker (test_horovod_suites.py).
 SEPARATE_TIER_FILES = {"test_spark.py": "cluster_engines", "test_ray.py": "cluster_engines",

@@ -8,7 +8,7 @@ def section(results):
              f"start {results['load_average']}); medians of {results['repeats']} launches each.\n",
              "**Scenario.** One machine with two host names (`localhost`, `127.0.0.1`), real `horovodrun "
              "--min-np/--max-np --host-discovery-script --network-interface lo`, the torch test script of "
-             "tests/test_elastic_workers.py (hvd.elastic.run, TorchState, a commit per step). *Host added*: "
+             "tests/elastic/test_elastic_workers.py (hvd.elastic.run, TorchState, a commit per step). *Host added*: "
              "2 workers; rank 0 adds a second host of 2 slots to the discovery output; time to the first "
              "step at size 4 (includes the driver's 1 s discovery poll and starting two Python processes "
              "that import torch). *Worker death*: 4 workers on two hosts; one is SIGKILLed mid-step; "

@@ -7,8 +7,8 @@
   (failure detection, restore, the driver's barrier and blacklisting, the new round).
 
 Each is one real `horovodrun --min-np/--max-np --host-discovery-script` launch of the test
-worker (tests/workers/elastic_torch_worker.py, scenarios add_remove and kill_no_replacement of
-tests/workers/elastic_common.py) on this machine, with two host names for it; the times come
+worker (tests/elastic/workers/elastic_torch_worker.py, scenarios add_remove and kill_no_replacement of
+tests/elastic/workers/elastic_common.py) on this machine, with two host names for it; the times come
 from the workers' own event logs. Stacks: herring (HOROVOD_BACKEND=herring) and, when the peer
 environment exists (benchmarks/peers/setup_horovod_torch.sh -> .cache/horovod-torch), Horovod
 0.28.1 with gloo, running the same script.
@@ -30,7 +30,7 @@ from benchmarks.common.paths import RESULTS_DIR, ROOT
 from benchmarks.elastic.report import section
 
 # The elastic test worker and its scenarios are the tests' own: the benchmark times the same script.
-WORKERS = os.path.join(ROOT, "tests", "workers")
+WORKERS = os.path.join(ROOT, "tests", "elastic", "workers")
 sys.path.insert(0, WORKERS)
 import elastic_common as common  # noqa: E402
 

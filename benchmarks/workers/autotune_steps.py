@@ -1,4 +1,4 @@
-"""Runs inside every rank, with or without HOROVOD_AUTOTUNE=1 (tests/test_autotune.py and
+"""Runs inside every rank, with or without HOROVOD_AUTOTUNE=1 (tests/horovod_api/test_autotune.py and
 benchmarks/autotune): training-like steps (HERRING_AUTOTUNE_WORKLOAD: `tiny`, 1000 one-element
 allreduces submitted then awaited, or `gradset`, ResNet-50's 161 gradients; each step refills the
 same tensors and reduces them in place, as DistributedOptimizer does its .grads), every result checked

@@ -1,0 +1,122 @@
+"""Launching real ranks for the tests: through horovodrun (gloo mode) or mpirun, exactly as a
+user would, with HOROVOD_BACKEND=herring."""
+
+import glob
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+
+HARNESS = os.path.dirname(os.path.abspath(__file__))
+TESTS = os.path.dirname(HARNESS)
+ROOT = os.path.dirname(TESTS)
+BIN = os.path.dirname(sys.executable)
+# Runs the script after it as if on a host of its own (HERRING_HOSTNAME per group of local ranks).
+AS_SIMULATED_HOST = os.path.join("tests", "harness", "as_simulated_host.py")
+
+
+def import_path():
+    """The folders a rank imports the tests' helpers from by module name (PYTHONPATH of every
+    launch): the harness and every area's workers/ (tests/workers/ too, for what is still there)."""
+    return [HARNESS] + sorted(glob.glob(os.path.join(TESTS, "**", "workers"), recursive=True))
+
+
+@dataclass
+class Run:
+    returncode: int
+    output: str
+    seconds: float
+
+
+def herring_env(**extra):
+    env = dict(os.environ)
+    env["HOROVOD_BACKEND"] = "herring"
+    env["PATH"] = BIN + os.pathsep + env.get("PATH", "")
+    env["PYTHONUNBUFFERED"] = "1"
+    env["PYTHONPATH"] = os.pathsep.join(import_path() + [env.get("PYTHONPATH", "")])
+    for k, v in extra.items():
+        if v is None:
+            env.pop(k, None)
+        else:
+            env[k] = str(v)
+    return env
+
+
+def _run(cmd, env, timeout):
+    import time
+    start = time.monotonic()
+    proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        import signal
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        raise AssertionError(f"{' '.join(cmd)} did not finish within {timeout} s; output:\n{out}")
+    return Run(proc.returncode, out, time.monotonic() - start)
+
+
+def horovodrun(np, script_args, timeout=240, options=(), **env):
+    """horovodrun --gloo -np N -H localhost:N <options...> python <script_args...>"""
+    cmd = [os.path.join(BIN, "horovodrun"), "--gloo", "-np", str(np), "-H", f"localhost:{np}",
+           *options, sys.executable] + list(script_args)
+    return _run(cmd, herring_env(**env), timeout)
+
+
+def mpirun(np, script_args, timeout=240, **env):
+    """mpirun -np N python <script_args...> (Open MPI; environment passed with -x)."""
+    e = herring_env(**env)
+    cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(np), "--bind-to", "none"]
+    for k in ("HOROVOD_BACKEND", "PATH", "PYTHONPATH", "PYTHONUNBUFFERED") + tuple(env):
+        if k in e:
+            cmd += ["-x", k]
+    cmd += [sys.executable] + list(script_args)
+    return _run(cmd, e, timeout)
+
+
+def python(script_args, timeout=120, **env):
+    return _run([sys.executable] + list(script_args), herring_env(**env), timeout)
+
+
+_scratch = []
+
+
+def scratch_dir(prefix):
+    """A temporary directory for a launch's results, removed when the test session ends."""
+    import atexit
+    import shutil
+    import tempfile
+    if not _scratch:
+        atexit.register(lambda: [shutil.rmtree(d, ignore_errors=True) for d in _scratch])
+    d = tempfile.mkdtemp(prefix=prefix)
+    _scratch.append(d)
+    return d
+
+
+def rank_results(results_dir, np):
+    """{rank: what that rank wrote to <results_dir>/<rank>.json}, for the ranks that wrote one."""
+    import json
+    per_rank = {}
+    for r in range(np):
+        path = os.path.join(results_dir, f"{r}.json")
+        if os.path.exists(path):
+            with open(path) as f:
+                per_rank[r] = json.load(f)
+    return per_rank
+
+
+def free_port():
+    """A TCP port free right now on this machine (for torchrun's --master-port)."""
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def torchrun(np, script_args, timeout=240, options=(), **env):
+    """torchrun --nproc-per-node N --master-port <free> <options...> <script_args...> (one host;
+    rank, size and the Store come from torch's env:// variables)."""
+    cmd = [os.path.join(BIN, "torchrun"), "--nproc-per-node", str(np), "--master-port", str(free_port()), *options]
+    cmd += list(script_args)
+    return _run(cmd, herring_env(**env), timeout)

@@ -1,0 +1,63 @@
+"""An unchanged Horovod training script on the herring engine gives what a single process
+trained on every rank's data gives, with identical weights on every rank; in steady state the
+negotiation needs no coordinator round (one bit-vector AND per cycle)."""
+
+import json
+import os
+
+import pytest
+
+import launch
+
+WORKER = os.path.join("tests", "horovod_api", "workers", "training_worker.py")
+
+
+def run(np, **env):
+    results = launch.scratch_dir("herring-train-")
+    r = launch.horovodrun(np, [WORKER], timeout=600, HERRING_TEST_RESULTS=results, **env)
+    assert r.returncode == 0, r.output[-6000:]
+    out = {}
+    for rank in range(np):
+        with open(os.path.join(results, f"{rank}.json")) as f:
+            out[rank] = json.load(f)["results"]
+    return out
+
+
+@pytest.fixture(scope="module", params=[2, 3, 4])
+def trained(request):
+    return request.param, run(request.param)
+
+
+@pytest.mark.parametrize("variant", ["default", "num_groups", "groups"])
+def test_matches_single_process_reference(trained, variant):
+    np, results = trained
+    for rank, res in results.items():
+        assert res[variant]["max_diff"] < 2e-5, f"np={np} rank {rank} {variant}: {res[variant]['max_diff']}"
+
+
+@pytest.mark.parametrize("variant", ["default", "num_groups", "groups"])
+def test_weights_identical_on_every_rank(trained, variant):
+    np, results = trained
+    assert all(res[variant]["identical"] for res in results.values())
+
+
+def test_steady_state_steps_use_no_coordinator_round(trained):
+    np, results = trained
+    for rank, res in results.items():
+        c = res["default"]["counters"]
+        early, late = c["after_step_2"], c["after_last_step"]
+        assert late["cycles"] > early["cycles"], (early, late)
+        assert late["coordinator_rounds"] == early["coordinator_rounds"], (rank, early, late)
+        assert late["cache_hits"] > early["cache_hits"]
+
+
+def test_without_cache_every_cycle_is_a_coordinator_round():
+    results = run(2, HOROVOD_CACHE_CAPACITY="0")
+    for rank, res in results.items():
+        c = res["default"]["counters"]
+        early, late = c["after_step_2"], c["after_last_step"]
+        cycles = late["cycles"] - early["cycles"]
+        rounds = late["coordinator_rounds"] - early["coordinator_rounds"]
+        assert cycles > 0 and rounds == cycles, (rank, early, late)
+        assert late["cache_hits"] == 0
+        assert res["default"]["max_diff"] < 2e-5

@@ -1,0 +1,74 @@
+"""Zero-copy memory (hvd.zero_copy_empty): one-host allreduces that read every rank's tensor in
+place, checked inside real ranks launched by horovodrun; the allocator's errors; and faults in the
+middle of a zero-copy allreduce."""
+
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+import launch
+
+WORKER = os.path.join("tests", "ops", "workers", "zero_copy_worker.py")
+CHECK_NAMES = [
+    "in_place_every_dtype_and_op_bitwise_equal_to_staging", "scaling_factors_match_staging",
+    "out_of_place_output_is_zero_copy_and_input_untouched", "grouped_tensors_fused_into_one_buffer",
+    "one_rank_with_an_ordinary_tensor_makes_every_rank_stage", "large_buffer_and_repeated_steps",
+    "distributed_optimizer_with_zero_copy_gradients_matches_ordinary_ones",
+    "an_ordinary_buffer_moved_in_place_keeps_its_views", "memory_is_given_back", "bad_input_is_rejected",
+]
+# name -> (ranks, ranks per simulated host or 0 for one host, is the zero-copy path expected)
+CONFIGS = {"one-host-np4": (4, 0, True), "one-host-np3-fused": (3, 0, True), "2hosts-np4": (4, 2, False)}
+
+
+@pytest.fixture(scope="module", params=list(CONFIGS))
+def launched(request):
+    np, per_host, expect = CONFIGS[request.param]
+    results = launch.scratch_dir("herring-zero-copy-")
+    args = [WORKER]
+    if per_host:
+        args = [launch.AS_SIMULATED_HOST, str(per_host), WORKER]
+    env = {"HERRING_TEST_RESULTS": results, "HERRING_TEST_EXPECT_ZERO_COPY": "1" if expect else "0"}
+    if request.param.endswith("fused"):
+        env["HOROVOD_CYCLE_TIME"] = "20"  # more tensors share a fused buffer
+    run = launch.horovodrun(np, args, timeout=400, **env)
+    per_rank = launch.rank_results(results, np)
+    shutil.rmtree(results, ignore_errors=True)
+    return request.param, np, run, per_rank
+
+
+def test_every_rank_reported(launched):
+    name, np, run, per_rank = launched
+    assert sorted(per_rank) == list(range(np)), f"{name}: ranks reported {sorted(per_rank)}\n{run.output[-4000:]}"
+    assert run.returncode == 0, f"{name}: exit status {run.returncode}\n{run.output[-6000:]}"
+
+
+@pytest.mark.parametrize("check", CHECK_NAMES)
+def test_check(launched, check):
+    name, np, run, per_rank = launched
+    for r, data in sorted(per_rank.items()):
+        assert data["results"].get(check) == "ok", f"{name}: rank {r}: {data['results'].get(check)}"
+
+
+def allocate_in_subprocess(code, **env):
+    e = dict(os.environ, **{k: str(v) for k, v in env.items()})
+    return subprocess.run([sys.executable, "-c", "import torch, hvd_herring.torch as hvd\n" + code],
+                          env=e, capture_output=True, text=True, timeout=120)
+
+
+def test_a_full_pool_names_the_knob():
+    proc = allocate_in_subprocess("a = hvd.zero_copy_empty(200_000)\nb = hvd.zero_copy_empty(200_000)",
+                                  HERRING_ZERO_COPY_BYTES=1 << 20)
+    assert proc.returncode != 0
+    assert "zero-copy memory is full" in proc.stderr and "HERRING_ZERO_COPY_BYTES" in proc.stderr, proc.stderr[-2000:]
+
+
+def test_freed_memory_is_reused_and_the_pool_can_be_turned_off():
+    proc = allocate_in_subprocess("for i in range(50):\n    a = hvd.zero_copy_empty(200_000)\n    del a\n"
+                                  "print('ok')", HERRING_ZERO_COPY_BYTES=1 << 20)
+    assert proc.returncode == 0 and "ok" in proc.stdout, proc.stderr[-2000:]
+    proc = allocate_in_subprocess("hvd.zero_copy_empty(10)", HERRING_ZERO_COPY_BYTES=0)
+    assert proc.returncode != 0 and "zero-copy memory is off (HERRING_ZERO_COPY_BYTES=0)" in proc.stderr, \
+        proc.stderr[-2000:]

@@ -1,0 +1,118 @@
+"""Unchanged Horovod-style TensorFlow training on the herring engine, under horovodrun at np=2 and
+np=4: a GradientTape loop with DistributedGradientTape gives what one process trained on every
+rank's data gives, with identical weights on every rank; Keras 3 model.fit with
+DistributedOptimizer and BroadcastGlobalVariablesCallback turns ranks that start from different
+random weights into identical ones (equal to the single-process reference), and
+MetricAverageCallback averages the metrics."""
+
+import importlib.util
+import json
+import os
+
+import numpy as np
+import pytest
+
+import launch
+
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None,
+                                reason="TensorFlow is not installed (requirements/base.txt installs it)")
+
+
+def run(worker, np_, **env):
+    results = launch.scratch_dir("herring-tf-train-")
+    r = launch.horovodrun(np_, [os.path.join("tests", "tensorflow", "workers", worker)], timeout=600,
+                          HERRING_TEST_RESULTS=results, HOROVOD_STALL_CHECK_TIME_SECONDS="30", **env)
+    assert r.returncode == 0, r.output[-6000:]
+    out = {}
+    for rank in range(np_):
+        with open(os.path.join(results, f"{rank}.json")) as f:
+            out[rank] = json.load(f)
+    return out
+
+
+# --- GradientTape ---------------------------------------------------------------------------------
+
+TAPE_VARIANTS = ["function", "eager", "groups", "num_groups"]
+
+
+@pytest.fixture(scope="module", params=[2, 4])
+def tape_trained(request):
+    return request.param, run("tf_training_worker.py", request.param)
+
+
+@pytest.mark.parametrize("variant", TAPE_VARIANTS)
+def test_gradient_tape_matches_single_process_reference(tape_trained, variant):
+    np_, results = tape_trained
+    for rank, res in results.items():
+        diff = res["results"][variant]["max_diff"]
+        assert diff < 2e-5, f"np={np_} rank {rank} {variant}: {diff}"
+
+
+@pytest.mark.parametrize("variant", TAPE_VARIANTS)
+def test_gradient_tape_weights_identical_on_every_rank(tape_trained, variant):
+    np_, results = tape_trained
+    assert all(res["results"][variant]["identical"] for res in results.values())
+
+
+@pytest.mark.parametrize("variant", ["function", "eager"])
+def test_traced_steps_are_negotiated_from_the_cache(tape_trained, variant):
+    # The step's collectives keep their names from step to step (graph node names, or the
+    # reduction's own tf.function when eager): after the first steps no coordinator round.
+    np_, results = tape_trained
+    for rank, res in results.items():
+        early, late = (res["results"][variant]["counters"][k] for k in ("after_step_2", "after_last_step"))
+        assert late["coordinator_rounds"] == early["coordinator_rounds"], (rank, early, late)
+        assert late["cache_hits"] > early["cache_hits"], (rank, early, late)
+
+
+# --- Keras model.fit ------------------------------------------------------------------------------
+
+KERAS_VARIANTS = ["graph", "eager", "backward_passes_2", "groups_fp16_warmup"]
+
+
+@pytest.fixture(scope="module", params=[2, 4])
+def keras_trained(request):
+    return request.param, run("tf_keras_worker.py", request.param)
+
+
+@pytest.mark.parametrize("variant", KERAS_VARIANTS)
+def test_keras_fit_ends_with_identical_weights(keras_trained, variant):
+    np_, results = keras_trained
+    for rank, res in results.items():
+        assert res["results"][variant]["identical"], f"np={np_} rank {rank} {variant}"
+
+
+@pytest.mark.parametrize("variant", ["graph", "eager", "backward_passes_2"])
+def test_keras_fit_matches_single_process_reference(keras_trained, variant):
+    np_, results = keras_trained
+    for rank, res in results.items():
+        diff = res["results"][variant]["max_diff"]
+        assert diff < 2e-5, f"np={np_} rank {rank} {variant}: {diff}"
+
+
+@pytest.mark.parametrize("variant", KERAS_VARIANTS)
+def test_keras_metrics_are_averaged_over_ranks(keras_trained, variant):
+    np_, results = keras_trained
+    for rank, res in results.items():
+        local = np.array(res["results"][variant]["local_losses"])  # [rank][epoch], before averaging
+        history = np.array(res["results"][variant]["history_losses"])
+        assert local.shape[0] == np_
+        assert not np.allclose(local[0], local[-1]), "the ranks' own losses should differ (different data)"
+        assert np.allclose(history, local.mean(axis=0), rtol=1e-6), (rank, history, local)
+
+
+def test_keras_learning_rate_warmup(keras_trained):
+    # LearningRateWarmupCallback(initial_lr, warmup_epochs=2): initial_lr / size at the start,
+    # initial_lr * (1/size) * ((epoch + 1) * (size - 1) / 2 + 1) at the end of epoch `epoch`.
+    np_, results = keras_trained
+    for rank, res in results.items():
+        lr = res["lr"]
+        expected = [lr / np_ * ((e + 1) * (np_ - 1) / 2 + 1) for e in range(2)] + [lr]
+        assert np.allclose(res["results"]["groups_fp16_warmup"]["lr"], expected, rtol=1e-6), (rank, expected)
+
+
+def test_keras_backward_passes_count_every_pass(keras_trained):
+    np_, results = keras_trained
+    for res in results.values():
+        steps = res["steps_per_epoch"] * 3
+        assert res["results"]["backward_passes_2"]["iterations"] == steps
