@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The README's test command: sets up (idempotent) and runs the test suite (what CI runs).
 #   bash scripts/test.sh            the suite but its separate tiers (what CI runs)
-#   bash scripts/test.sh --all      the whole suite, the separate tiers too (tests/conftest.py
-#                                   lists them; `-m <tier>` runs one)
+#   bash scripts/test.sh --all      the whole suite, the separate tiers too (tests/README.md lists
+#                                   them; `-m <tier>` or the tier's folder runs one)
 #   bash scripts/test.sh --fast     the fast tier: native unit tests and one multi-process smoke per
-#                                   framework and launch path (tests/conftest.py lists it)
+#                                   framework and launch path (tests/README.md lists it)
 # Other arguments go to pytest.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -14,7 +14,7 @@ bash "$ROOT/scripts/setup.sh"
 bash "$ROOT/benchmarks/peers/setup_deepspeed.sh" >/dev/null
 cd "$ROOT"
 args=()
-paths=()   # test files or ids named on the command line; the whole tests/ directory when none
+paths=()   # test folders, files or ids named on the command line; the whole tests/ directory when none
 for a in "$@"; do
   case "$a" in
     --fast) args+=(-m fast) ;;

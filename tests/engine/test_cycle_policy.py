@@ -11,6 +11,8 @@ import pytest
 
 import launch
 
+pytestmark = pytest.mark.fast  # the fast tier (tests/conftest.py)
+
 WORKER = os.path.join("tests", "engine", "workers", "cycle_policy_worker.py")
 NP = 2
 CPUS = len(os.sched_getaffinity(0))

@@ -3,7 +3,11 @@
 import json
 import os
 
+import pytest
+
 import launch
+
+pytestmark = pytest.mark.fast  # the fast tier (tests/conftest.py)
 
 
 def test_training_under_mpirun_matches_the_reference():

@@ -3,7 +3,11 @@ behaves as installed when it is not; horovodrun --gloo accepts it; init/shutdown
 
 import os
 
+import pytest
+
 import launch
+
+pytestmark = pytest.mark.fast  # the fast tier (tests/conftest.py)
 
 PROBE = ("import horovod.torch as hvd; print('allreduce' in dir(hvd)); "
          "import sys; print(sys.modules['horovod.torch'].__name__)")

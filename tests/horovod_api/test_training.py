@@ -9,6 +9,8 @@ import pytest
 
 import launch
 
+pytestmark = pytest.mark.fast  # the fast tier (tests/conftest.py)
+
 WORKER = os.path.join("tests", "horovod_api", "workers", "training_worker.py")
 
 

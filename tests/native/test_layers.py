@@ -6,6 +6,10 @@ top and may include any layer."""
 import os
 import re
 
+import pytest
+
+pytestmark = pytest.mark.fast  # the fast tier (tests/conftest.py)
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 NATIVE = os.path.join(ROOT, "native")
 FRONT_ENDS = {"bindings", "tensorflow", "torch", "tests"}

@@ -9,6 +9,8 @@ import pytest
 
 import launch
 
+pytestmark = pytest.mark.fast  # the fast tier (tests/conftest.py)
+
 BINARY = os.path.join(launch.ROOT, "build", "cmake", "herring_native_tests")
 
 

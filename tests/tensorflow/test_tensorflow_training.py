@@ -14,8 +14,9 @@ import pytest
 
 import launch
 
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None,
-                                reason="TensorFlow is not installed (requirements/base.txt installs it)")
+pytestmark = [pytest.mark.fast,  # the fast tier (tests/conftest.py)
+              pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None,
+                                 reason="TensorFlow is not installed (requirements/base.txt installs it)")]
 
 
 def run(worker, np_, **env):
