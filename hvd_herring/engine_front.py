@@ -215,6 +215,21 @@ class EngineFront:
                                          prescale, postscale, root, input_ptr, output_ptr, shape,
                                          waiter_follows, in_program_order)
 
+    def enqueue_one_work(self, keep_alive, result, op_type, name, process_set_id, dtype, reduce_op, prescale,
+                         postscale, root, input_ptr, output_ptr, shape, finish=None, in_program_order=False,
+                         waiter_follows=False):
+        """enqueue_one, returning the request's native Work (hvd_herring._native.Work): it holds
+        `keep_alive` (the tensors whose memory the engine uses) until its result is taken, waits
+        without the GIL and keeps the request's error. Its result is `result`, or, for an output
+        the engine allocates (output_ptr 0), finish(capsules, received splits, value)."""
+        return self.engine().enqueue_one_work(keep_alive, result, OP_TYPES[op_type], name or "", process_set_id,
+                                              dtype, reduce_op, prescale, postscale, root, input_ptr, output_ptr,
+                                              shape, finish, in_program_order, waiter_follows)
+
+    def work(self, keep_alive, result=None, finish=None):
+        """An empty native Work on this engine, for requests enqueue() queued (Work.add(handle, dtype))."""
+        return _native.Work(self.engine(), keep_alive, result, finish)
+
     def wait_simple(self, handle, timeout=None):
         """Waits for a collective that wrote into the caller's outputs; returns its value."""
         return self.engine().wait(handle, -1.0 if timeout is None else float(timeout))

@@ -273,20 +273,24 @@ PYBIND11_MODULE(_native, m) {
           "enqueue_one_work",
           [](std::shared_ptr<Engine> e, py::object keep_alive, py::object result, int op_type, const std::string& name,
              int process_set, int dtype, int reduce_op, double prescale, double postscale, int root,
-             uintptr_t input, uintptr_t output, std::vector<int64_t> shape) {
+             uintptr_t input, uintptr_t output, std::vector<int64_t> shape, py::object finish, bool in_program_order,
+             bool waiter_follows) {
             // enqueue_one and a Work holding its handle in one call: Horovod's allreduce_async_
             // is called per gradient, and each crossing into C++ costs about as much as the
-            // engine's own work for a small tensor.
-            auto work = std::make_shared<Work>(e, std::move(keep_alive), std::move(result), py::none());
+            // engine's own work for a small tensor. torch.distributed's collectives come here too
+            // (in program order; a synchronous one's waiter runs the cycle).
+            auto work = std::make_shared<Work>(e, std::move(keep_alive), std::move(result), std::move(finish));
             work->Add(EnqueueOne(*e, op_type, name, process_set, dtype, reduce_op, prescale, postscale, root, input,
-                                 output, std::move(shape), /*waiter_follows=*/false),
+                                 output, std::move(shape), waiter_follows, in_program_order),
                       dtype, {});
             return work;
           },
           py::arg("keep_alive"), py::arg("result"), py::arg("op_type"), py::arg("name"), py::arg("process_set"),
           py::arg("dtype"), py::arg("reduce_op"), py::arg("prescale"), py::arg("postscale"), py::arg("root"),
-          py::arg("input"), py::arg("output"), py::arg("shape"),
-          "One tensor whose outputs the caller provided: enqueues it and returns its _native.Work.")
+          py::arg("input"), py::arg("output"), py::arg("shape"), py::arg("finish") = py::none(),
+          py::arg("in_program_order") = false, py::arg("waiter_follows") = false,
+          "One tensor: enqueues it and returns its _native.Work (output 0: the engine allocates it, and "
+          "`finish` turns it into the caller's object).")
       .def("run_one", &RunOne, py::arg("tensor"), py::arg("output"), py::arg("op_type"), py::arg("name"),
            py::arg("process_set"), py::arg("dtype"), py::arg("reduce_op"), py::arg("prescale"), py::arg("postscale"),
            py::arg("root"), py::arg("input"), py::arg("output_address"), py::arg("shape"),

@@ -12,6 +12,7 @@ import hashlib
 
 import torch
 import torch.distributed as dist
+import torch.utils.dlpack
 from torch.distributed import ReduceOp
 from torch._C._distributed_c10d import AllgatherOptions  # torch.distributed does not re-export it
 
@@ -23,8 +24,8 @@ from hvd_herring.torch.distributed.arguments import (
     check_cpu, check_gather, check_reduce, check_scatter, invalid, options, reduce_op_of)
 from hvd_herring.torch.distributed.naming import collective_name, last_chain
 from hvd_herring.torch.distributed.persistent_buffers import persistent_buffers
-from hvd_herring.torch.distributed.work import (CompletedWork, EnginePart, HerringWork, TransferPart, _in_flight, _seconds,
-                                                complete_at_once)
+from hvd_herring.torch.distributed.work import (CompletedWork, EnginePart, HerringWork, TransferPart, _failed, _in_flight,
+                                                _seconds, complete_at_once)
 
 _RED = ReduceOp.RedOpType
 
@@ -110,6 +111,11 @@ def _copy_pieces(flat, outputs):
         n = out.numel()
         out.copy_(flat[offset:offset + n].view(out.shape))
         offset += n
+
+
+def _tensors_and_splits(capsules, received_splits, value):
+    """A native Work's finish for outputs the engine allocated: its part's value."""
+    return [torch.utils.dlpack.from_dlpack(c) for c in capsules], received_splits
 
 
 def _nothing_to_finish(values):
@@ -247,25 +253,36 @@ class HerringProcessGroup(dist.ProcessGroup):
         return self._timeout if seconds is None else seconds
 
     def _enqueue(self, op_type, entries, dtype_code, reduce_op=None, prescale=1.0, root=-1, opts=None):
-        """entries: [(input tensor, output tensor or None, splits or None)] -> engine handle. A
+        """entries: [(input tensor, output tensor or None, splits or None)] -> the request's part
+        (its native Work holds the entries' tensors until its result is taken). An output None is
+        allocated by the engine: the part's value is then (tensors, received splits). A
         synchronous call's (_synchronous(opts)) waiting thread runs the cycle, as hvd.allreduce_'s
         does, instead of waking the engine's loop for it: dist.all_reduce of 4 KiB at np=2, back to
         back, measured 48-60 -> 42-44 us per call (3 interleaved launches each)."""
+        try:
+            return self._enqueue_part(op_type, entries, dtype_code, reduce_op, prescale, root, opts)
+        except _native.HerringError as e:  # the engine failed already (a lost rank): torch's error type
+            raise _failed(self._what(op_type), e) from e
+
+    def _enqueue_part(self, op_type, entries, dtype_code, reduce_op, prescale, root, opts):
         reduce_op = front.Sum if reduce_op is None else reduce_op
+        finish = _tensors_and_splits if any(o is None for _, o, _ in entries) else None
         if len(entries) == 1 and entries[0][2] is None:
             # One tensor without splits, most collectives: the engine's one-tensor call, without
             # building and converting a list of tuples.
             i, o, _ = entries[0]
             shape = i.shape
             name = collective_name(self._set, _one_tensor_signature(op_type, dtype_code, reduce_op, root, shape))
-            return front.enqueue_one(op_type, name, self._set, dtype_code, reduce_op, prescale, 1.0, root,
-                                      i.data_ptr(), 0 if o is None else o.data_ptr(), shape,
-                                      in_program_order=True, waiter_follows=_synchronous(opts))
+            return EnginePart(front.enqueue_one_work(entries, None, op_type, name, self._set, dtype_code, reduce_op,
+                                                     prescale, 1.0, root, i.data_ptr(), 0 if o is None else o.data_ptr(),
+                                                     shape, finish, True, _synchronous(opts)))
         args = [(i.data_ptr(), 0 if o is None else o.data_ptr(), list(i.shape), list(s) if s else [])
                 for i, o, s in entries]
         name = collective_name(self._set, _signature(op_type, dtype_code, reduce_op, root, [a[2] for a in args]))
-        return front.enqueue(op_type, name, self._set, dtype_code, reduce_op, prescale, 1.0, root, args,
-                              in_program_order=True, waiter_follows=_synchronous(opts))
+        work = front.work(entries, None, finish)
+        work.add(front.enqueue(op_type, name, self._set, dtype_code, reduce_op, prescale, 1.0, root, args,
+                               in_program_order=True, waiter_follows=_synchronous(opts)), dtype_code)
+        return EnginePart(work)
 
     def _work(self, op, parts, finish, result, opts, keep_alive):
         self._sequence += 1
@@ -329,7 +346,7 @@ class HerringProcessGroup(dist.ProcessGroup):
         if code is None or op is None or dtype is torch.bool:
             return None
         persistent_buffers.visit(t)  # may move it into zero-copy memory: before its address is taken
-        part = EnginePart(self._enqueue("allreduce", [(t, t, None)], code, op, opts=opts))
+        part = self._enqueue("allreduce", [(t, t, None)], code, op, opts=opts)
         return self._work("allreduce", [part], _nothing_to_finish, tensors, opts, tensors)
 
     def allreduce_coalesced(self, tensors, opts=None):
@@ -363,8 +380,7 @@ class HerringProcessGroup(dist.ProcessGroup):
                     finishes.append(reduced)
             else:
                 op, prescale = _engine_op(reduce_op, group[0].dtype)
-                parts.append(EnginePart(self._enqueue("allreduce", entries, _dtype_code(group[0]), op, prescale,
-                                                      opts=opts)))
+                parts.append(self._enqueue("allreduce", entries, _dtype_code(group[0]), op, prescale, opts=opts))
                 finishes.append(lambda value: None)
 
         def finish(values):
@@ -385,7 +401,7 @@ class HerringProcessGroup(dist.ProcessGroup):
                 raise invalid("allreduce", f"Cannot use ReduceOp.{kind.name} with non-integral dtype {buf.dtype}")
             code = _dtype_code(buf)
             flat = buf.view(-1)
-            handle = self._enqueue("allgather", [(flat, None, None)], code)
+            part = self._enqueue("allgather", [(flat, None, None)], code)
             size = self.size()
 
             def combine(value):
@@ -393,10 +409,9 @@ class HerringProcessGroup(dist.ProcessGroup):
                 rows = gathered[0].view(size, -1).unbind(0)
                 flat.copy_(functools.reduce(_BITWISE[kind], rows))
 
-            return EnginePart(handle, code), combine
+            return part, combine
         op, prescale = _engine_op(reduce_op, buf.dtype)
-        return EnginePart(self._enqueue("allreduce", [(buf, buf, None)], _dtype_code(buf), op, prescale)), \
-            (lambda value: None)
+        return self._enqueue("allreduce", [(buf, buf, None)], _dtype_code(buf), op, prescale), (lambda value: None)
 
     def _sparse_allreduce(self, tensors, opts):
         """Sparse COO SUM as gloo does it: every rank's indices and values are allgathered, and the
@@ -431,8 +446,8 @@ class HerringProcessGroup(dist.ProcessGroup):
         check_cpu("broadcast", tensors)
         source = tensors[opts.rootTensor]
         buf = source if source.is_contiguous() else source.contiguous()
-        handle = self._enqueue("broadcast", [(buf, buf, None)], _dtype_code(buf), root=self._ranks[opts.rootRank],
-                               opts=opts)
+        part = self._enqueue("broadcast", [(buf, buf, None)], _dtype_code(buf), root=self._ranks[opts.rootRank],
+                             opts=opts)
 
         def finish(values):
             if buf is not source:
@@ -441,7 +456,7 @@ class HerringProcessGroup(dist.ProcessGroup):
                 if t is not source:
                     t.copy_(source)
 
-        return self._work("broadcast", [EnginePart(handle)], finish, tensors, opts, [buf])
+        return self._work("broadcast", [part], finish, tensors, opts, [buf])
 
     # --- allgather -----------------------------------------------------------------------------
     def _allgather_flat(self, inputs, finish_with):
@@ -449,13 +464,13 @@ class HerringProcessGroup(dist.ProcessGroup):
         input, the concatenation of every member's piece in group-rank order."""
         flats = [_flat(t) for t in inputs]
         code = _dtype_code(inputs[0])
-        handle = self._enqueue("allgather", [(f, None, None) for f in flats], code)
+        part = self._enqueue("allgather", [(f, None, None) for f in flats], code)
 
         def finish(values):
             gathered, _ = values[0]
             finish_with(gathered)
 
-        return [EnginePart(handle, code)], finish, flats
+        return [part], finish, flats
 
     def allgather(self, output_lists, inputs, opts=None):
         """allgather(output_lists, inputs, opts) | allgather(outputs, input). As on gloo, every
@@ -546,13 +561,13 @@ class HerringProcessGroup(dist.ProcessGroup):
         request): member m gets elements [m*n, (m+1)*n) of the reduction."""
         code = _dtype_code(inputs[0])
         op, prescale = _engine_op(reduce_op, inputs[0].dtype)
-        handle = self._enqueue("reducescatter", [(f, None, None) for f in inputs], code, op, prescale)
+        part = self._enqueue("reducescatter", [(f, None, None) for f in inputs], code, op, prescale)
 
         def finish(values):
             pieces, _ = values[0]
             copy_out(pieces)
 
-        return EnginePart(handle, code), finish
+        return part, finish
 
     def reduce_scatter_single(self, output, input, opts=None):
         opts = options(dist.ReduceScatterOptions, opts)
@@ -631,13 +646,13 @@ class HerringProcessGroup(dist.ProcessGroup):
             src = src.view(1)
         splits = list(input_split_sizes) if input_split_sizes else [src.shape[0] // self.size()] * self.size()
         code = _dtype_code(src)
-        handle = self._enqueue("alltoall", [(src, None, splits)], code)
+        part = self._enqueue("alltoall", [(src, None, splits)], code)
 
         def finish(values):
             received, _ = values[0]
             output.copy_(received[0].view(output.shape))
 
-        return self._work("all_to_all_single", [EnginePart(handle, code)], finish, [output], opts, [src])
+        return self._work("all_to_all_single", [part], finish, [output], opts, [src])
 
     alltoall_base = all_to_all_single
 
@@ -646,13 +661,13 @@ class HerringProcessGroup(dist.ProcessGroup):
         outputs, inputs = list(outputs), list(inputs)
         flat = torch.cat([_flat(t) for t in inputs]) if inputs else torch.empty(0)
         code = _dtype_code(flat)
-        handle = self._enqueue("alltoall", [(flat, None, [t.numel() for t in inputs])], code)
+        part = self._enqueue("alltoall", [(flat, None, [t.numel() for t in inputs])], code)
 
         def finish(values):
             received, _ = values[0]
             _copy_pieces(received[0], outputs)
 
-        return self._work("alltoall", [EnginePart(handle, code)], finish, outputs, opts, [flat])
+        return self._work("alltoall", [part], finish, outputs, opts, [flat])
 
     # --- rooted collectives, composed ---------------------------------------------------------
     def reduce(self, tensors, opts=None, root=None, op=None):
@@ -719,19 +734,24 @@ class HerringProcessGroup(dist.ProcessGroup):
             flat = torch.empty(0, dtype=out.dtype)
             splits = [0] * n
         code = _dtype_code(out)
-        handle = self._enqueue("alltoall", [(flat, None, splits)], code)
+        part = self._enqueue("alltoall", [(flat, None, splits)], code)
 
         def finish(values):
             received, _ = values[0]
             out.copy_(received[0].view(out.shape))
 
-        return self._work("scatter", [EnginePart(handle, code)], finish, outputs, opts, [flat])
+        return self._work("scatter", [part], finish, outputs, opts, [flat])
 
     def barrier(self, opts=None):
         opts = opts if opts is not None else dist.BarrierOptions()
-        handle = front.enqueue("barrier", collective_name(self._set, "barrier"), self._set, DTYPES["uint8"],
-                                front.Sum, 1.0, 1.0, -1, [], in_program_order=True, waiter_follows=_synchronous(opts))
-        return self._work("barrier", [EnginePart(handle, DTYPES["uint8"])], lambda values: None, [], opts, [])
+        try:
+            work = front.work((), None, None)
+            work.add(front.enqueue("barrier", collective_name(self._set, "barrier"), self._set, DTYPES["uint8"],
+                                   front.Sum, 1.0, 1.0, -1, [], in_program_order=True,
+                                   waiter_follows=_synchronous(opts)), DTYPES["uint8"])
+        except _native.HerringError as e:  # the engine failed already (a lost rank): torch's error type
+            raise _failed(self._what("barrier"), e) from e
+        return self._work("barrier", [EnginePart(work)], lambda values: None, [], opts, [])
 
     def monitored_barrier(self, timeout=None, wait_all_ranks=False):
         """torch.distributed.monitored_barrier refuses every backend but gloo before it reaches one;

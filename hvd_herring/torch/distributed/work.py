@@ -1,7 +1,9 @@
-"""The Work objects the herring process group returns: wait(timeout), is_completed, exception and
-get_future over the engine's handles (and point-to-point transfers).
+"""The Work objects the herring process group returns: c10d's wait(timeout), is_completed,
+exception and get_future over the engine's own Works (hvd_herring._native.Work, the one the
+Horovod API hands out: it holds the tensors the engine uses, the result or error, and waits
+without the GIL) and point-to-point transfers.
 
-A Work is made of parts (engine handles or transfers) and a `finish` that turns their results
+A Work is made of parts (native Works or transfers) and a `finish` that turns their results
 into the caller's outputs (copies, slices). Whoever waits first does the waiting and the
 finishing, under the Work's lock: the caller's thread for wait(), or a settler thread once someone
 asked for a future (DDP and its comm hooks do, then block in C++ on the future).
@@ -29,27 +31,29 @@ from datetime import timedelta
 
 import torch
 import torch.distributed as dist
-import torch.utils.dlpack
 from hvd_herring.engine_front import front
 from hvd_herring.torch.distributed.naming import HerringFuture, raising_when_read_by_cpp
 from hvd_herring.torch.storage_hold import held
 
 
 class EnginePart:
-    """One engine collective. `dtype` is None when the outputs are the caller's (nothing to take
-    but the value); otherwise the engine allocated them and they are returned as tensors."""
+    """One engine collective, held by its native Work (hvd_herring._native.Work, the one the
+    Horovod API hands out too): the Work holds the tensors the engine reads and writes until its
+    result is taken, keeps the request's error, and waits without the GIL. Its value is None for
+    outputs the caller provided, else (tensors, received splits) for those the engine allocated."""
 
-    def __init__(self, handle, dtype=None):
-        self.handle, self.dtype = handle, dtype
+    def __init__(self, work):
+        self.work = work
+
+    @property
+    def handle(self):
+        return self.work.handle
 
     def ready(self):
-        return front.poll(self.handle)
+        return self.work.poll()
 
     def wait(self, timeout):
-        if self.dtype is None:
-            return front.wait_simple(self.handle, timeout)
-        capsules, _, received_splits, _ = front.wait(self.handle, self.dtype, timeout)
-        return [torch.utils.dlpack.from_dlpack(c) for c in capsules], received_splits
+        return self.work.result(timeout)
 
 
 class TransferPart:

@@ -1,0 +1,64 @@
+"""The hot path before and after a change, in the same run: benchmarks/workers/hot_path.py (one
+small synchronous dist.all_reduce and hvd.allreduce_ at a time) under torchrun, with each
+checkout's .venv in turn, launches alternating so that the machine's drift hits both. Prints a
+markdown table: the median per call per front and rank count (median over the launches).
+
+    .venv/bin/python -m benchmarks.single_host.hot_path_before_after /path/to/before-checkout \\
+        [--np 1 2] [--launches 3] [--bytes 4096]"""
+
+import argparse
+import os
+import re
+import statistics
+import subprocess
+
+from benchmarks.common.machine import load_average
+from benchmarks.common.paths import ROOT
+
+LINE = re.compile(r"^(\S+) np=(\d+) median ([\d.]+) us")
+WORKER = os.path.join(ROOT, "benchmarks", "workers", "hot_path.py")
+
+
+def free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launch(checkout, np_, size):
+    torchrun = os.path.join(checkout, ".venv", "bin", "torchrun")
+    env = {k: v for k, v in os.environ.items() if k != "HOROVOD_BACKEND"}
+    out = subprocess.run([torchrun, "--nproc-per-node", str(np_), "--master-port", str(free_port()), WORKER, str(size)],
+                         cwd=checkout, timeout=600, capture_output=True, text=True, check=True, env=env).stdout
+    return {m.group(1): float(m.group(3)) for m in map(LINE.match, out.splitlines()) if m}
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("before", help="checkout of the earlier commit, with its .venv set up")
+    p.add_argument("--np", type=int, nargs="+", default=[1, 2])
+    p.add_argument("--launches", type=int, default=3)
+    p.add_argument("--bytes", type=int, default=4096)
+    args = p.parse_args()
+    builds = {"before": os.path.abspath(args.before), "after": ROOT}
+    loads = [load_average()]
+    rows = []
+    for np_ in args.np:
+        runs = {name: [] for name in builds}
+        for _ in range(args.launches):
+            for name, checkout in builds.items():
+                runs[name].append(launch(checkout, np_, args.bytes))
+        for front in runs["after"][0]:
+            before = statistics.median(r[front] for r in runs["before"])
+            after = statistics.median(r[front] for r in runs["after"])
+            rows.append((front, np_, before, after))
+    loads.append(load_average())
+    print(f"{args.bytes} bytes, {args.launches} launches per build, alternating; load average {loads[0]} -> {loads[1]}\n")
+    print("| call | np | before (us) | after (us) | after / before |\n| --- | --- | --- | --- | --- |")
+    for front, np_, before, after in rows:
+        print(f"| `{front}` | {np_} | {before:.2f} | {after:.2f} | {after / before:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
