@@ -39,7 +39,7 @@ class CMakeBuild(build_ext):
         cfg = ["-DPython3_EXECUTABLE=" + sys.executable, "-DCMAKE_BUILD_TYPE=Release"]
         if os.environ.get("HERRING_SANITIZE") == "1":
             cfg.append("-DHERRING_SANITIZE=ON")
-        for knob in ("HERRING_TENSORFLOW", "HERRING_TORCH"):  # AUTO (default), ON or OFF
+        for knob in ("HERRING_TENSORFLOW", "HERRING_TORCH", "HERRING_NATIVE_TESTS"):  # AUTO (default), ON or OFF
             if os.environ.get(knob):
                 cfg.append(f"-D{knob}={os.environ[knob]}")
         subprocess.check_call(["cmake", ROOT] + cfg, cwd=build_dir)
@@ -48,8 +48,9 @@ class CMakeBuild(build_ext):
             cache = f.read()
         with_tf = "HERRING_TENSORFLOW_OPS_BUILT:INTERNAL=ON" in cache
         with_torch = "HERRING_TORCH_CALLS_BUILT:INTERNAL=ON" in cache
-        targets = (["_native", "herring_native_tests"] + (["herring_tensorflow"] if with_tf else [])
-                   + (["_torch_native"] if with_torch else []))
+        with_tests = "HERRING_NATIVE_TESTS_BUILT:INTERNAL=ON" in cache  # GTest found (or not wanted)
+        targets = (["_native"] + (["herring_native_tests"] if with_tests else [])
+                   + (["herring_tensorflow"] if with_tf else []) + (["_torch_native"] if with_torch else []))
         jobs = str(os.cpu_count() or 2)
         subprocess.check_call(["cmake", "--build", ".", "--target", *targets, "-j", jobs], cwd=build_dir)
         suffix = sysconfig.get_config_var("EXT_SUFFIX")
