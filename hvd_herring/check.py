@@ -36,6 +36,21 @@ def _distribution_version(*names):
     return "installed"
 
 
+def _torch_line():
+    """torch's version, and what the C++ torch calls were built against (another torch: not loaded)."""
+    from hvd_herring import build_info
+    built = build_info.built_against("torch")
+    if not _available("torch"):
+        return "(not installed)" + (f"; the C++ calls were built against torch {built}" if built else "")
+    version = _version("torch")
+    if built is None:
+        return f"{version} (C++ torch calls: not built, tensors are read in Python)"
+    if build_info.mismatch("torch", version):
+        return (f"{version} (C++ torch calls built against {built}: NOT loaded with this torch, "
+                "tensors are read in Python)")
+    return f"{version} (C++ torch calls built against {built})"
+
+
 def _tensorflow_status():
     """(usable, description): TensorFlow installed, and the herring ops built against it."""
     if not _available("tensorflow"):
@@ -44,6 +59,10 @@ def _tensorflow_status():
     library = os.path.join(os.path.dirname(os.path.abspath(__file__)), "libherring_tensorflow.so")
     if not os.path.exists(library):
         return False, f"{version} (installed, but the ops were not built: rebuild the package)"
+    from hvd_herring import build_info
+    built = build_info.mismatch("tensorflow", version)
+    if built:
+        return False, f"{version} (the ops were built against TensorFlow {built}: install that version or rebuild)"
     return True, f"{version} (ops built: {library})"
 
 
@@ -67,7 +86,7 @@ def report():
     print(f"  reduce ops: {', '.join(k for k in _native.REDUCE_OPS if k != 'Adasum')}")
     print()
     print("Available frameworks:")
-    print(f"    {mark(_available('torch'))} PyTorch {_version('torch') if _available('torch') else ''}")
+    print(f"    {mark(_available('torch'))} PyTorch {_torch_line()}")
     tf_ok, tf_line = _tensorflow_status()
     print(f"    {mark(tf_ok)} TensorFlow {tf_line}")
     print()

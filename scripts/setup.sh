@@ -81,7 +81,7 @@ fi
 
 # 4. This package, rebuilt when its sources change (CMake keeps build/cmake: incremental).
 src_hash=$( (echo "$req_hash"; cat setup.py pyproject.toml CMakeLists.txt hvd_herring_switch.pth scripts/setup.sh \
-           $(find native hvd_herring -type f \( -name '*.cc' -o -name '*.h' -o -name '*.py' \) | sort)) \
+           $(find native hvd_herring -type f \( -name '*.cc' -o -name '*.h' -o -name '*.py' \) ! -name '_build_info.py' | sort)) \
            | sha256sum | cut -d' ' -f1)
 if ! stamp_ok package "$src_hash"; then
   say "building and installing hvd_herring"

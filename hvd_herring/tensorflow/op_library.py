@@ -18,11 +18,20 @@ from tensorflow.python.ops import control_flow_util
 
 from horovod.common.process_sets import global_process_set
 
+from hvd_herring import build_info
 from hvd_herring.basics import basics as _basics
 from hvd_herring.tensorflow import OP_LIBRARY
 
 Sum, Adasum = _basics.Sum, _basics.Adasum
 
+# The op library is C++ against TensorFlow's: another TensorFlow could crash in it, and there is no
+# Python path to fall back to, so it is an error to say, not a library to load.
+_BUILT_AGAINST = build_info.mismatch("tensorflow", tf.__version__)
+if _BUILT_AGAINST is not None:
+    raise ImportError(
+        f"hvd_herring: its TensorFlow ops ({OP_LIBRARY}) were built against TensorFlow {_BUILT_AGAINST}, "
+        f"but this process runs TensorFlow {tf.__version__}. Install tensorflow-cpu=={_BUILT_AGAINST} "
+        "(pip install 'hvd-herring[tensorflow]'), or build hvd_herring from source against this TensorFlow.")
 _LIB = tf.load_op_library(OP_LIBRARY)
 
 # The collectives ranks match by name. tf.function's automatic control dependencies chain every

@@ -9,13 +9,29 @@ request's addresses are read, and dropped with the request's tensors when its re
 """
 
 import importlib.util
+import warnings
 
-try:
-    from hvd_herring import _torch_native
-except ImportError:
-    if importlib.util.find_spec("hvd_herring._torch_native") is not None:
-        raise  # built but not loadable: a broken installation, not one without the module
-    _torch_native = None  # built without torch's headers (HERRING_TORCH=OFF)
+import torch
+
+from hvd_herring import build_info
+
+_built_against = build_info.mismatch("torch", torch.__version__)
+if _built_against is not None:
+    # Another torch's C++ ABI could crash the process inside the module: the Python path instead.
+    warnings.warn(
+        f"hvd_herring: its C++ torch calls (hvd_herring._torch_native) were built against torch "
+        f"{_built_against}, but this process runs torch {torch.__version__}; they are not loaded, and "
+        f"tensors are read in Python instead (correct, slower for small tensors). Install "
+        f"torch=={_built_against.split('+')[0]}, or build hvd_herring from source against this torch.",
+        RuntimeWarning, stacklevel=2)
+    _torch_native = None
+else:
+    try:
+        from hvd_herring import _torch_native
+    except ImportError:
+        if importlib.util.find_spec("hvd_herring._torch_native") is not None:
+            raise  # built but not loadable: a broken installation, not one without the module
+        _torch_native = None  # built without torch's headers (HERRING_TORCH=OFF)
 
 if _torch_native is not None:
     hold_storages = _torch_native.hold_storages
