@@ -70,3 +70,9 @@ def test_ranks_that_leave_in_order_do_not_fail_the_groups_without_them():
 def test_a_killed_rank_still_fails_the_groups_without_it():
     run, per_rank = launch_scenario("kill", 4, launcher="spawn")
     assert_checks(run, per_rank, {r: ["subgroup_collective_fails_naming_killed_rank_3"] for r in range(3)})
+
+
+def test_abort_fails_every_work_in_flight_at_once_naming_it():
+    run, per_rank = launch_scenario("abort", 2, launcher="spawn")
+    checks = ["work_in_flight_fails_naming_the_abort", "engine_is_gone_after_the_abort"]
+    assert_checks(run, per_rank, {0: checks, 1: checks})

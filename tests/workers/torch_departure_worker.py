@@ -1,7 +1,7 @@
 """Ranks for tests/test_torch_distributed_departures.py, launched by torchrun with backend
 "herring": receives from any source (torch's recv/irecv without src), and ranks that leave the
-job while the others go on. One scenario per launch (HERRING_DEPARTURE_SCENARIO); each rank
-writes {check: "ok" or the traceback} to $HERRING_TEST_RESULTS/<rank>.json before it leaves."""
+job while the others go on, and c10d's abort. One scenario per launch (HERRING_DEPARTURE_SCENARIO);
+each rank writes {check: "ok" or the traceback} to $HERRING_TEST_RESULTS/<rank>.json before it leaves."""
 
 import json
 import os
@@ -252,6 +252,25 @@ def killed_rank_fails_everyone(results):
                                                                     "rank 3")
 
 
+def abort_fails_the_works_in_flight(results):
+    """c10d's abort (torch's _abort_process_group, what torchft calls): rank 0 aborts while a
+    collective of its own is in flight that rank 1 never issues, and rank 1 waits on one rank 0
+    never issues. Both Works fail at once, naming the abort, instead of waiting for the timeout."""
+    allreduce_checked(None, range(N), 2)
+    mine = dist.all_reduce(torch.ones(8 + R), async_op=True)  # the ranks' shapes differ: never matched
+    if R == 0:
+        time.sleep(0.5)
+        dist.distributed_c10d._abort_process_group()
+    results["work_in_flight_fails_naming_the_abort"] = run(expect_failure_naming, mine.wait,
+                                                           "rank 0 aborted process group")
+    results["engine_is_gone_after_the_abort"] = run(lambda: None if R else _assert_no_engine())
+
+
+def _assert_no_engine():
+    from hvd_herring.engine_front import front
+    assert not front.is_initialized()
+
+
 def run(fn, *args):
     try:
         fn(*args)
@@ -296,6 +315,11 @@ def main():
             results[fn.__name__] = run(fn)
     elif scenario == "departures":
         departures(results)
+    elif scenario == "abort":
+        abort_fails_the_works_in_flight(results)
+        write_results(results)
+        sys.stdout.flush()
+        os._exit(0)  # the job was aborted: nothing to leave in order
     elif scenario == "kill":
         killed_rank_fails_everyone(results)
         write_results(results)

@@ -233,6 +233,17 @@ class HerringProcessGroup(dist.ProcessGroup):
             rendezvous.subgroup_sets.clear()  # the next engine numbers its sets anew
             front.leave()
 
+    def abort(self):
+        """c10d's Backend.abort() (torch's _abort_process_group; torchft aborts a group that lost a
+        member): this rank stops taking part at once. Every group of this process runs on its one
+        engine, so the engine fails the job with that cause on every rank and shuts down here: each
+        Work in flight, here and on the other ranks, fails now with an error that names the abort,
+        instead of waiting for its timeout."""
+        if front.is_initialized():
+            from hvd_herring.torch.distributed import rendezvous
+            rendezvous.subgroup_sets.clear()  # the next engine numbers its sets anew
+            front.abort(f"rank {front.rank()} aborted process group {self._label!r} (ProcessGroup.abort)")
+
     def _get_backend(self, device):
         """A Python group is its own backend (torch's DummyProcessGroup does the same): code that
         asks a group for its CPU backend gets this group."""
