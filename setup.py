@@ -57,7 +57,8 @@ class CMakeExtension(Extension):
 
 class CMakeBuild(build_ext):
     """Configures and builds with CMake in build/cmake (kept between builds: incremental), then
-    copies the module into the package, in the wheel and in the source tree alike."""
+    copies the module into the package, in the wheel and in the source tree alike
+    (HERRING_SOURCE_TREE_COPY=0: in the wheel only, as scripts/build_wheel.sh builds)."""
 
     def build_extension(self, ext):
         build_dir = os.environ.get("HERRING_CMAKE_BUILD_DIR", os.path.join(ROOT, "build", "cmake"))
@@ -82,7 +83,9 @@ class CMakeBuild(build_ext):
         suffix = sysconfig.get_config_var("EXT_SUFFIX")
         dest = self.get_ext_fullpath(ext.name)
         os.makedirs(os.path.dirname(dest), exist_ok=True)
-        package_dirs = {os.path.dirname(os.path.abspath(dest)), os.path.join(ROOT, "hvd_herring")}
+        package_dirs = {os.path.dirname(os.path.abspath(dest))}
+        if os.environ.get("HERRING_SOURCE_TREE_COPY", "1") != "0":
+            package_dirs.add(os.path.join(ROOT, "hvd_herring"))
         for built in ("_native" + suffix, "libherring_core.so"):
             for d in package_dirs:
                 install_file(os.path.join(build_dir, built), os.path.join(d, built))
