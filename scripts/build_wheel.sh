@@ -15,10 +15,10 @@
 # builds in its own tree, build/wheel/cmake, without the native unit tests (no GTest needed).
 # HERRING_WHEEL_OWN_TREE=1 always uses the own tree. The last line printed is the wheel's path.
 #
-# Why auditwheel and not static linking: Debian's libcrypto.a and cpp-httplib (a shared library
-# there, which itself needs libssl, zlib and brotli) are not all available as position-independent
-# static archives, and auditwheel both bundles them (renamed, so they cannot clash with a system
-# copy) and checks the result against the manylinux policy, which gives the wheel its tag.
+# Why auditwheel and not static linking: Debian has libcrypto.a and libssl.a, but cpp-httplib (which
+# itself needs libssl, zlib and brotli) and brotli only as shared libraries; auditwheel bundles them
+# all (renamed, so they cannot clash with a system copy) and checks the result against the
+# manylinux policy, which gives the wheel its tag.
 # torch's and TensorFlow's own libraries are excluded: the framework installed beside the wheel
 # provides them (it has loaded them before hvd_herring's parts for it are loaded).
 set -euo pipefail
