@@ -13,10 +13,8 @@ import tempfile
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, ROOT)
-
-from benchmarks.single_host.results import Results  # noqa: E402
+from benchmarks.single_host.results import Results
+from launch import ROOT
 
 SMOKE_STACKS = ["herring", "torch-gloo", "mpi"]
 

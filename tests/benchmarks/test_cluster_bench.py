@@ -14,18 +14,9 @@ import sys
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, ROOT)
-
-from benchmarks.cluster import analysis as cluster_analysis  # noqa: E402
-from tools.simcluster import cluster  # noqa: E402
-
-try:
-    cluster.check_environment()
-    UNAVAILABLE = None
-except cluster.ClusterError as e:
-    UNAVAILABLE = str(e)
-needs_cluster = pytest.mark.skipif(UNAVAILABLE is not None, reason=f"simulated cluster unavailable: {UNAVAILABLE}")
+from benchmarks.cluster import analysis as cluster_analysis
+from launch import ROOT
+from simulated_cluster import needs_cluster
 
 MiB = 1 << 20
 

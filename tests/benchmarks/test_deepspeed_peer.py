@@ -12,17 +12,13 @@ runs) has not been run. About 15-30 s on the shared 2-core machine."""
 
 import glob
 import json
-import os
 import subprocess
-import sys
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, ROOT)
-
-from benchmarks.common import deepspeed_env  # noqa: E402
-from benchmarks.single_host import stacks  # noqa: E402
+from benchmarks.common import deepspeed_env
+from benchmarks.single_host import stacks
+from launch import ROOT
 
 READY, WHY = deepspeed_env.ready()
 pytestmark = pytest.mark.skipif(not READY, reason=WHY)

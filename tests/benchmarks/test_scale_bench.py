@@ -14,19 +14,10 @@ import sys
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, ROOT)
-
-from benchmarks.scale import designs, goals, model, presets  # noqa: E402
-from benchmarks.scale.summary import FIGURES  # noqa: E402
-from tools.simcluster import cluster  # noqa: E402
-
-try:
-    cluster.check_environment()
-    UNAVAILABLE = None
-except cluster.ClusterError as e:
-    UNAVAILABLE = str(e)
-needs_cluster = pytest.mark.skipif(UNAVAILABLE is not None, reason=f"simulated cluster unavailable: {UNAVAILABLE}")
+from benchmarks.scale import designs, goals, model, presets
+from benchmarks.scale.summary import FIGURES
+from launch import ROOT
+from simulated_cluster import needs_cluster
 
 SMOKE = presets.PRESETS["smoke"]
 

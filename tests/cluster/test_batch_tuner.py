@@ -1,11 +1,12 @@
 """R2SP's heterogeneous batch tuning (hvd_herring.torch.BatchSizeTuner): batch sizes follow the
 ranks' measured speeds, and the loss scale keeps the averaged gradient equal to the full batch's."""
 
-import json
 import os
 
 import launch
 from hvd_herring.torch.batch_tuner import split_in_proportion
+
+WORKER = os.path.join("tests", "cluster", "workers", "batch_tuner_worker.py")
 
 
 def test_split_in_proportion():
@@ -15,13 +16,10 @@ def test_split_in_proportion():
 
 
 def test_tuned_batches_in_real_ranks():
-    results = launch.scratch_dir("herring-tuner-")
-    run = launch.horovodrun(3, [os.path.join("tests", "cluster", "workers", "batch_tuner_worker.py")], timeout=180,
-                            HERRING_TEST_RESULTS=results)
+    run, per_rank = launch.run_with_results(launch.horovodrun, 3, [WORKER], prefix="herring-tuner-", timeout=180)
     assert run.returncode == 0, run.output[-4000:]
     for r in range(3):
-        with open(os.path.join(results, f"{r}.json")) as f:
-            res = json.load(f)
+        res = per_rank[r]
         assert res["max_diff"] < 2e-5, res["max_diff"]
         final = res["history"][-1]
         assert sum(final) == 60

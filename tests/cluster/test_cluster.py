@@ -19,22 +19,15 @@ import time
 
 import pytest
 
+import checks
 import launch
-from test_collectives import CHECK_NAMES
-
-
-from tools.simcluster import cluster, cluster_spec, link_bound, processes  # noqa: E402
+from simulated_cluster import needs_cluster
+from tools.simcluster import cluster, cluster_spec, link_bound, processes
 
 SimulatedCluster = cluster.SimulatedCluster
 
-try:
-    cluster.check_environment()
-    UNAVAILABLE = None
-except cluster.ClusterError as e:
-    UNAVAILABLE = str(e)
-needs_cluster = pytest.mark.skipif(UNAVAILABLE is not None, reason=f"simulated cluster unavailable: {UNAVAILABLE}")
-
 WORKER = os.path.join(launch.ROOT, "tests", "horovod_api", "workers", "collectives_worker.py")
+CHECK_NAMES = checks.names_in(WORKER)
 RECORD_HOST = os.path.join(launch.ROOT, "tests", "harness", "record_host.py")
 LARGE_ALLREDUCE_BYTES = (5 * 1024 * 1024 + 3) * 4      # allreduce_large_tensor_through_chunks
 

@@ -2,7 +2,7 @@
 mapping (hd-topo with HERRING_TOPOLOGY), in real ranks launched by horovodrun.
 
 - Correctness at np = 2..6 (non-powers of two fold ranks in), every dtype and op, fused batches,
-  buffers cut into many pieces, bitwise identity across ranks and repeats (tests/workers/
+  buffers cut into many pieces, bitwise identity across ranks and repeats (tests/cluster/workers/
   eflops_worker.py); the engine counters prove neither the herring nor the ring path ran.
 - hd-topo ranks report simulated host names; the topology groups those hosts, and the mapping the
   engine logged must put every exchange on a link of its own.
@@ -15,20 +15,15 @@ The mapping logic itself is unit-tested natively (native/tests/eflops_test.cc)."
 import json
 import os
 import re
-import shutil
 import sys
 
 import pytest
 
+import checks
 import launch
 
 WORKER = os.path.join("tests", "cluster", "workers", "eflops_worker.py")
-AS_HOST = launch.AS_SIMULATED_HOST
-CHECK_NAMES = [
-    "allreduce_every_dtype_and_op", "allreduce_bool_min_max", "allreduce_scaling_in_place_and_async",
-    "allreduce_bitwise_identical_on_every_rank_and_repeat", "allreduce_large_buffer_in_many_pieces",
-    "fused_small_tensors_and_groups", "allreduce_empty_and_scalar", "allreduce_over_a_process_set",
-]
+CHECK_NAMES = checks.names_in(WORKER)
 
 # name -> (np, algorithm, ranks per simulated host or None for one host)
 CONFIGS = {
@@ -65,18 +60,13 @@ def write_json(directory, name, data):
 
 
 def run_worker(np, algorithm, per_host, extra=None):
-    results = launch.scratch_dir("herring-eflops-")
-    env = dict(HERRING_TEST_RESULTS=results, HERRING_ALLREDUCE=algorithm, HOROVOD_LOG_LEVEL="INFO")
-    args = [WORKER]
-    if per_host:
-        args = [AS_HOST, str(per_host), WORKER]
-        if algorithm == "hd-topo":
-            env["HERRING_TOPOLOGY"] = write_json(results, "topology.json", two_group_topology(-(-np // per_host)))
+    env = dict(HERRING_ALLREDUCE=algorithm, HOROVOD_LOG_LEVEL="INFO")
+    args = launch.on_simulated_hosts(per_host, WORKER)
+    if per_host and algorithm == "hd-topo":
+        env["HERRING_TOPOLOGY"] = write_json(launch.scratch_dir("herring-eflops-topology-"), "topology.json",
+                                             two_group_topology(-(-np // per_host)))
     env.update(extra or {})
-    run = launch.horovodrun(np, args, timeout=600, **env)
-    per_rank = launch.rank_results(results, np)
-    shutil.rmtree(results, ignore_errors=True)
-    return run, per_rank
+    return launch.run_with_results(launch.horovodrun, np, args, prefix="herring-eflops-", timeout=600, **env)
 
 
 @pytest.fixture(scope="module", params=list(CONFIGS))
@@ -86,19 +76,7 @@ def launched(request):
     return request.param, np, run, per_rank
 
 
-def test_every_rank_reported(launched):
-    name, np, run, per_rank = launched
-    assert sorted(per_rank) == list(range(np)), f"{name}: ranks reported {sorted(per_rank)}\n{run.output[-4000:]}"
-    assert run.returncode == 0, f"{name}: exit status {run.returncode}\n{run.output[-6000:]}"
-
-
-@pytest.mark.parametrize("check", CHECK_NAMES)
-def test_check(launched, check):
-    name, np, run, per_rank = launched
-    assert per_rank, f"{name}: no rank reported\n{run.output[-4000:]}"
-    for r, data in sorted(per_rank.items()):
-        assert check in data["results"], f"{name}: rank {r} did not run {check}"
-        assert data["results"][check] == "ok", f"{name}: rank {r}: {data['results'][check]}"
+test_every_rank_reported, test_check = checks.launch_tests(CHECK_NAMES)
 
 
 def test_halving_doubling_ran(launched):

@@ -2,7 +2,6 @@
 while such joins are wasted, and still joins with nothing of its own where that is what the others
 wait for. Shown with the engine's counters, not with timings, on 4 ranks of this machine's 2 cores."""
 
-import json
 import os
 
 import launch
@@ -12,12 +11,10 @@ NP = 4
 
 
 def test_lockstep_calls_take_one_cycle_each_and_non_members_still_join():
-    results = launch.scratch_dir("herring-idle-join-")
-    run = launch.horovodrun(NP, [WORKER], timeout=180, HERRING_TEST_RESULTS=results)
+    run, per_rank = launch.run_with_results(launch.horovodrun, NP, [WORKER], prefix="herring-idle-join-", timeout=180)
     assert run.returncode == 0, run.output[-6000:]
     for r in range(NP):
-        with open(os.path.join(results, f"{r}.json")) as f:
-            seen = json.load(f)
+        seen = per_rank[r]
         assert seen["lockstep_ok"], f"rank {r}: wrong sums in the lockstep phase"
         lockstep = seen["lockstep"]
         # One cycle per call, give or take the joins that taught the patience (it grows fourfold

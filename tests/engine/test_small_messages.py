@@ -8,7 +8,6 @@ once cached, the host sums ride the leaders' tree and the total comes with the r
 A lone request after a pause starts its cycle at once (counters)."""
 
 import os
-import shutil
 
 import pytest
 
@@ -34,12 +33,8 @@ CONFIGS = {
 def runs():
     out = {}
     for name, (np, hosts, env) in CONFIGS.items():
-        results = launch.scratch_dir("herring-small-")
-        args = [WORKER] if hosts == 1 else [launch.AS_SIMULATED_HOST, str(np // hosts),
-                                             WORKER]
-        run = launch.horovodrun(np, args, timeout=300, HERRING_TEST_RESULTS=results, **env)
-        out[name] = (run, launch.rank_results(results, np))
-        shutil.rmtree(results, ignore_errors=True)
+        args = launch.on_simulated_hosts(np // hosts if hosts > 1 else None, WORKER)
+        out[name] = launch.run_with_results(launch.horovodrun, np, args, prefix="herring-small-", timeout=300, **env)
     return out
 
 
@@ -125,12 +120,10 @@ def test_a_lone_request_starts_its_cycle_at_once(runs, config):
 # garbage at 32 KiB) and local rank 0, whose vote picks the route, among the right candidates.
 @pytest.mark.parametrize("np, bind_rank", [(3, None), (2, 1)], ids=["np3", "np2-bind-rank1"])
 def test_one_step_stops_at_16_kib_where_ranks_outnumber_cores(np, bind_rank):
-    results = launch.scratch_dir("herring-one-step-limit-")
     env = {"HERRING_TEST_BIND_RANK": str(bind_rank)} if bind_rank is not None else {}
-    run = launch.horovodrun(np, [os.path.join("tests", "engine", "workers", "one_step_limit_worker.py")], timeout=200,
-                            HERRING_TEST_RESULTS=results, **env)
-    per_rank = launch.rank_results(results, np)
-    shutil.rmtree(results, ignore_errors=True)
+    run, per_rank = launch.run_with_results(launch.horovodrun, np, [os.path.join("tests", "engine", "workers",
+                                                                                 "one_step_limit_worker.py")],
+                                            prefix="herring-one-step-limit-", timeout=200, **env)
     assert run.returncode == 0 and sorted(per_rank) == list(range(np)), run.output[-4000:]
     without_a_core = any(d["cpus"] < d["local_size"] for d in per_rank.values())
     assert without_a_core or bind_rank is None, per_rank

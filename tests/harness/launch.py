@@ -15,6 +15,12 @@ BIN = os.path.dirname(sys.executable)
 AS_SIMULATED_HOST = os.path.join("tests", "harness", "as_simulated_host.py")
 
 
+def on_simulated_hosts(ranks_per_host, *script_args):
+    """A launch's script arguments, run as if each `ranks_per_host` consecutive ranks were a host of
+    their own (AS_SIMULATED_HOST); unchanged for 0 or None: one host."""
+    return [AS_SIMULATED_HOST, str(ranks_per_host), *script_args] if ranks_per_host else list(script_args)
+
+
 def import_path():
     """The folders a rank imports the tests' helpers from by module name (PYTHONPATH of every
     launch): the harness and every area's workers/ (tests/workers/ too, for what is still there)."""
@@ -92,6 +98,18 @@ def scratch_dir(prefix):
     d = tempfile.mkdtemp(prefix=prefix)
     _scratch.append(d)
     return d
+
+
+def run_with_results(launcher, np, script_args, prefix="herring-results-", **kwargs):
+    """launcher(np, script_args, **kwargs) (horovodrun, mpirun, torchrun or one of their signature)
+    with HERRING_TEST_RESULTS a fresh directory: (Run, {rank: what it wrote there}). The directory
+    is removed."""
+    import shutil
+    results_dir = scratch_dir(prefix)
+    run = launcher(np, script_args, HERRING_TEST_RESULTS=results_dir, **kwargs)
+    per_rank = rank_results(results_dir, np)
+    shutil.rmtree(results_dir, ignore_errors=True)
+    return run, per_rank
 
 
 def rank_results(results_dir, np):

@@ -9,25 +9,18 @@ import os
 
 import pytest
 
+import checks
 import launch
 from test_horovod_suites import RANK_WORKER, SUITES_DIR, _outcomes, _require_suite, Suite
 
 WORKER = os.path.join("tests", "horovod_api", "workers", "adasum_worker.py")
-CHECK_NAMES = [
-    "every_float_dtype_and_odd_sizes_against_the_formula",
-    "orthogonal_vectors_sum_and_parallel_vectors_average",
-    "fused_tensors_are_combined_each_on_its_own",
-    "prescale_and_postscale_apply_around_the_combination",
-    "bad_requests_raise_naming_what_is_wrong",
-    "distributed_optimizer_with_adasum_matches_a_replay",
-]
+CHECK_NAMES = checks.names_in(WORKER)
 LAUNCHERS = {"mpirun": launch.mpirun, "horovodrun": launch.horovodrun}
 
 
 def run_worker(launcher, np):
-    results = launch.scratch_dir("herring-adasum-")
-    run = LAUNCHERS[launcher](np, [WORKER], timeout=600, HERRING_TEST_RESULTS=results, HOROVOD_DYNAMIC_PROCESS_SETS=1)
-    return run, launch.rank_results(results, np)
+    return launch.run_with_results(LAUNCHERS[launcher], np, [WORKER], prefix="herring-adasum-", timeout=600,
+                                   HOROVOD_DYNAMIC_PROCESS_SETS=1)
 
 
 @pytest.mark.parametrize("launcher,np", [("mpirun", 2), ("horovodrun", 4)])
@@ -36,7 +29,7 @@ def test_adasum_against_the_formula_with_the_same_bits_on_every_rank(launcher, n
     assert sorted(per_rank) == list(range(np)), f"ranks reported {sorted(per_rank)}\n{run.output[-5000:]}"
     assert run.returncode == 0, run.output[-5000:]
     for r, data in sorted(per_rank.items()):
-        failed = {c: data["results"].get(c, "not run") for c in CHECK_NAMES if data["results"].get(c) != "ok"}
+        failed = checks.failed_checks(CHECK_NAMES, data)
         assert not failed, f"rank {r}: {failed}"
         assert data["counters"]["adasum_allreduces"] > 0, data["counters"]
     digests = {r: json.dumps(data["digests"], sort_keys=True) for r, data in per_rank.items()}

@@ -2,7 +2,6 @@
 trained on every rank's data gives, with identical weights on every rank; in steady state the
 negotiation needs no coordinator round (one bit-vector AND per cycle)."""
 
-import json
 import os
 
 import pytest
@@ -15,14 +14,9 @@ WORKER = os.path.join("tests", "horovod_api", "workers", "training_worker.py")
 
 
 def run(np, **env):
-    results = launch.scratch_dir("herring-train-")
-    r = launch.horovodrun(np, [WORKER], timeout=600, HERRING_TEST_RESULTS=results, **env)
+    r, per_rank = launch.run_with_results(launch.horovodrun, np, [WORKER], prefix="herring-train-", timeout=600, **env)
     assert r.returncode == 0, r.output[-6000:]
-    out = {}
-    for rank in range(np):
-        with open(os.path.join(results, f"{rank}.json")) as f:
-            out[rank] = json.load(f)["results"]
-    return out
+    return {rank: per_rank[rank]["results"] for rank in range(np)}
 
 
 @pytest.fixture(scope="module", params=[2, 3, 4])

@@ -6,15 +6,14 @@ same results bit for bit as through the shared result area; which route ran, fro
 Faults during them are in test_reliability.py."""
 
 import os
-import shutil
 
 import pytest
 
+import checks
 import launch
 
 WORKER = os.path.join("tests", "ops", "workers", "peer_reads_worker.py")
-CHECK_NAMES = ["every_dtype_and_op_in_place_and_out_of_place", "scaling_factors",
-               "fused_tensors_with_empty_ones_and_many_pieces", "large_buffer_repeated"]
+CHECK_NAMES = checks.names_in(WORKER)
 # name -> (ranks, ranks per simulated host or 0 for one host, HERRING_READ_PEER_TENSORS)
 CONFIGS = {
     "np2-auto": (2, 0, "auto"),
@@ -46,14 +45,9 @@ def launches():
     def get(name):
         if name not in done:
             np, per_host, setting = CONFIGS[name]
-            results = launch.scratch_dir("herring-peer-reads-")
-            args = [WORKER]
-            if per_host:
-                args = [launch.AS_SIMULATED_HOST, str(per_host), WORKER]
-            run = launch.horovodrun(np, args, timeout=400, HERRING_TEST_RESULTS=results,
-                                    HERRING_READ_PEER_TENSORS=setting)
-            done[name] = (np, run, launch.rank_results(results, np))
-            shutil.rmtree(results, ignore_errors=True)
+            args = launch.on_simulated_hosts(per_host, WORKER)
+            done[name] = (np, *launch.run_with_results(launch.horovodrun, np, args, prefix="herring-peer-reads-",
+                                                       timeout=400, HERRING_READ_PEER_TENSORS=setting))
         return done[name]
     return get
 
@@ -63,8 +57,8 @@ def test_every_check_passes_on_every_rank(launches, name):
     np, run, per_rank = launches(name)
     assert sorted(per_rank) == list(range(np)), f"{name}: ranks reported {sorted(per_rank)}\n{run.output[-4000:]}"
     for r, data in sorted(per_rank.items()):
-        for check in CHECK_NAMES:
-            assert data["results"].get(check) == "ok", f"{name}: rank {r}: {check}: {data['results'].get(check)}"
+        failed = checks.failed_checks(CHECK_NAMES, data)
+        assert not failed, f"{name}: rank {r}: {failed}"
     assert run.returncode == 0, f"{name}: exit status {run.returncode}\n{run.output[-6000:]}"
 
 

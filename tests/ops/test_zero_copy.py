@@ -3,22 +3,16 @@ place, checked inside real ranks launched by horovodrun; the allocator's errors;
 middle of a zero-copy allreduce."""
 
 import os
-import shutil
 import subprocess
 import sys
 
 import pytest
 
+import checks
 import launch
 
 WORKER = os.path.join("tests", "ops", "workers", "zero_copy_worker.py")
-CHECK_NAMES = [
-    "in_place_every_dtype_and_op_bitwise_equal_to_staging", "scaling_factors_match_staging",
-    "out_of_place_output_is_zero_copy_and_input_untouched", "grouped_tensors_fused_into_one_buffer",
-    "one_rank_with_an_ordinary_tensor_makes_every_rank_stage", "large_buffer_and_repeated_steps",
-    "distributed_optimizer_with_zero_copy_gradients_matches_ordinary_ones",
-    "an_ordinary_buffer_moved_in_place_keeps_its_views", "memory_is_given_back", "bad_input_is_rejected",
-]
+CHECK_NAMES = checks.names_in(WORKER)
 # name -> (ranks, ranks per simulated host or 0 for one host, is the zero-copy path expected)
 CONFIGS = {"one-host-np4": (4, 0, True), "one-host-np3-fused": (3, 0, True), "2hosts-np4": (4, 2, False)}
 
@@ -26,30 +20,15 @@ CONFIGS = {"one-host-np4": (4, 0, True), "one-host-np3-fused": (3, 0, True), "2h
 @pytest.fixture(scope="module", params=list(CONFIGS))
 def launched(request):
     np, per_host, expect = CONFIGS[request.param]
-    results = launch.scratch_dir("herring-zero-copy-")
-    args = [WORKER]
-    if per_host:
-        args = [launch.AS_SIMULATED_HOST, str(per_host), WORKER]
-    env = {"HERRING_TEST_RESULTS": results, "HERRING_TEST_EXPECT_ZERO_COPY": "1" if expect else "0"}
+    args = launch.on_simulated_hosts(per_host, WORKER)
+    env = {"HERRING_TEST_EXPECT_ZERO_COPY": "1" if expect else "0"}
     if request.param.endswith("fused"):
         env["HOROVOD_CYCLE_TIME"] = "20"  # more tensors share a fused buffer
-    run = launch.horovodrun(np, args, timeout=400, **env)
-    per_rank = launch.rank_results(results, np)
-    shutil.rmtree(results, ignore_errors=True)
+    run, per_rank = launch.run_with_results(launch.horovodrun, np, args, prefix="herring-zero-copy-", timeout=400, **env)
     return request.param, np, run, per_rank
 
 
-def test_every_rank_reported(launched):
-    name, np, run, per_rank = launched
-    assert sorted(per_rank) == list(range(np)), f"{name}: ranks reported {sorted(per_rank)}\n{run.output[-4000:]}"
-    assert run.returncode == 0, f"{name}: exit status {run.returncode}\n{run.output[-6000:]}"
-
-
-@pytest.mark.parametrize("check", CHECK_NAMES)
-def test_check(launched, check):
-    name, np, run, per_rank = launched
-    for r, data in sorted(per_rank.items()):
-        assert data["results"].get(check) == "ok", f"{name}: rank {r}: {data['results'].get(check)}"
+test_every_rank_reported, test_check = checks.launch_tests(CHECK_NAMES)
 
 
 def allocate_in_subprocess(code, **env):

@@ -14,22 +14,12 @@ import os
 import pytest
 
 import launch
-from test_collectives import WORKER as COLLECTIVES_WORKER
 
 AS_HOST = launch.AS_SIMULATED_HOST
+COLLECTIVES_WORKER = os.path.join("tests", "horovod_api", "workers", "collectives_worker.py")
 STEADY_WORKER = os.path.join("tests", "reliability", "workers", "control_plane_worker.py")
 FAULT_WORKER = os.path.join("tests", "reliability", "workers", "fault_worker.py")
 TORCH_DIST_WORKER = os.path.join("tests", "torch_distributed", "workers", "torch_distributed_worker.py")
-
-
-def read_results(results, np):
-    per_rank = {}
-    for r in range(np):
-        path = os.path.join(results, f"{r}.json")
-        if os.path.exists(path):
-            with open(path) as f:
-                per_rank[r] = json.load(f)
-    return per_rank
 
 
 def test_collectives_across_3_hosts_agree_through_the_leaders():
@@ -44,7 +34,7 @@ def test_collectives_across_3_hosts_agree_through_the_leaders():
     run = launch.horovodrun(6, [AS_HOST, "2", COLLECTIVES_WORKER], timeout=600, HERRING_TEST_RESULTS=results,
                             HOROVOD_DYNAMIC_PROCESS_SETS="1", HERRING_TEST_ONLY=",".join(only),
                             HERRING_CONTROL_PLANE="auto")
-    per_rank = read_results(results, 6)
+    per_rank = launch.rank_results(results, 6)
     assert sorted(per_rank) == list(range(6)) and run.returncode == 0, \
         f"exit status {run.returncode}, ranks reported {sorted(per_rank)}\n{run.output[-6000:]}"
     for r, data in sorted(per_rank.items()):
@@ -70,7 +60,7 @@ def test_a_timed_out_wait_names_the_ranks_that_have_not_issued_it_across_3_hosts
     results = launch.scratch_dir("herring-plane-")
     run = launch.horovodrun(6, [AS_HOST, "2", TORCH_DIST_WORKER], timeout=600, HERRING_TEST_RESULTS=results,
                             HERRING_TEST_ONLY=check, HERRING_CONTROL_PLANE="auto")
-    per_rank = read_results(results, 6)
+    per_rank = launch.rank_results(results, 6)
     assert sorted(per_rank) == list(range(6)) and run.returncode == 0, \
         f"exit status {run.returncode}, ranks reported {sorted(per_rank)}\n{run.output[-6000:]}"
     for r, data in sorted(per_rank.items()):
@@ -85,7 +75,7 @@ def test_steady_state_messages_per_cycle_at_rank_0_4_hosts(plane):
     results = launch.scratch_dir("herring-plane-steady-")
     run = launch.horovodrun(8, [AS_HOST, "2", STEADY_WORKER], timeout=600, HERRING_TEST_RESULTS=results,
                             HERRING_TEST_STEPS="150", HERRING_CONTROL_PLANE=plane)
-    per_rank = read_results(results, 8)
+    per_rank = launch.rank_results(results, 8)
     assert sorted(per_rank) == list(range(8)) and run.returncode == 0, \
         f"exit status {run.returncode}, ranks reported {sorted(per_rank)}\n{run.output[-6000:]}"
     d = {r: data["delta"] for r, data in per_rank.items()}

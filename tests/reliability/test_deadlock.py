@@ -16,9 +16,8 @@ DEADLOCK_SECONDS = 4
 
 def _run(framework, np, hosts=1):
     results = launch.scratch_dir("herring-deadlock-")
-    args = [WORKER, framework]
-    if hosts > 1:  # simulated hosts: the reports climb the hierarchical control plane's tree
-        args = [launch.AS_SIMULATED_HOST, str(np // hosts)] + args
+    # On simulated hosts the reports climb the hierarchical control plane's tree.
+    args = launch.on_simulated_hosts(np // hosts if hosts > 1 else None, WORKER, framework)
     run = launch.horovodrun(np, args, timeout=180, HERRING_TEST_RESULTS=results,
                             HERRING_DEADLOCK_TIME_SECONDS=DEADLOCK_SECONDS)
     per_rank = launch.rank_results(results, np)

@@ -20,9 +20,7 @@ def herring_segments():
 def run_fault(spec, np=4, hosts=2, **env):
     """Runs the phase-fault worker with HERRING_FAULT=spec on `hosts` simulated hosts."""
     results = launch.scratch_dir("herring-fault-")
-    args = [os.path.join(WORKERS, "phase_fault_worker.py")]
-    if hosts > 1:
-        args = [launch.AS_SIMULATED_HOST, str(np // hosts)] + args
+    args = launch.on_simulated_hosts(np // hosts if hosts > 1 else None, os.path.join(WORKERS, "phase_fault_worker.py"))
     run = launch.horovodrun(np, args, timeout=180, HERRING_TEST_RESULTS=results, HERRING_FAULT=spec,
                             HERRING_TIMEOUT_SECONDS=env.pop("HERRING_TIMEOUT_SECONDS", 5), **env)
     outcomes = launch.rank_results(results, np)

@@ -10,6 +10,7 @@ import os
 
 import pytest
 
+import checks
 import launch
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None,
@@ -17,17 +18,12 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None,
 
 
 def test_torch_and_tensorflow_in_one_process_share_one_engine():
-    results = launch.scratch_dir("herring-tf-torch-")
-    run = launch.horovodrun(2, [os.path.join("tests", "tensorflow", "workers", "tf_torch_worker.py")], timeout=300,
-                            HERRING_TEST_RESULTS=results)
-    assert run.returncode == 0, run.output[-6000:]
+    worker = os.path.join("tests", "tensorflow", "workers", "tf_torch_worker.py")
+    run, per_rank = launch.run_with_results(launch.horovodrun, 2, [worker], prefix="herring-tf-torch-", timeout=300)
+    checks.assert_every_rank_reported("np2", range(2), run, per_rank)
     assert run.output.count("one engine, shut down from TensorFlow") == 2, run.output[-4000:]
-    for rank in range(2):
-        with open(os.path.join(results, f"{rank}.json")) as f:
-            data = json.load(f)
-        for check in ("both_fronts_share_one_engine", "interleaved_torch_and_tf_allreduces_are_correct",
-                      "gradients_flow_from_both_frameworks"):
-            assert data["results"].get(check) == "ok", f"rank {rank} {check}: {data['results'].get(check)}"
+    for check in checks.names_in(worker):
+        checks.assert_check_passed("np2", check, run, per_rank)
 
 
 def test_sigkill_of_a_rank_fails_the_others_tensorflow_ops():

@@ -15,7 +15,6 @@
 """
 
 import importlib.util
-import json
 import os
 import subprocess
 
@@ -39,16 +38,12 @@ WITH_REFERENCE = ["graph", "eager", "backward_passes_2", "legacy_optimizer"]
 
 @pytest.fixture(scope="module")
 def trained():
-    results = launch.scratch_dir("herring-tf-keras2-")
-    r = launch.horovodrun(NP, [os.path.join("tests", "tensorflow", "workers", "tf_keras_worker.py")], timeout=600,
-                          HERRING_TEST_RESULTS=results, HOROVOD_STALL_CHECK_TIME_SECONDS="30",
-                          TF_USE_LEGACY_KERAS="1", HERRING_KERAS_VARIANTS=",".join(VARIANTS))
+    r, per_rank = launch.run_with_results(launch.horovodrun, NP, [os.path.join("tests", "tensorflow", "workers",
+                                                                             "tf_keras_worker.py")],
+                                          prefix="herring-tf-keras2-", timeout=600, HOROVOD_STALL_CHECK_TIME_SECONDS="30",
+                                          TF_USE_LEGACY_KERAS="1", HERRING_KERAS_VARIANTS=",".join(VARIANTS))
     assert r.returncode == 0, r.output[-6000:]
-    out = {}
-    for rank in range(NP):
-        with open(os.path.join(results, f"{rank}.json")) as f:
-            out[rank] = json.load(f)
-    return out
+    return {rank: per_rank[rank] for rank in range(NP)}
 
 
 def test_workers_ran_keras2(trained):

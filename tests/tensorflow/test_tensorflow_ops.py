@@ -9,21 +9,14 @@ import os
 
 import pytest
 
+import checks
 import launch
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None,
                                 reason="TensorFlow is not installed (requirements/base.txt installs it)")
 
 WORKER = os.path.join("tests", "tensorflow", "workers", "tf_ops_worker.py")
-BOTH = ["allreduce_every_dtype_and_op", "allreduce_scaling_bool_and_empty", "grouped_allreduce_and_many_small",
-        "allreduce_indexed_slices_and_fp16_compression", "allgather_first_dimension_differs_per_rank",
-        "broadcast_from_every_root_and_dtype", "broadcast_variables_tf_and_keras",
-        "alltoall_with_and_without_splits", "reducescatter_uneven_rows_and_grouped",
-        "gradients_of_the_collectives", "topology_ops"]
-CHECK_NAMES = [f"{name}.{mode}" for name in BOTH for mode in ("eager", "function")] + [
-    "independent_allreduces_in_a_function_are_fused", "allgather_results_bitwise_identical_and_aligned",
-    "broadcast_object_and_allgather_object", "join_and_barrier", "process_sets_static_and_dynamic",
-    "legacy_v1_optimizer_and_sync_batch_norm", "mismatches_raise_tf_errors_naming_tensor_and_ranks"]
+CHECK_NAMES = checks.names_in(WORKER)
 NP = 3
 
 
@@ -41,17 +34,13 @@ def launched():
 
 def test_every_rank_reported(launched):
     run, per_rank = launched
-    assert sorted(per_rank) == list(range(NP)), f"ranks reported {sorted(per_rank)}\n{run.output[-6000:]}"
-    assert run.returncode == 0, f"exit status {run.returncode}\n{run.output[-6000:]}"
+    checks.assert_every_rank_reported(f"np{NP}", range(NP), run, per_rank)
 
 
 @pytest.mark.parametrize("check", CHECK_NAMES)
 def test_check(launched, check):
     run, per_rank = launched
-    assert per_rank, run.output[-6000:]
-    for r, data in sorted(per_rank.items()):
-        assert check in data["results"], f"rank {r} did not run {check}"
-        assert data["results"][check] == "ok", f"rank {r}: {data['results'][check]}"
+    checks.assert_check_passed(f"np{NP}", check, run, per_rank)
 
 
 def test_the_worker_runs_no_unlisted_check(launched):

@@ -6,7 +6,6 @@ random weights into identical ones (equal to the single-process reference), and
 MetricAverageCallback averages the metrics."""
 
 import importlib.util
-import json
 import os
 
 import numpy as np
@@ -20,15 +19,11 @@ pytestmark = [pytest.mark.fast,  # the fast tier (tests/conftest.py)
 
 
 def run(worker, np_, **env):
-    results = launch.scratch_dir("herring-tf-train-")
-    r = launch.horovodrun(np_, [os.path.join("tests", "tensorflow", "workers", worker)], timeout=600,
-                          HERRING_TEST_RESULTS=results, HOROVOD_STALL_CHECK_TIME_SECONDS="30", **env)
+    r, per_rank = launch.run_with_results(launch.horovodrun, np_, [os.path.join("tests", "tensorflow", "workers", worker)],
+                                          prefix="herring-tf-train-", timeout=600, HOROVOD_STALL_CHECK_TIME_SECONDS="30",
+                                          **env)
     assert r.returncode == 0, r.output[-6000:]
-    out = {}
-    for rank in range(np_):
-        with open(os.path.join(results, f"{rank}.json")) as f:
-            out[rank] = json.load(f)
-    return out
+    return {rank: per_rank[rank] for rank in range(np_)}
 
 
 # --- GradientTape ---------------------------------------------------------------------------------

@@ -5,26 +5,14 @@ errors (mismatch, timeout, peer death), against single-process references. One l
 check; each check is reported as its own test."""
 
 import os
-import shutil
 
 import pytest
 
+import checks
 import launch
 
 WORKER = os.path.join("tests", "torch_distributed", "workers", "torch_distributed_worker.py")
-CHECK_NAMES = [
-    "all_reduce_every_dtype_and_op", "all_reduce_async_work_and_future",
-    "same_collectives_in_flight_pair_in_program_order_and_hit_the_cache", "broadcast_from_every_root_and_dtype",
-    "all_gather_and_all_gather_into_tensor", "reduce_scatter_and_reduce_scatter_tensor",
-    "all_to_all_and_all_to_all_single", "reduce_gather_scatter", "barrier_send_recv_and_coalesced",
-    "subgroups_are_process_sets", "one_engine_with_horovods_api",
-    "synchronous_calls_run_their_cycles_on_the_caller", "ddp_training_identical_to_reference",
-    "ddp_with_average_hook_and_bucket_view", "ddp_buckets_move_into_zero_copy_memory",
-    "async_all_reduces_of_one_tensor_in_flight_together", "a_tensor_in_flight_keeps_its_memory",
-    "ddp_with_fp16_compress_hook", "ddp_with_powersgd", "ddp_with_torch_compile",
-    "fsdp2_training_equal_to_reference", "mismatched_collectives_are_named",
-    "timeouts_raise_and_the_collective_can_still_complete",
-]
+CHECK_NAMES = checks.names_in(WORKER)
 LAUNCHERS = {"torchrun": launch.torchrun, "horovodrun": launch.horovodrun, "mpirun": launch.mpirun}
 # name -> (launcher, ranks); the first runs as a torch user has it, without Horovod installed (every
 # import of it fails in the ranks; HOROVOD_BACKEND unset).
@@ -39,13 +27,9 @@ EXPECTED_LAUNCHER = {"torchrun": "torchrun", "horovodrun": "horovodrun", "mpirun
 
 
 def run_worker(launcher, np, options=(), **env):
-    results_dir = launch.scratch_dir("herring-torch-dist-")
     if options:
         env["options"] = options  # torchrun's and horovodrun's own flags
-    run = LAUNCHERS[launcher](np, [WORKER], timeout=600, HERRING_TEST_RESULTS=results_dir, **env)
-    per_rank = launch.rank_results(results_dir, np)
-    shutil.rmtree(results_dir, ignore_errors=True)
-    return run, per_rank
+    return launch.run_with_results(LAUNCHERS[launcher], np, [WORKER], prefix="herring-torch-dist-", timeout=600, **env)
 
 
 @pytest.fixture(scope="module", params=list(CONFIGS))
@@ -58,8 +42,7 @@ def launched(request):
 
 def test_every_rank_reported(launched):
     name, launcher, np, run, per_rank = launched
-    assert sorted(per_rank) == list(range(np)), f"{name}: ranks reported {sorted(per_rank)}\n{run.output[-4000:]}"
-    assert run.returncode == 0, f"{name}: exit status {run.returncode}\n{run.output[-6000:]}"
+    checks.assert_every_rank_reported(name, range(np), run, per_rank)
     for r, data in per_rank.items():
         assert data["launcher"] == EXPECTED_LAUNCHER[launcher], (r, data["launcher"])  # rank/size from one place
 
@@ -67,9 +50,7 @@ def test_every_rank_reported(launched):
 @pytest.mark.parametrize("check", CHECK_NAMES)
 def test_check(launched, check):
     name, launcher, np, run, per_rank = launched
-    for r, data in sorted(per_rank.items()):
-        assert check in data["results"], f"{name}: rank {r} did not run {check}"
-        assert data["results"][check] == "ok", f"{name}: rank {r}: {data['results'][check]}"
+    checks.assert_check_passed(name, check, run, per_rank)
 
 
 def test_ddp_buckets_stay_in_ordinary_memory_with_the_knob_off():

@@ -10,24 +10,11 @@ import shutil
 
 import pytest
 
+import checks
 import launch
 
 WORKER = os.path.join("tests", "torch_distributed", "workers", "torch_dist_lifecycle_worker.py")
-CHECK_NAMES = [
-    "rank_and_size_are_the_ones_torch_was_given",
-    "work_and_tensor_dropped_before_the_collective_starts",
-    "work_and_tensor_dropped_while_the_collective_runs",
-    "work_dropped_after_the_collective_completed",
-    "future_dropped_before_completion",
-    "non_contiguous_tensor_gets_its_result_when_the_work_is_dropped",
-    "barrier_returns_after_every_earlier_async_collective",
-    "waiting_for_a_later_work_implies_the_earlier_ones",
-    "point_to_point_dropped_mid_flight",
-    "horovod_api_handles_and_tensors_dropped_mid_flight",
-    "horovod_synchronous_call_interrupted_and_its_tensor_dropped",
-    "ddp_with_join_and_uneven_inputs_trains_to_the_reference",
-    "forked_child_gets_a_clear_error",
-]
+CHECK_NAMES = checks.names_in(WORKER)
 # name -> (init method, ranks)
 CONFIGS = {"spawn-tcp-np2": ("tcp", 2), "spawn-file-np3": ("file", 3), "spawn-store-np2": ("store", 2)}
 
@@ -53,19 +40,7 @@ def launched(request):
     return request.param, np, run, per_rank
 
 
-def test_every_rank_reported(launched):
-    name, np, run, per_rank = launched
-    assert sorted(per_rank) == list(range(np)), f"{name}: ranks reported {sorted(per_rank)}\n{run.output[-4000:]}"
-    assert run.returncode == 0, f"{name}: exit status {run.returncode}\n{run.output[-6000:]}"
-
-
-@pytest.mark.parametrize("check", CHECK_NAMES)
-def test_check(launched, check):
-    name, np, run, per_rank = launched
-    assert per_rank, f"{name}: no rank reported\n{run.output[-4000:]}"
-    for r, data in sorted(per_rank.items()):
-        assert check in data["results"], f"{name}: rank {r} did not run {check}"
-        assert data["results"][check] == "ok", f"{name}: rank {r}: {data['results'][check]}"
+test_every_rank_reported, test_check = checks.launch_tests(CHECK_NAMES)
 
 
 LIGHTNING_WORKER = os.path.join("tests", "torch_distributed", "workers", "lightning_worker.py")

@@ -2,8 +2,6 @@
 DistributedOptimizer training equals single-process training on the concatenated batches;
 (2) a rank made slow gets a smaller share of the global batch after tuning."""
 
-import json
-import os
 import time
 
 import torch
@@ -11,6 +9,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import horovod.torch as hvd
+from checks import write_report
 
 STEPS = 6
 
@@ -57,8 +56,7 @@ def main():
             time.sleep(0.002 * tuner.local_batch_size * (4 if r == n - 1 else 1))
         tuner.step()
         history.append(list(tuner.sizes))
-    with open(os.path.join(os.environ["HERRING_TEST_RESULTS"], f"{r}.json"), "w") as f:
-        json.dump({"max_diff": max_diff, "history": history}, f)
+    write_report(r, {"max_diff": max_diff, "history": history})
     hvd.shutdown()
 
 

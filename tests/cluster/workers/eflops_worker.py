@@ -8,31 +8,24 @@ never leaves a peer waiting. Results go to $HERRING_TEST_RESULTS/<rank>.json, on
 with the engine counters."""
 
 import hashlib
-import json
 import math
 import os
 import sys
-import traceback
 
 import torch
 
 import horovod.torch as hvd
-from collectives_worker import (ALL_DTYPES, FLOATS, assert_close, bytes_identical_everywhere, fewest_buffers_of_a_burst,
-                                make, reduce_reference)
+from checks import CHECKS, check, run_and_report
+from references import (ALL_DTYPES, FLOATS, assert_close, bytes_identical_everywhere, counters,
+                        fewest_buffers_of_a_burst, make, reduce_reference)
 
-CHECKS = []
 N = R = None
 SUBSET = None          # every rank but rank 1 (3 or more ranks): a set whose size differs from N
 
 
-def check(fn):
-    CHECKS.append(fn)
-    return fn
-
-
 # Mantissa bits of the half types: halving-doubling rounds every partial sum to the tensor's
 # dtype after each of its log2(n) (+1 with extras) reductions, as the ring does after each of its
-# n - 1; the fixed tolerance of collectives_worker.assert_close is meant for one rounding.
+# n - 1; the fixed tolerance of references.assert_close is meant for one rounding.
 HALF_MANTISSA = {torch.float16: 10, torch.bfloat16: 7}
 
 
@@ -177,23 +170,7 @@ def main():
         sets.append(SUBSET)
     hvd.init(process_sets=sets)
     N, R = hvd.size(), hvd.rank()
-    results = {}
-    for fn in CHECKS:
-        try:
-            fn()
-            results[fn.__name__] = "ok"
-        except Exception:
-            results[fn.__name__] = traceback.format_exc()
-    import hvd_herring
-    out_dir = os.environ.get("HERRING_TEST_RESULTS")
-    if out_dir:
-        with open(os.path.join(out_dir, f"{R}.json"), "w") as f:
-            json.dump({"results": results, "counters": hvd_herring.counters(), "size": N}, f)
-    hvd.shutdown()
-    failed = [k for k, v in results.items() if v != "ok"]
-    for k in failed:
-        print(f"rank {R}: {k} FAILED\n{results[k]}", file=sys.stderr)
-    sys.exit(1 if failed else 0)
+    sys.exit(run_and_report(R, CHECKS, report=lambda: {"counters": counters(), "size": N}, shutdown=hvd.shutdown))
 
 
 if __name__ == "__main__":

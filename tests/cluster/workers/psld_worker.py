@@ -4,7 +4,6 @@ Records the step times, the shards' shares over time, and a hash of the final we
 $HERRING_TEST_RESULTS/<rank>.json."""
 
 import hashlib
-import json
 import os
 import time
 
@@ -14,6 +13,7 @@ import torch.nn.functional as F
 
 import horovod.torch as hvd
 import hvd_herring
+from checks import write_report
 
 STEPS = int(os.environ.get("HERRING_TEST_STEPS", "40"))
 
@@ -38,9 +38,8 @@ def main():
         shares.append([layout["version"], layout["shares"]])
     digest = hashlib.sha256(b"".join(p.detach().numpy().tobytes() for p in model.parameters())).hexdigest()
     layout = hvd_herring.server_layout()
-    with open(os.path.join(os.environ["HERRING_TEST_RESULTS"], f"{hvd.rank()}.json"), "w") as f:
-        json.dump({"step_times": step_times, "shares": shares, "digest": digest, "layout": layout,
-                   "counters": hvd_herring.counters()}, f)
+    write_report(hvd.rank(), {"step_times": step_times, "shares": shares, "digest": digest, "layout": layout,
+                             "counters": hvd_herring.counters()})
     hvd.shutdown()
 
 

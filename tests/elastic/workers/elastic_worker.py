@@ -7,7 +7,6 @@ worker records the server layout at each step and a hash of its final weights in
 $HERRING_TEST_RESULTS/<rank>.json (rank 0 also the joined server's exit)."""
 
 import hashlib
-import json
 import os
 import signal
 import subprocess
@@ -20,6 +19,7 @@ import torch.nn.functional as F
 
 import horovod.torch as hvd
 import hvd_herring
+from checks import write_report
 
 STEPS = 30
 LAUNCH_ONLY = ("HOROVOD_RANK", "HOROVOD_SIZE", "HOROVOD_LOCAL_RANK", "HOROVOD_LOCAL_SIZE", "HOROVOD_CROSS_RANK",
@@ -84,9 +84,8 @@ def main():
     if joiner is not None:
         joiner_exit = joiner.wait(timeout=60)
     digest = hashlib.sha256(b"".join(p.detach().numpy().tobytes() for p in model.parameters())).hexdigest()
-    with open(os.path.join(os.environ["HERRING_TEST_RESULTS"], f"{hvd.rank()}.json"), "w") as f:
-        json.dump({"layouts": layouts, "digest": digest, "joiner_exit": joiner_exit,
-                   "counters": hvd_herring.counters()}, f)
+    write_report(hvd.rank(), {"layouts": layouts, "digest": digest, "joiner_exit": joiner_exit,
+                             "counters": hvd_herring.counters()})
     hvd.shutdown()
 
 

@@ -8,7 +8,6 @@ before it does (asleep, it gives the scheduler no reason to move rank 0: what mo
 engine, seeing in rank 1's vector that both run on that CPU). Each rank records the engine's
 cpu_moves and its thread's mask afterwards. Writes <HERRING_TEST_RESULTS>/<rank>.json."""
 
-import json
 import os
 import time
 
@@ -16,6 +15,7 @@ import torch
 
 import horovod.torch as hvd
 import hvd_herring
+from checks import write_report
 
 TRIALS = 5
 
@@ -47,8 +47,7 @@ def main():
         out["sums"].append(hvd.allreduce(torch.ones(1024), name="after", op=hvd.Sum)[0].item())
         out["trials"].append({"moves": cpu_moves() - before, "mask": sorted(os.sched_getaffinity(0))})
     out.update(first=first, mask=sorted(mask), size=size)
-    with open(os.path.join(os.environ["HERRING_TEST_RESULTS"], f"{rank}.json"), "w") as f:
-        json.dump(out, f)
+    write_report(rank, out)
 
 
 if __name__ == "__main__":

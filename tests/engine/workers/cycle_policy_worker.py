@@ -8,7 +8,6 @@ allreduces, for ones of the size a caller runs at most where ranks outnumber CPU
 taskset would), so that its host has more ranks than it has CPUs.
 Writes <HERRING_TEST_RESULTS>/<rank>.json with the counters each phase used."""
 
-import json
 import os
 
 import torch
@@ -16,6 +15,7 @@ import torch
 import horovod.torch as hvd
 import hvd_herring
 from hvd_herring import _native
+from checks import write_report
 
 
 def cycles():
@@ -54,8 +54,7 @@ def main():
     handles = [hvd.allreduce_async(torch.full((4,), float(i)), name=f"burst.{i}", op=hvd.Sum) for i in range(200)]
     out["burst_ok"] = all(hvd.synchronize(h)[0].item() == i * size for i, h in enumerate(handles))
     out["burst_cycles"] = cycles() - before
-    with open(os.path.join(os.environ["HERRING_TEST_RESULTS"], f"{hvd.rank()}.json"), "w") as f:
-        json.dump(out, f)
+    write_report(hvd.rank(), out)
 
 
 if __name__ == "__main__":

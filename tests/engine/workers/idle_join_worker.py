@@ -10,14 +10,13 @@ is often late). Two phases, each with the engine's counters before and after:
 
 Writes <HERRING_TEST_RESULTS>/<rank>.json."""
 
-import json
-import os
 import time
 
 import torch
 
 import horovod.torch as hvd
 import hvd_herring
+from checks import write_report
 
 LOCKSTEP = 300
 HELPED = 40
@@ -61,8 +60,7 @@ def main():
         time.sleep(4)
     out["helped"] = delta(before, counters())
     hvd.barrier()
-    with open(os.path.join(os.environ["HERRING_TEST_RESULTS"], f"{rank}.json"), "w") as f:
-        json.dump(out, f)
+    write_report(rank, out)
 
 
 if __name__ == "__main__":

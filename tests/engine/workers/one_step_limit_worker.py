@@ -4,13 +4,13 @@ one-step exchange, the pipeline, and which pipelined route) against how many loc
 host's cores. Every result is compared with the reference. HERRING_TEST_BIND_RANK=<r>: rank r binds
 itself to one core before hvd.init(). Writes <HERRING_TEST_RESULTS>/<rank>.json."""
 
-import json
 import os
 
 import torch
 
 import horovod.torch as hvd
 import hvd_herring
+from checks import write_report
 
 REPEATS = 20
 SIZES = (8 << 10, 32 << 10, 8 << 20)
@@ -32,8 +32,7 @@ def main():
             assert torch.all(t == expected), (nbytes, i, t[:4], expected)
         after = dict(hvd_herring.counters())
         report["sizes"][str(nbytes)] = {k: after[k] - before[k] for k in COUNTERS}
-    with open(os.path.join(os.environ["HERRING_TEST_RESULTS"], f"{r}.json"), "w") as f:
-        json.dump(report, f)
+    write_report(r, report)
     hvd.shutdown()
 
 

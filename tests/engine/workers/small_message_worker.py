@@ -8,14 +8,13 @@ the test can check the bits are the same on every rank and under every path. Wri
 <HERRING_TEST_RESULTS>/<rank>.json."""
 
 import hashlib
-import json
-import os
 import time
 
 import torch
 
 import horovod.torch as hvd
 import hvd_herring
+from checks import write_report
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int32]
 OPS = {"sum": hvd.Sum, "average": hvd.Average, "min": hvd.Min, "max": hvd.Max, "product": hvd.Product}
@@ -91,8 +90,7 @@ def main():
     delta = {k: after[k] - before[k] for k in after}
     out = {"digests": digests, "errors": errors, "counters": delta,
            "lone": {k: after[k] - lone_before[k] for k in ("cycles", "idle_starts", "shm_negotiations")}}
-    with open(os.path.join(os.environ["HERRING_TEST_RESULTS"], f"{rank}.json"), "w") as f:
-        json.dump(out, f)
+    write_report(rank, out)
 
 
 if __name__ == "__main__":

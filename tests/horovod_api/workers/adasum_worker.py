@@ -7,23 +7,14 @@ go to $HERRING_TEST_RESULTS/<rank>.json, one entry per check, plus digests of th
 test can check that every rank got the same bits."""
 
 import hashlib
-import json
-import os
-import sys
-import traceback
 
 import numpy as np
 import torch
 
 import hvd_herring.torch as hvd
+from checks import CHECKS, check, run_and_report
 
-CHECKS = []
 DIGESTS = {}
-
-
-def check(fn):
-    CHECKS.append(fn)
-    return fn
 
 
 def adasum_pair(a, b):
@@ -192,23 +183,12 @@ def non_power_of_two_sizes_are_refused_as_horovod_refuses_them():
 
 def main():
     hvd.init()
-    results = {}
     size = hvd.size()
-    for fn in CHECKS if size & (size - 1) == 0 else [non_power_of_two_sizes_are_refused_as_horovod_refuses_them]:
-        try:
-            fn()
-            results[fn.__name__] = "ok"
-        except Exception:
-            results[fn.__name__] = traceback.format_exc()
     from hvd_herring.basics import basics
-    counters = basics.counters()
-    out_dir = os.environ["HERRING_TEST_RESULTS"]
-    with open(os.path.join(out_dir, f"{hvd.rank()}.json"), "w") as f:
-        json.dump({"results": results, "digests": DIGESTS, "counters": counters, "size": hvd.size()}, f)
-    for name, outcome in results.items():
-        if outcome != "ok":
-            print(f"rank {hvd.rank()}: {name} FAILED\n{outcome}", file=sys.stderr)
-    hvd.shutdown()
+    checks = CHECKS if size & (size - 1) == 0 else [non_power_of_two_sizes_are_refused_as_horovod_refuses_them]
+    # Exits 0 with failed checks too: the test reads them.
+    run_and_report(hvd.rank(), checks, report=lambda: {"digests": DIGESTS, "counters": basics.counters(), "size": size},
+                   shutdown=hvd.shutdown)
 
 
 if __name__ == "__main__":

@@ -7,91 +7,18 @@ compare afterwards, so a failing check never leaves a peer waiting. Results go t
 $HERRING_TEST_RESULTS/<rank>.json, one entry per check.
 """
 
-import json
 import os
 import sys
 import time
-import traceback
 
 import torch
 
 import forked_child
 import memory_misuses
 import horovod.torch as hvd
-
-CHECKS = []
-ALL_DTYPES = [torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16, torch.bfloat16,
-              torch.float32, torch.float64]
-FLOATS = [torch.float16, torch.bfloat16, torch.float32, torch.float64]
-
-
-def check(fn):
-    CHECKS.append(fn)
-    return fn
-
-
-def make(rank, shape, dtype, seed, kind="any"):
-    """This check's input on `rank` (any rank can compute any rank's input)."""
-    g = torch.Generator().manual_seed(seed * 1000 + rank)
-    if dtype == torch.bool:
-        return torch.randint(0, 2, shape, generator=g).bool()
-    if kind == "product":
-        if dtype.is_floating_point:
-            return (0.9 + 0.2 * torch.rand(shape, generator=g, dtype=torch.float64)).to(dtype)
-        return torch.randint(1, 3, shape, generator=g).to(dtype)
-    if dtype.is_floating_point:
-        return torch.randn(shape, generator=g, dtype=torch.float64).to(dtype)
-    low = 0 if dtype == torch.uint8 else -20
-    return torch.randint(low, 20, shape, generator=g).to(dtype)
-
-
-def assert_close(actual, expected, what):
-    assert actual.dtype == expected.dtype, f"{what}: dtype {actual.dtype} != {expected.dtype}"
-    assert actual.shape == expected.shape, f"{what}: shape {tuple(actual.shape)} != {tuple(expected.shape)}"
-    if actual.dtype in (torch.float16, torch.bfloat16):
-        ok = torch.allclose(actual.double(), expected.double(), rtol=1e-2, atol=1e-2)
-    elif actual.dtype == torch.float32:
-        ok = torch.allclose(actual, expected, rtol=1e-5, atol=1e-6)
-    elif actual.dtype.is_floating_point:
-        ok = torch.allclose(actual, expected, rtol=1e-12, atol=1e-12)
-    else:
-        ok = torch.equal(actual, expected)
-    if not ok:
-        diff = (actual.double() - expected.double()).abs().max().item()
-        raise AssertionError(f"{what}: max abs difference {diff}\nactual {actual.flatten()[:8]}\n"
-                             f"expected {expected.flatten()[:8]}")
-
-
-def reduce_reference(inputs, op):
-    """What an allreduce of `inputs` (one per rank) must give, computed in float64 / int64."""
-    dtype = inputs[0].dtype
-    wide = [t.double() if dtype.is_floating_point else t.long() for t in inputs]
-    acc = wide[0].clone()
-    for t in wide[1:]:
-        if op in (hvd.Sum, hvd.Average):
-            acc = acc + t
-        elif op == hvd.Min:
-            acc = torch.minimum(acc, t)
-        elif op == hvd.Max:
-            acc = torch.maximum(acc, t)
-        elif op == hvd.Product:
-            acc = acc * t
-    if op == hvd.Average:
-        acc = acc / len(inputs) if dtype.is_floating_point else torch.trunc(acc.double() * (1.0 / len(inputs)))
-    if not dtype.is_floating_point:
-        acc = acc.long()
-        # Integer sums wrap around like the engine's fixed-width arithmetic.
-        acc = acc.to(dtype) if dtype != torch.uint8 else (acc % 256).to(dtype)
-        return acc
-    return acc.to(dtype)
-
-
-def bytes_identical_everywhere(t, what):
-    """Results must be bitwise identical on every rank."""
-    raw = t.detach().contiguous().view(torch.uint8).reshape(1, -1)
-    everyone = hvd.allgather(raw, name=f"bitwise.{what}")
-    for r in range(hvd.size()):
-        assert torch.equal(everyone[r], everyone[0]), f"{what}: rank {r} differs from rank 0 bitwise"
+from checks import check, run_and_report, selected
+from references import (ALL_DTYPES, FLOATS, assert_close, bytes_identical_everywhere, counters,
+                        fewest_buffers_of_a_burst, make, reduce_reference)
 
 
 N = None
@@ -238,59 +165,6 @@ def many_small_tensors_are_fused():
     for i, out in enumerate(outs):
         assert_close(out, reduce_reference(inputs[i], hvd.Sum), f"small tensor {i}")
     assert buffers < 65, f"64 small tensors behind a large one took {buffers} fused buffers (fewest of 3 bursts)"
-
-
-def fewest_buffers_of_a_burst(submit_burst, attempts=3):
-    """Fused buffers the engine used for a large allreduce and a burst of asynchronous ones behind
-    it (the fewest over `attempts` bursts; unfused, one each), and the last burst's results.
-    submit_burst(attempt) returns the burst's handles.
-
-    Fusion batches what arrives while a cycle runs; a request that finds the engine idle starts a
-    cycle of its own at once (the latency path). On a fast engine, requests submitted one by one
-    from Python can each find it idle, so every burst goes in behind a 16 MiB allreduce: while its
-    cycle negotiates and runs, the burst queues up. Even then a rank descheduled on a busy 2-core
-    machine can miss that window, so every rank runs all attempts (the same collectives
-    everywhere) and the best one counts."""
-    fewest, outs = None, None
-    for attempt in range(attempts):
-        before = hvd_counters()["fused_buffers"]
-        busy = hvd.allreduce_async(torch.ones(4 * 1024 * 1024), op=hvd.Sum, name=f"burst.busy.{attempt}")
-        handles = submit_burst(attempt)
-        hvd.synchronize(busy)
-        outs = [hvd.synchronize(h) for h in handles]
-        buffers = hvd_counters()["fused_buffers"] - before
-        fewest = buffers if fewest is None else min(fewest, buffers)
-    return fewest, outs
-
-
-def hvd_counters():
-    import hvd_herring
-    return hvd_herring.counters()
-
-
-def run_checks_and_report(checks, **extra):
-    """Runs every check in this rank, writes {"results": {check: "ok" | traceback}, "counters": ...,
-    **extra} to $HERRING_TEST_RESULTS/<rank>.json (when set), shuts down, and exits non-zero if
-    one failed. `extra` values that are callables are called after the checks."""
-    results = {}
-    for fn in checks:
-        try:
-            fn()
-            results[fn.__name__] = "ok"
-        except Exception:
-            results[fn.__name__] = traceback.format_exc()
-    rank = hvd.rank()
-    out_dir = os.environ.get("HERRING_TEST_RESULTS")
-    if out_dir:
-        report = {"results": results, "counters": hvd_counters()}
-        report.update({k: v() if callable(v) else v for k, v in extra.items()})
-        with open(os.path.join(out_dir, f"{rank}.json"), "w") as f:
-            json.dump(report, f)
-    hvd.shutdown()
-    failed = [k for k, v in results.items() if v != "ok"]
-    for k in failed:
-        print(f"rank {rank}: {k} FAILED\n{results[k]}", file=sys.stderr)
-    sys.exit(1 if failed else 0)
 
 
 # --- grouped allreduce -------------------------------------------------------------------------
@@ -759,8 +633,7 @@ def main():
     STATIC_SET = hvd.ProcessSet([0, workers - 1])
     hvd.init(process_sets=[STATIC_SET])
     N, R = hvd.size(), hvd.rank()
-    only = os.environ.get("HERRING_TEST_ONLY")
-    run_checks_and_report([fn for fn in CHECKS if not only or fn.__name__ in only.split(",")], size=N)
+    sys.exit(run_and_report(R, selected(), report=lambda: {"counters": counters(), "size": N}, shutdown=hvd.shutdown))
 
 
 if __name__ == "__main__":

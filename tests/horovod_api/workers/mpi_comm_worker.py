@@ -3,24 +3,14 @@ herring engine. hvd.init(comm=...) with a sub-communicator (each half of the job
 own), process sets defined by communicators, and the mpi_* answers. Results go to
 $HERRING_TEST_RESULTS/<world rank>.json, one entry per check."""
 
-import json
-import os
-import sys
-import traceback
-
 import torch
 from mpi4py import MPI
 
 import hvd_herring.torch as hvd
+from checks import CHECKS, check, run_and_report
 
 WORLD = MPI.COMM_WORLD
 RANK, SIZE = WORLD.Get_rank(), WORLD.Get_size()
-CHECKS = []
-
-
-def check(fn):
-    CHECKS.append(fn)
-    return fn
 
 
 def shutdown(comm=WORLD):
@@ -82,24 +72,18 @@ def process_sets_from_communicators():
     halves.Free()
 
 
-def main():
-    results = {}
-    for fn in CHECKS:
+def after_each(fn, results, seconds):
+    """A failed check may leave its engine running: shut it down; every rank starts the next check together."""
+    if results[fn.__name__] != "ok":
         try:
-            fn()
-            results[fn.__name__] = "ok"
-        except Exception:
-            results[fn.__name__] = traceback.format_exc()
-            try:
-                hvd.shutdown()
-            except Exception:  # noqa: BLE001
-                pass
-        WORLD.Barrier()
-    with open(os.path.join(os.environ["HERRING_TEST_RESULTS"], f"{RANK}.json"), "w") as f:
-        json.dump({"results": results}, f)
-    for name, outcome in results.items():
-        if outcome != "ok":
-            print(f"rank {RANK}: {name} FAILED\n{outcome}", file=sys.stderr)
+            hvd.shutdown()
+        except Exception:  # noqa: BLE001
+            pass
+    WORLD.Barrier()
+
+
+def main():
+    run_and_report(RANK, CHECKS, after_each=after_each)  # exits 0 with failed checks too: the test reads them
 
 
 if __name__ == "__main__":

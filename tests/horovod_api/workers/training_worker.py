@@ -5,8 +5,6 @@ steady-state step, to prove that cached negotiation needs no coordinator round.
 
 Writes $HERRING_TEST_RESULTS/<rank>.json."""
 
-import json
-import os
 import sys
 
 import torch
@@ -15,6 +13,7 @@ import torch.nn.functional as F
 
 import horovod.torch as hvd
 import hvd_herring
+from checks import write_report
 
 STEPS = 12
 BATCH = 8
@@ -89,8 +88,7 @@ def main():
         everyone = hvd.allgather(flat.unsqueeze(0), name=f"weights.{variant}")
         identical = all(torch.equal(everyone[0], everyone[r]) for r in range(hvd.size()))
         results[variant] = {"max_diff": max(diffs), "identical": identical, "counters": counters}
-    with open(os.path.join(os.environ["HERRING_TEST_RESULTS"], f"{hvd.rank()}.json"), "w") as f:
-        json.dump({"results": results, "size": hvd.size()}, f)
+    write_report(hvd.rank(), {"results": results, "size": hvd.size()})
     hvd.shutdown()
 
 

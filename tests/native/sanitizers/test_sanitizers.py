@@ -23,12 +23,14 @@ from types import SimpleNamespace
 
 import pytest
 
+import checks
 import launch
 from test_autotune import run_across_hosts as autotune_across_hosts
-from test_collectives import CHECK_NAMES, WORKER as COLLECTIVES_WORKER
 from test_cycle_policy import CPUS, NP as CYCLE_POLICY_NP, run_job as run_cycle_policy_job
 from test_torch_distributed_launchers import DROPPING_CHECKS, spawn as spawn_torch_ranks
 
+COLLECTIVES_WORKER = os.path.join("tests", "horovod_api", "workers", "collectives_worker.py")
+PEER_READS_WORKER = os.path.join("tests", "ops", "workers", "peer_reads_worker.py")
 MARKERS = ("ERROR: AddressSanitizer", "runtime error:", "ERROR: LeakSanitizer", "SUMMARY: UndefinedBehaviorSanitizer")
 
 
@@ -106,9 +108,7 @@ def test_ranks_load_the_sanitized_core(sanitized):
 def test_every_collective_under_sanitizers(sanitized, hosts):
     np = 3 if hosts == 1 else 4
     results = launch.scratch_dir("herring-asan-results-")
-    args = [COLLECTIVES_WORKER]
-    if hosts > 1:
-        args = [launch.AS_SIMULATED_HOST, str(np // hosts), COLLECTIVES_WORKER]
+    args = launch.on_simulated_hosts(np // hosts if hosts > 1 else None, COLLECTIVES_WORKER)
     run = launch.horovodrun(np, args, timeout=900, HERRING_TEST_RESULTS=results, HOROVOD_DYNAMIC_PROCESS_SETS=1,
                             **sanitized.env)
     print(f"\n{np} ranks on {hosts} host(s) under the sanitizers: {run.seconds:.0f} s")
@@ -117,7 +117,7 @@ def test_every_collective_under_sanitizers(sanitized, hosts):
     assert sorted(per_rank) == list(range(np)), f"ranks reported {sorted(per_rank)}\n{run.output[-5000:]}"
     assert run.returncode == 0, run.output[-5000:]
     for r, data in per_rank.items():
-        failed = {c: data["results"].get(c) for c in CHECK_NAMES if data["results"].get(c) != "ok"}
+        failed = checks.failed_checks(checks.names_in(COLLECTIVES_WORKER), data)
         assert not failed, f"rank {r}: {failed}"
     if hosts > 1:
         assert per_rank[0]["counters"]["server_ranges"] > 0, per_rank[0]["counters"]
@@ -147,16 +147,15 @@ def test_reaching_each_others_tensors_under_sanitizers(sanitized, setting, count
     # that 3 ranks on 2 cores take them too): the all-gather out of the others' outputs, and the
     # cross-memory allreduce that reads their inputs and writes their outputs. Every check of the
     # worker, including the fused buffer whose copies take several process_vm_readv/writev calls.
-    from test_peer_tensor_reads import CHECK_NAMES as READ_CHECKS, WORKER as READ_WORKER
     results = launch.scratch_dir("herring-asan-results-")
-    run = launch.horovodrun(3, [READ_WORKER], timeout=900, HERRING_TEST_RESULTS=results,
+    run = launch.horovodrun(3, [PEER_READS_WORKER], timeout=900, HERRING_TEST_RESULTS=results,
                             HERRING_READ_PEER_TENSORS=setting, **sanitized.env)
     assert_no_sanitizer_report(sanitized, run.output)
     per_rank = launch.rank_results(results, 3)
     assert sorted(per_rank) == [0, 1, 2], f"ranks reported {sorted(per_rank)}\n{run.output[-5000:]}"
     assert run.returncode == 0, run.output[-5000:]
     for r, data in per_rank.items():
-        failed = {c: data["results"].get(c) for c in READ_CHECKS if data["results"].get(c) != "ok"}
+        failed = checks.failed_checks(checks.names_in(PEER_READS_WORKER), data)
         assert not failed, f"rank {r}: {failed}"
         assert data["counters"][counter] > 0, data["counters"]
 

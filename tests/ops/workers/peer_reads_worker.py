@@ -9,21 +9,16 @@ Results go to $HERRING_TEST_RESULTS/<rank>.json: {"results": {check: "ok" | trac
 
 import hashlib
 import os
+import sys
 
 import torch
 
 import horovod.torch as hvd
+from checks import CHECKS, check, run_and_report
+from references import assert_close, bytes_identical_everywhere, counters, make, reduce_reference
 
-from collectives_worker import assert_close, bytes_identical_everywhere, make, reduce_reference, run_checks_and_report
-
-CHECKS = []
 DIGESTS = {}
 COUNT = 70_001  # elements: above the 64 KiB small-message size for every dtype, odd
-
-
-def check(fn):
-    CHECKS.append(fn)
-    return fn
 
 
 def record(name, tensors):
@@ -100,8 +95,10 @@ def main():
     global N, R
     hvd.init()
     N, R = hvd.size(), hvd.rank()
-    run_checks_and_report(CHECKS, digests=lambda: DIGESTS, local_size=hvd.local_size(),
-                          cpus=len(os.sched_getaffinity(0)))
+    local_size, cpus = hvd.local_size(), len(os.sched_getaffinity(0))
+    sys.exit(run_and_report(R, CHECKS, report=lambda: {"counters": counters(), "digests": DIGESTS,
+                                                       "local_size": local_size, "cpus": cpus},
+                            shutdown=hvd.shutdown))
 
 
 if __name__ == "__main__":

@@ -8,26 +8,22 @@ spread over simulated hosts (it must not: the buffers cross hosts through the se
 to $HERRING_TEST_RESULTS/<rank>.json, one entry per check."""
 
 import os
+import sys
 
 import torch
 
 import horovod.torch as hvd
 from hvd_herring.basics import basics
 
-from collectives_worker import assert_close, hvd_counters, make, reduce_reference, run_checks_and_report
+from checks import CHECKS, check, run_and_report
+from references import assert_close, counters, make, reduce_reference
 
-CHECKS = []
 EXPECT = os.environ.get("HERRING_TEST_EXPECT_ZERO_COPY") == "1"
 COUNT = 70_001  # elements: above the 64 KiB threshold for every dtype, not a multiple of a unit
 
 
-def check(fn):
-    CHECKS.append(fn)
-    return fn
-
-
 def zero_copy_runs():
-    return hvd_counters()["zero_copy_allreduces"]
+    return counters()["zero_copy_allreduces"]
 
 
 def expect_path(before, batches, what):
@@ -209,7 +205,7 @@ def main():
     global N, R
     hvd.init()
     N, R = hvd.size(), hvd.rank()
-    run_checks_and_report(CHECKS)
+    sys.exit(run_and_report(R, CHECKS, report=lambda: {"counters": counters()}, shutdown=hvd.shutdown))
 
 
 if __name__ == "__main__":

@@ -7,10 +7,10 @@ rank computes for longer than the deadlock time while the others wait) must comp
 
 Writes <HERRING_TEST_RESULTS>/<rank>.json with what each phase saw."""
 
-import json
 import os
 import sys
 import time
+from checks import write_report
 
 
 def main():
@@ -57,8 +57,7 @@ def main():
         outcome["stalled"] = f"{type(e).__name__}: {e}"
     outcome["stall_seconds"] = time.monotonic() - start
 
-    with open(os.path.join(os.environ["HERRING_TEST_RESULTS"], f"{rank}.json"), "w") as f:
-        json.dump(outcome, f)
+    write_report(rank, outcome)
     hvd.shutdown()
 
 

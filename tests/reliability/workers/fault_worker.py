@@ -5,7 +5,6 @@ record what they saw in $HERRING_TEST_RESULTS/<rank>.json and exit non-zero.
 horovodrun terminates the remaining workers when one fails (SIGTERM, then SIGKILL 5 s later), so
 the survivors defer SIGTERM while they report: the engine must have raised long before."""
 
-import json
 import os
 import signal
 import sys
@@ -16,6 +15,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import horovod.torch as hvd
+from checks import write_report
 
 terminated = []
 signal.signal(signal.SIGTERM, lambda *_: terminated.append(time.monotonic()))
@@ -51,8 +51,7 @@ def main():
         outcome["seconds_to_error"] = time.monotonic() - kill_no_earlier_than if kill_no_earlier_than else None
     outcome["sigterm_before_error"] = bool(terminated) and kill_no_earlier_than is not None and \
         terminated[0] < kill_no_earlier_than + outcome.get("seconds_to_error", 0)
-    with open(os.path.join(os.environ["HERRING_TEST_RESULTS"], f"{hvd.rank()}.json"), "w") as f:
-        json.dump(outcome, f)
+    write_report(hvd.rank(), outcome)
     sys.exit(1 if outcome["error"] else 0)
 
 

@@ -4,7 +4,6 @@ the error they saw and how long it took, in $HERRING_TEST_RESULTS/<rank>.json, t
 SIGTERM from horovodrun (which stops the others once one failed) is deferred while reporting.
 HERRING_TEST_ZERO_COPY=1 puts the tensors in zero-copy memory (one host: reduced in place)."""
 
-import json
 import os
 import signal
 import sys
@@ -13,6 +12,7 @@ import time
 import torch
 
 import horovod.torch as hvd
+from checks import write_report
 
 signal.signal(signal.SIGTERM, lambda *_: None)
 
@@ -35,8 +35,7 @@ def main():
     except Exception as e:  # noqa: BLE001 - what the user sees is the point
         outcome["error"] = f"{type(e).__name__}: {e}"
         outcome["seconds_to_error"] = time.monotonic() - start
-    with open(os.path.join(os.environ["HERRING_TEST_RESULTS"], f"{hvd.rank()}.json"), "w") as f:
-        json.dump(outcome, f)
+    write_report(hvd.rank(), outcome)
     sys.exit(1 if outcome["error"] else 0)
 
 

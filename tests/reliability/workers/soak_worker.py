@@ -4,7 +4,6 @@ model), every result checked. Every SOAK_SAMPLE_EVERY steps it records its resid
 file descriptors, threads and the time per step, so a leak of memory, descriptors or threads
 shows as a slope. Writes $HERRING_TEST_RESULTS/<rank>.json."""
 
-import json
 import os
 import sys
 import time
@@ -12,6 +11,7 @@ import time
 import torch
 
 import horovod.torch as hvd
+from checks import write_report
 
 
 def proc_status(field):
@@ -68,8 +68,7 @@ def main():
     outcome["seconds"] = round(time.monotonic() - start, 1)
     import hvd_herring
     outcome["counters"] = hvd_herring.counters()
-    with open(os.path.join(os.environ["HERRING_TEST_RESULTS"], f"{rank}.json"), "w") as f:
-        json.dump(outcome, f)
+    write_report(rank, outcome)
     sys.exit(1 if outcome["error"] or outcome["wrong"] else 0)
 
 

@@ -2,14 +2,13 @@
 the others never submit. The stall inspector must name the missing ranks and tensors, and with
 HOROVOD_STALL_SHUTDOWN_TIME_SECONDS end the job with that report on every rank."""
 
-import json
-import os
 import sys
 import time
 
 import torch
 
 import horovod.torch as hvd
+from checks import write_report
 
 
 def step(names):
@@ -46,8 +45,7 @@ def main():
         outcome["counters"] = hvd_herring.counters()
     except Exception:  # noqa: BLE001 - the engine may be gone
         outcome["counters"] = None
-    with open(os.path.join(os.environ["HERRING_TEST_RESULTS"], f"{hvd.rank()}.json"), "w") as f:
-        json.dump(outcome, f)
+    write_report(hvd.rank(), outcome)
     sys.exit(1 if outcome["error"] else 0)
 
 

@@ -5,7 +5,6 @@ record what they saw in $HERRING_TEST_RESULTS/<rank>.json and exit non-zero.
 
 As in fault_worker.py, SIGTERM from horovodrun is deferred while the survivors report."""
 
-import json
 import os
 import signal
 import sys
@@ -16,6 +15,7 @@ import numpy as np
 import tensorflow as tf
 
 import horovod.tensorflow as hvd
+from checks import write_report
 
 terminated = []
 signal.signal(signal.SIGTERM, lambda *_: terminated.append(time.monotonic()))
@@ -60,8 +60,7 @@ def main():
         outcome["error"] = f"{type(e).__name__}: {e}"
         outcome["is_tf_error"] = isinstance(e, tf.errors.OpError)
         outcome["seconds_to_error"] = time.monotonic() - kill_no_earlier_than if kill_no_earlier_than else None
-    with open(os.path.join(os.environ["HERRING_TEST_RESULTS"], f"{hvd.rank()}.json"), "w") as f:
-        json.dump(outcome, f)
+    write_report(hvd.rank(), outcome)
     sys.exit(1 if outcome["error"] else 0)
 
 

@@ -24,7 +24,7 @@ from tensorflow import keras
 
 import horovod.tensorflow as hvd_tf
 import horovod.tensorflow.keras as hvd
-from tf_harness import write_results
+from checks import write_report
 
 DEFAULT_VARIANTS = ("graph", "eager", "backward_passes_2", "groups_fp16_warmup")
 EPOCHS = 3
@@ -175,8 +175,8 @@ def main():
             **extra,
         }
         print(f"rank {rank}: {variant}: {results[variant]}", file=sys.stderr, flush=True)
-    write_results(rank, {"results": results, "size": n, "steps_per_epoch": STEPS_PER_EPOCH, "lr": LR,
-                         "flavour": flavour()})
+    write_report(rank, {"results": results, "size": n, "steps_per_epoch": STEPS_PER_EPOCH, "lr": LR,
+                        "flavour": flavour()})
     hvd.shutdown()
 
 

@@ -14,7 +14,7 @@ import tensorflow as tf
 
 import horovod.tensorflow as hvd
 import hvd_herring
-from tf_harness import check, run_checks
+from checks import check, in_modes, progress, run_and_report, selected
 
 ALL_DTYPES = [tf.uint8, tf.int8, tf.int16, tf.int32, tf.int64, tf.float16, tf.bfloat16, tf.float32, tf.float64]
 N = None
@@ -22,20 +22,9 @@ R = None
 STATIC_SET = None
 
 
-def both_modes(body):
-    """Registers body twice: run eagerly, and traced into one tf.function (whose collectives are
-    named after their graph nodes and all in flight together)."""
-    def eager():
-        body(lambda fn: fn())
-
-    def function():
-        body(lambda fn: tf.function(fn)())
-
-    eager.__name__ = f"{body.__name__}.eager"
-    function.__name__ = f"{body.__name__}.function"
-    check(eager)
-    check(function)
-    return body
+# Registers a body twice, <body>.eager and <body>.function: run eagerly, and traced into one
+# tf.function (whose collectives are named after their graph nodes and all in flight together).
+both_modes = in_modes(eager=lambda fn: fn(), function=lambda fn: tf.function(fn)())
 
 
 def make(rank, shape, dtype, seed, kind="any"):
@@ -525,7 +514,8 @@ def main():
     STATIC_SET = hvd.ProcessSet([0, size - 1])
     hvd.init(process_sets=[STATIC_SET])
     N, R = hvd.size(), hvd.rank()
-    status = run_checks(R, extra=lambda: {"counters": hvd_herring.counters(), "size": N})
+    status = run_and_report(R, selected(), report=lambda: {"counters": hvd_herring.counters(), "size": N},
+                            after_each=progress(R))
     hvd.shutdown()
     return status
 

@@ -16,7 +16,7 @@ import horovod.tensorflow as hvd_tf
 import horovod.torch as hvd_torch
 import hvd_herring
 from hvd_herring.basics import basics
-from tf_harness import check, run_checks
+from checks import check, progress, run_and_report, selected
 
 N = R = None
 
@@ -69,7 +69,8 @@ def main():
     global N, R
     hvd_torch.init()
     N, R = hvd_torch.size(), hvd_torch.rank()
-    status = run_checks(R, extra=lambda: {"counters": hvd_herring.counters(), "size": N})
+    status = run_and_report(R, selected(), report=lambda: {"counters": hvd_herring.counters(), "size": N},
+                            after_each=progress(R))
     hvd_tf.shutdown()
     # One engine: shutting down through TensorFlow's front stopped PyTorch's too.
     assert not hvd_torch.is_initialized()

@@ -15,7 +15,7 @@ import tensorflow as tf
 
 import horovod.tensorflow as hvd
 import hvd_herring
-from tf_harness import write_results
+from checks import write_report
 
 STEPS = 12
 BATCH = 8
@@ -114,7 +114,7 @@ def main():
         results[variant] = {"max_diff": max(diffs), "identical": identical, "counters": counters}
         print(f"rank {hvd.rank()}: {variant}: max diff from the reference {max(diffs):.2e}, identical on every "
               f"rank: {identical}", file=sys.stderr, flush=True)
-    write_results(hvd.rank(), {"results": results, "size": hvd.size()})
+    write_report(hvd.rank(), {"results": results, "size": hvd.size()})
     hvd.shutdown()
 
 

@@ -11,12 +11,9 @@ Results go to DIR/<rank>.json, one entry per check, as the other workers do."""
 
 import argparse
 import gc
-import json
 import os
-import sys
 import tempfile
 import time
-import traceback
 from datetime import timedelta
 
 import torch
@@ -24,15 +21,10 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 import forked_child
+from checks import check, run_and_report, selected
 
 TIMEOUT_SECONDS = 30
-CHECKS = []
 N = R = 0
-
-
-def check(fn):
-    CHECKS.append(fn)
-    return fn
 
 
 def churn_and_verify(n_elements, count=64):
@@ -301,22 +293,8 @@ def run(rank, world_size, init, rendezvous, results_dir):
     else:
         dist.init_process_group("herring", init_method=rendezvous, rank=rank, world_size=world_size, timeout=timeout)
     N, R = dist.get_world_size(), dist.get_rank()
-    only = os.environ.get("HERRING_TEST_ONLY")
-    results = {}
-    for fn in CHECKS:
-        if only and fn.__name__ not in only.split(","):
-            continue
-        try:
-            fn()
-            results[fn.__name__] = "ok"
-        except Exception:
-            results[fn.__name__] = traceback.format_exc()
-    with open(os.path.join(results_dir, f"{R}.json"), "w") as f:
-        json.dump({"results": results, "size": N}, f)
-    for name, outcome in results.items():
-        if outcome != "ok":
-            print(f"rank {R}: {name} FAILED\n{outcome}", file=sys.stderr)
-    dist.destroy_process_group()
+    run_and_report(R, selected(), report=lambda: {"size": N}, shutdown=dist.destroy_process_group,
+                   directory=results_dir)
 
 
 def main():

@@ -10,11 +10,10 @@ runs every check as if Horovod were not installed (any import of it fails), as a
 
 import contextlib
 import copy
-import json
+import functools
 import os
 import sys
 import time
-import traceback
 from datetime import timedelta
 
 import torch
@@ -37,65 +36,20 @@ if WITHOUT_HOROVOD:
 import hvd_herring.torch.distributed  # noqa: F401,E402  (registers "herring")
 from hvd_herring.engine_front import front  # noqa: E402
 
-CHECKS = []
-DTYPES = [torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16, torch.bfloat16,
-          torch.float32, torch.float64]
-FLOATS = [torch.float16, torch.bfloat16, torch.float32, torch.float64]
+import references  # noqa: E402
+from checks import CHECKS, check, run_and_report, selected  # noqa: E402
+from references import reduce_reference  # noqa: E402
+
+DTYPES = references.ALL_DTYPES
 OPS = {dist.ReduceOp.SUM: "sum", dist.ReduceOp.AVG: "avg", dist.ReduceOp.PRODUCT: "product",
        dist.ReduceOp.MIN: "min", dist.ReduceOp.MAX: "max"}
 TIMEOUT_SECONDS = 20
 N = R = 0
-
-
-def check(fn):
-    CHECKS.append(fn)
-    return fn
-
-
-def make(rank, shape, dtype, seed, kind="any"):
-    g = torch.Generator().manual_seed(seed * 1000 + rank)
-    if dtype == torch.bool:
-        return torch.randint(0, 2, shape, generator=g).bool()
-    if kind == "product":
-        if dtype.is_floating_point:
-            return (0.9 + 0.2 * torch.rand(shape, generator=g, dtype=torch.float64)).to(dtype)
-        return torch.randint(1, 3, shape, generator=g).to(dtype)
-    if dtype.is_floating_point:
-        return torch.randn(shape, generator=g, dtype=torch.float64).to(dtype)
-    low = 0 if dtype == torch.uint8 else -10
-    return torch.randint(low, 10, shape, generator=g).to(dtype)
-
-
-def reference(inputs, op):
-    dtype = inputs[0].dtype
-    wide = [t.double() if dtype.is_floating_point else t.long() for t in inputs]
-    acc = wide[0].clone()
-    for t in wide[1:]:
-        if op in ("sum", "avg"):
-            acc = acc + t
-        elif op == "min":
-            acc = torch.minimum(acc, t)
-        elif op == "max":
-            acc = torch.maximum(acc, t)
-        elif op == "product":
-            acc = acc * t
-    if op == "avg":
-        acc = acc / len(inputs) if dtype.is_floating_point else torch.trunc(acc.double() / len(inputs))
-    return acc.to(dtype)
-
-
-def assert_close(actual, expected, what, tol=None):
-    assert actual.dtype == expected.dtype, f"{what}: dtype {actual.dtype} != {expected.dtype}"
-    assert actual.shape == expected.shape, f"{what}: shape {tuple(actual.shape)} != {tuple(expected.shape)}"
-    if tol is not None or actual.dtype.is_floating_point:
-        t = tol or {torch.float16: 1e-2, torch.bfloat16: 2e-2, torch.float32: 1e-5}.get(actual.dtype, 1e-12)
-        ok = torch.allclose(actual.double(), expected.double(), rtol=t, atol=t)
-    else:
-        ok = torch.equal(actual, expected)
-    if not ok:
-        diff = (actual.double() - expected.double()).abs().max().item()
-        raise AssertionError(f"{what}: max abs difference {diff}\nactual {actual.flatten()[:6]}\n"
-                             f"expected {expected.flatten()[:6]}")
+make = functools.partial(references.make, spread=10)
+# c10d's own tolerances: bfloat16's wider; float32's absolute one equal to its relative one.
+assert_close = functools.partial(references.assert_close, tolerances={
+    torch.float16: (1e-2, 1e-2), torch.bfloat16: (2e-2, 2e-2), torch.float32: (1e-5, 1e-5),
+    torch.float64: (1e-12, 1e-12)})
 
 
 # --- collectives ----------------------------------------------------------------------------------
@@ -110,7 +64,7 @@ def all_reduce_every_dtype_and_op():
             inputs = [make(r, (5, 3), dtype, 1, kind) for r in range(N)]
             t = inputs[R].clone()
             dist.all_reduce(t, op=op)
-            assert_close(t, reference(inputs, name), f"all_reduce {dtype} {name}")
+            assert_close(t, reduce_reference(inputs, name), f"all_reduce {dtype} {name}")
     for op, name in ((dist.ReduceOp.MIN, "min"), (dist.ReduceOp.MAX, "max")):
         inputs = [make(r, (7,), torch.bool, 2) for r in range(N)]
         t = inputs[R].clone()
@@ -123,12 +77,12 @@ def all_reduce_every_dtype_and_op():
     inputs = [make(r, (4,), torch.float32, 3) for r in range(N)]
     t = inputs[R].clone()
     dist.all_reduce(t, op=dist._make_nccl_premul_sum(0.25))
-    assert_close(t, reference(inputs, "sum") * 0.25, "premul_sum")
+    assert_close(t, reduce_reference(inputs, "sum") * 0.25, "premul_sum")
     # A non-contiguous tensor, reduced in place.
     base = make(R, (4, 6), torch.float64, 4)
     view = base.t()
     dist.all_reduce(view)
-    assert_close(base, reference([make(r, (4, 6), torch.float64, 4) for r in range(N)], "sum"), "non-contiguous")
+    assert_close(base, reduce_reference([make(r, (4, 6), torch.float64, 4) for r in range(N)], "sum"), "non-contiguous")
 
 
 @check
@@ -140,7 +94,7 @@ def all_reduce_async_work_and_future():
     value = fut.wait()
     assert work.is_completed() and work.exception() is None
     assert value[0] is t or torch.equal(value[0], t)
-    assert_close(t, reference(inputs, "sum"), "async all_reduce")
+    assert_close(t, reduce_reference(inputs, "sum"), "async all_reduce")
     chained = dist.all_reduce(torch.ones(3), async_op=True).get_future().then(lambda f: f.value()[0] * 2)
     assert torch.equal(chained.wait(), torch.full((3,), 2.0 * N))
     assert work.wait(timeout=timedelta(seconds=5))
@@ -159,7 +113,7 @@ def same_collectives_in_flight_pair_in_program_order_and_hit_the_cache():
         barrier = dist.barrier(async_op=True)
         for i in reversed(range(4)):
             works[i].wait()
-            assert_close(tensors[i], reference(inputs[i], "sum"), f"step {step}, all_reduce {i} of 4 in flight")
+            assert_close(tensors[i], reduce_reference(inputs[i], "sum"), f"step {step}, all_reduce {i} of 4 in flight")
         barrier.wait()
     # Steps 2 and 3 repeat step 1's collectives: each one's name is cached (one bit, no coordinator).
     hits = hvd_herring.counters().get("cache_hits", 0) - before
@@ -195,14 +149,14 @@ def reduce_scatter_and_reduce_scatter_tensor():
             inputs = [make(r, (N * 4,), dtype, 8) for r in range(N)]
             out = torch.empty(4, dtype=dtype)
             dist.reduce_scatter_tensor(out, inputs[R], op=op)
-            assert_close(out, reference(inputs, name)[R * 4:(R + 1) * 4], f"reduce_scatter_tensor {dtype} {name}")
+            assert_close(out, reduce_reference(inputs, name)[R * 4:(R + 1) * 4], f"reduce_scatter_tensor {dtype} {name}")
             out = torch.empty(4, dtype=dtype)
             dist.reduce_scatter(out, list(inputs[R].chunk(N)), op=op)
-            assert_close(out, reference(inputs, name)[R * 4:(R + 1) * 4], f"reduce_scatter {dtype} {name}")
+            assert_close(out, reduce_reference(inputs, name)[R * 4:(R + 1) * 4], f"reduce_scatter {dtype} {name}")
     inputs = [make(r, (N * 6,), torch.float32, 9) for r in range(N)]
     out = torch.empty(6)
     dist.reduce_scatter_tensor(out, inputs[R], op=dist.ReduceOp.AVG)
-    assert_close(out, reference(inputs, "avg")[R * 6:(R + 1) * 6], "reduce_scatter_tensor avg")
+    assert_close(out, reduce_reference(inputs, "avg")[R * 6:(R + 1) * 6], "reduce_scatter_tensor avg")
 
 
 @check
@@ -232,7 +186,7 @@ def reduce_gather_scatter():
         inputs = [make(r, (5,), torch.float64, 13 + root) for r in range(N)]
         t = inputs[R].clone()
         dist.reduce(t, dst=root, op=dist.ReduceOp.SUM)
-        assert_close(t, reference(inputs, "sum") if R == root else inputs[R], f"reduce to {root}")
+        assert_close(t, reduce_reference(inputs, "sum") if R == root else inputs[R], f"reduce to {root}")
         g = [torch.empty(5, dtype=torch.float64) for _ in range(N)] if R == root else None
         dist.gather(inputs[R], g, dst=root)
         if R == root:
@@ -272,7 +226,7 @@ def barrier_send_recv_and_coalesced():
     assert torch.equal(got[:2], torch.full((2,), float(left)))
     # Coalesced: one grouped request.
     tensors = [make(R, (3,), torch.float32, 16), make(R, (2,), torch.float32, 17), make(R, (4,), torch.float32, 18)]
-    refs = [reference([make(r, t.shape, t.dtype, s) for r in range(N)], "sum") for t, s in zip(tensors, (16, 17, 18))]
+    refs = [reduce_reference([make(r, t.shape, t.dtype, s) for r in range(N)], "sum") for t, s in zip(tensors, (16, 17, 18))]
     dist.all_reduce_coalesced(tensors)
     for t, want in zip(tensors, refs):
         assert_close(t, want, "all_reduce_coalesced")
@@ -694,29 +648,13 @@ def main():
     assert front.rank() == R and front.size() == N, (front.rank(), R, front.size(), N)
     scenario = os.environ.get("HERRING_TORCH_SCENARIO", "checks")
     checks = [SCENARIOS[scenario]] if scenario in SCENARIOS else CHECKS
-    only = os.environ.get("HERRING_TEST_ONLY")
-    results = {}
-    for fn in checks:
-        if only and fn.__name__ not in only.split(","):
-            continue
-        try:
-            fn()
-            results[fn.__name__] = "ok"
-        except Exception:
-            results[fn.__name__] = traceback.format_exc()
-    out_dir = os.environ.get("HERRING_TEST_RESULTS")
-    if out_dir:
-        with open(os.path.join(out_dir, f"{R}.json"), "w") as f:
-            json.dump({"results": results, "size": N, "launcher": front.engine().launcher}, f)
-    failed = [k for k, v in results.items() if v != "ok"]
-    for k in failed:
-        print(f"rank {R}: {k} FAILED\n{results[k]}", file=sys.stderr)
+    status = run_and_report(R, selected(checks), report=lambda: {"size": N, "launcher": front.engine().launcher})
     sys.stdout.flush()
     sys.stderr.flush()
     if scenario in SCENARIOS:
-        os._exit(1 if failed else 0)  # the job is broken: no orderly shutdown to negotiate
+        os._exit(status)  # the job is broken: no orderly shutdown to negotiate
     dist.destroy_process_group()
-    sys.exit(1 if failed else 0)
+    sys.exit(status)
 
 
 if __name__ == "__main__":
