@@ -23,7 +23,7 @@ def on_simulated_hosts(ranks_per_host, *script_args):
 
 def import_path():
     """The folders a rank imports the tests' helpers from by module name (PYTHONPATH of every
-    launch): the harness and every area's workers/ (tests/workers/ too, for what is still there)."""
+    launch): the harness and every area's workers/."""
     return [HARNESS] + sorted(glob.glob(os.path.join(TESTS, "**", "workers"), recursive=True))
 
 

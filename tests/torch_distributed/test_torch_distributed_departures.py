@@ -1,7 +1,7 @@
 """torch.distributed on herring, beyond the collectives: receives from any source (torch's recv
 and irecv without src, gloo's recvAnysource) and ranks that leave the job while the others go on
 (gloo's ranks are independent: one that is done calls destroy_process_group or just exits). Real
-ranks launched by torchrun (tests/workers/torch_departure_worker.py), one scenario per launch;
+ranks launched by torchrun (tests/torch_distributed/workers/torch_departure_worker.py), one scenario per launch;
 each check is its own test. About 20-40 s per launch on the shared 2-core machine."""
 
 import shutil
@@ -10,7 +10,7 @@ import pytest
 
 import launch
 
-WORKER = "tests/workers/torch_departure_worker.py"
+WORKER = "tests/torch_distributed/workers/torch_departure_worker.py"
 
 
 def launch_scenario(scenario, np, launcher="torchrun"):

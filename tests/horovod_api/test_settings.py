@@ -9,7 +9,7 @@ surprises (issue 64, items 5 and 6):
   the value and what was expected.
 - Average of integer tensors whose sums overflow their type is the exact average (truncated toward
   zero) on 2 ranks, through Horovod's torch API and torch.distributed: one launch runs every check
-  (tests/workers/integer_average_worker.py).
+  (tests/horovod_api/workers/integer_average_worker.py).
 """
 
 import os
@@ -99,7 +99,7 @@ def test_malformed_horovod_numbers_fail_init_naming_the_variable_and_value():
 
 # --- integer Average on 2 ranks -------------------------------------------------------------------
 
-AVERAGE_WORKER = os.path.join("tests", "workers", "integer_average_worker.py")
+AVERAGE_WORKER = os.path.join("tests", "horovod_api", "workers", "integer_average_worker.py")
 AVERAGE_CHECKS = ["the_issues_int8_case", "every_integer_type_small_and_large", "cached_repeats_in_place_and_async",
                   "grouped_with_mixed_types", "pre_and_postscale", "reducescatter_average", "empty_and_scalar",
                   "torch_distributed_avg"]

@@ -1,4 +1,4 @@
-"""Ranks for tests/test_torch_distributed_departures.py, launched by torchrun with backend
+"""Ranks for tests/torch_distributed/test_torch_distributed_departures.py, launched by torchrun with backend
 "herring": receives from any source (torch's recv/irecv without src), and ranks that leave the
 job while the others go on, and c10d's abort. One scenario per launch (HERRING_DEPARTURE_SCENARIO);
 each rank writes {check: "ok" or the traceback} to $HERRING_TEST_RESULTS/<rank>.json before it leaves."""

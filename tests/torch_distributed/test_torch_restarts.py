@@ -1,5 +1,5 @@
 """torch.distributed on herring when a rank dies: torchrun's restarts reconnect and resume, and the
-survivors are told how it died (tests/workers/torch_restart_worker.py).
+survivors are told how it died (tests/torch_distributed/workers/torch_restart_worker.py).
 
 - torchrun --max-restarts 1: its agent keeps one store across attempts, so the restarted ranks
   must not read the first attempt's endpoints (they would dial ports nobody listens on, and wait
@@ -8,7 +8,7 @@ survivors are told how it died (tests/workers/torch_restart_worker.py).
 - An endpoint nobody listens on any more fails the mesh in seconds, naming the rank and address.
 - A rank that dies by an uncaught exception (its exit handlers run) or SIGKILL is never reported
   as having shut down in order: the survivors read that it failed, or that its connection
-  closed. Orderly departures keep their words (tests/test_torch_distributed_departures.py).
+  closed. Orderly departures keep their words (tests/torch_distributed/test_torch_distributed_departures.py).
 
 Plain processes for the crashes (no launcher that stops the survivors before they report)."""
 
@@ -23,7 +23,7 @@ import pytest
 
 import launch
 
-WORKER = "tests/workers/torch_restart_worker.py"
+WORKER = "tests/torch_distributed/workers/torch_restart_worker.py"
 ORDERLY = "shut down in order"
 
 

@@ -1,4 +1,4 @@
-"""Ranks for tests/test_torch_restarts.py on torch.distributed's backend "herring".
+"""Ranks for tests/torch_distributed/test_torch_restarts.py on torch.distributed's backend "herring".
 
   train   (torchrun --max-restarts 1): trains a small model for STEPS steps, averaging gradients
           with all_reduce, rank 0 checkpointing after every step; in the first attempt
