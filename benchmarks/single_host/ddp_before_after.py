@@ -10,19 +10,16 @@ import argparse
 import os
 import re
 import statistics
-import subprocess
 
+from benchmarks.common import before_after
 from benchmarks.common.machine import load_average
-from benchmarks.common.paths import ROOT
 
 LINE = re.compile(r"^(\S+) np=(\d+) (.+?)\s+median\s+(\d+) ms")
 
 
 def launch(checkout, model, np_):
-    torchrun = os.path.join(checkout, ".venv", "bin", "torchrun")
     worker = os.path.join(checkout, "benchmarks", "workers", "ddp_interleaved.py")
-    out = subprocess.run([torchrun, "--nproc-per-node", str(np_), worker, model], cwd=checkout, timeout=1800,
-                         capture_output=True, text=True, check=True).stdout
+    out = before_after.torchrun(checkout, np_, worker, [model])
     return {m.group(3).strip(): int(m.group(4)) for m in map(LINE.match, out.splitlines()) if m}
 
 
@@ -33,14 +30,11 @@ def main():
     p.add_argument("--np", type=int, default=4)
     p.add_argument("--launches", type=int, default=2)
     args = p.parse_args()
-    builds = {"before": os.path.abspath(args.before), "after": ROOT}
+    builds = before_after.builds(args.before)
     loads = [load_average()]
     rows = []
     for model in args.models:
-        runs = {name: [] for name in builds}
-        for _ in range(args.launches):
-            for name, checkout in builds.items():
-                runs[name].append(launch(checkout, model, args.np))
+        runs = before_after.alternating(builds, args.launches, lambda checkout: launch(checkout, model, args.np))
         for setup in runs["after"][0]:
             med = {name: statistics.median(r[setup] for r in rs if setup in r) for name, rs in runs.items()}
             per = {name: ", ".join(str(r.get(setup, "-")) for r in rs) for name, rs in runs.items()}

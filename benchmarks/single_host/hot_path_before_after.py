@@ -10,8 +10,8 @@ import argparse
 import os
 import re
 import statistics
-import subprocess
 
+from benchmarks.common import before_after
 from benchmarks.common.machine import load_average
 from benchmarks.common.paths import ROOT
 
@@ -19,18 +19,9 @@ LINE = re.compile(r"^(\S+) np=(\d+) median ([\d.]+) us")
 WORKER = os.path.join(ROOT, "benchmarks", "workers", "hot_path.py")
 
 
-def free_port():
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def launch(checkout, np_, size):
-    torchrun = os.path.join(checkout, ".venv", "bin", "torchrun")
     env = {k: v for k, v in os.environ.items() if k != "HOROVOD_BACKEND"}
-    out = subprocess.run([torchrun, "--nproc-per-node", str(np_), "--master-port", str(free_port()), WORKER, str(size)],
-                         cwd=checkout, timeout=600, capture_output=True, text=True, check=True, env=env).stdout
+    out = before_after.torchrun(checkout, np_, WORKER, [str(size)], env=env, timeout=600)
     return {m.group(1): float(m.group(3)) for m in map(LINE.match, out.splitlines()) if m}
 
 
@@ -41,14 +32,11 @@ def main():
     p.add_argument("--launches", type=int, default=3)
     p.add_argument("--bytes", type=int, default=4096)
     args = p.parse_args()
-    builds = {"before": os.path.abspath(args.before), "after": ROOT}
+    builds = before_after.builds(args.before)
     loads = [load_average()]
     rows = []
     for np_ in args.np:
-        runs = {name: [] for name in builds}
-        for _ in range(args.launches):
-            for name, checkout in builds.items():
-                runs[name].append(launch(checkout, np_, args.bytes))
+        runs = before_after.alternating(builds, args.launches, lambda checkout: launch(checkout, np_, args.bytes))
         for front in runs["after"][0]:
             before = statistics.median(r[front] for r in runs["before"])
             after = statistics.median(r[front] for r in runs["after"])
