@@ -57,10 +57,6 @@ class HerringBasics:
         self._sets_epoch = None     # the engine (front's epoch) Horovod's process sets were set up for
 
     @property
-    def _engine(self):
-        return self._front._engine
-
-    @property
     def MPI_LIB_CTYPES(self):  # noqa: N802 - Horovod's name
         """Horovod's handle of its loaded core library (its Spark trainers print it): ours, the
         library the engine runs in (already loaded, so this only looks it up)."""
