@@ -16,8 +16,9 @@ import sys
 import tempfile
 
 from benchmarks.adasum.report import section
+from benchmarks.common import pages
 from benchmarks.common.machine import facts, load_average
-from benchmarks.common.paths import DOCS_DIR, RESULTS_DIR, ROOT, WORKERS_DIR
+from benchmarks.common.paths import RESULTS_DIR, ROOT, WORKERS_DIR
 
 WORKER = os.path.join(WORKERS_DIR, "adasum_vs_sum.py")
 
@@ -42,15 +43,10 @@ def main():
     parser.add_argument("--out", default=os.path.join(RESULTS_DIR, "adasum.json"))
     args = parser.parse_args()
     machine = facts(with_peer=False)
-    results = {"machine": f"{machine['cpu']}, {machine['cores']} cores, {machine['date']}, hvd_herring "
-                          f"{machine['versions']['hvd_herring']}, load {machine.get('load') or load_average()}",
+    results = {"machine": pages.machine_line(machine, machine.get('load') or load_average()),
                "runs": [run_np(n) for n in args.nps]}
-    with open(args.out, "w") as f:
-        json.dump(results, f, indent=1)
-    page = "# Adasum against Sum (herring engine, one host)\n\n" + section(results)
-    with open(os.path.join(DOCS_DIR, "benchmarks_adasum.md"), "w") as f:
-        f.write(page)
-    print(page)
+    pages.write_results_and_page(results, args.out, "Adasum against Sum (herring engine, one host)", section,
+                                 "benchmarks_adasum.md")
 
 
 if __name__ == "__main__":

@@ -19,8 +19,9 @@ import sys
 import tempfile
 
 from benchmarks.autotune.report import section
+from benchmarks.common import pages
 from benchmarks.common.machine import facts, load_average
-from benchmarks.common.paths import DOCS_DIR, RESULTS_DIR, ROOT, WORKERS_DIR
+from benchmarks.common.paths import RESULTS_DIR, ROOT, WORKERS_DIR
 
 WORKER = os.path.join(WORKERS_DIR, "autotune_steps.py")
 SEARCH = {"HOROVOD_AUTOTUNE": "1", "HOROVOD_AUTOTUNE_WARMUP_SAMPLES": "1",
@@ -77,15 +78,10 @@ def main():
                     launches[name].append(launch(np_, workload, extra))
                     print(np_, workload, name, launches[name][-1], flush=True)
             runs.append({"np": np_, "workload": workload, "launches": launches})
-    results = {"machine": f"{machine['cpu']}, {machine['cores']} cores, {machine['date']}, hvd_herring "
-                          f"{machine['versions']['hvd_herring']}, load {load_before} before, {load_average()} after",
+    results = {"machine": pages.machine_line(machine, f"{load_before} before, {load_average()} after"),
                "runs": runs}
-    with open(args.out, "w") as f:
-        json.dump(results, f, indent=1)
-    page = "# Autotune against the defaults (herring engine, one host)\n\n" + section(results)
-    with open(os.path.join(DOCS_DIR, "benchmarks_autotune.md"), "w") as f:
-        f.write(page)
-    print(page)
+    pages.write_results_and_page(results, args.out, "Autotune against the defaults (herring engine, one host)",
+                                 section, "benchmarks_autotune.md")
 
 
 if __name__ == "__main__":

@@ -27,6 +27,12 @@ def _x(x):
     return "-" if x is None else f"{x:.2f}x"
 
 
+def _timing_cells(r, ring_median):
+    """A measured row's np, median, quartiles, link bound, share of the bound and `Ring / this`."""
+    return (r["np"], fmt_time(r["median"]), f"{fmt_time(r['p25'])} .. {fmt_time(r['p75'])}", fmt_time(r["bound"]),
+            _pct(r["of_bound"]), _x(ring_median / r["median"]) if ring_median else "-")
+
+
 def _gbit(bps):
     return "-" if bps is None else f"{bps / 1e9:.3g} Gbit/s"
 
@@ -177,10 +183,7 @@ class Writer:
                                                 if r["launch"] in plots.LAUNCH_COLORS else 99)):
             lk = r.get("links") or {}
             w = lk.get("worker") or {}
-            rows.append((fmt_bytes(r["bytes"]), r["label"],
-                         r["np"], fmt_time(r["median"]), f"{fmt_time(r['p25'])} .. {fmt_time(r['p75'])}",
-                         fmt_time(r["bound"]), _pct(r["of_bound"]),
-                         _x(ring.get(r["bytes"]) / r["median"]) if ring.get(r["bytes"]) else "-",
+            rows.append((fmt_bytes(r["bytes"]), r["label"], *_timing_cells(r, ring.get(r["bytes"])),
                          f"{w.get('sent_per_N', 0):.2f} / {w.get('received_per_N', 0):.2f}" if w else "-",
                          _pct(w.get("busy")), _pct(lk.get("cpu_busy"))))
         out.append(_table(["Size", "Launch", "np", "Median", "Quartiles", "Link bound", "Of bound", "Ring / this",
@@ -371,13 +374,8 @@ class Writer:
                "checked to be the average of every rank's; one timed step is forward, backward and optimizer "
                "step. The bound is the allreduce bound of the whole gradient set.\n"]
         ring = {r["model"]: r["median"] for r in rows_in if r["launch"] == "ring"}
-        rows = []
-        for r in rows_in:
-            rows.append((f"{r['model']} ({fmt_bytes(r['bytes'])})", r["label"],
-                         r["np"], fmt_time(r["median"]), f"{fmt_time(r['p25'])} .. {fmt_time(r['p75'])}",
-                         fmt_time(r["bound"]), _pct(r["of_bound"]),
-                         _x(ring[r["model"]] / r["median"]) if ring.get(r["model"]) else "-",
-                         fmt_time(r.get("baseline"))))
+        rows = [(f"{r['model']} ({fmt_bytes(r['bytes'])})", r["label"], *_timing_cells(r, ring.get(r["model"])),
+                 fmt_time(r.get("baseline"))) for r in rows_in]
         out.append(_table(["Gradients", "Launch", "np", "Step (median)", "Quartiles", "Link bound", "Of bound",
                            "Ring / this", "Compute only"], rows) + "\n")
         out.append(self.img("gradsets", self.md_path))

@@ -9,8 +9,6 @@ the latency goals' verdicts.
         --results benchmarks/results/latency.json
     .venv/bin/python -m benchmarks.single_host.latency_report benchmarks/results/latency.json   # report only"""
 
-import argparse
-import json
 import os
 import statistics
 
@@ -19,10 +17,10 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from benchmarks.common import pages  # noqa: E402
 from benchmarks.common.formatting import fmt_bytes, fmt_time  # noqa: E402
-from benchmarks.common.paths import DOCS_DIR  # noqa: E402
 from benchmarks.single_host import peer_goal  # noqa: E402
-from benchmarks.single_host.plots import COLORS  # noqa: E402
+from benchmarks.single_host.plots import COLORS, one_at_a_time_latency  # noqa: E402
 from benchmarks.single_host.results import Results  # noqa: E402
 
 KiB, MiB = 1 << 10, 1 << 20
@@ -70,25 +68,11 @@ def latency_table(lat, np, sizes, columns=None):
 
 
 def plot(lat, nps, sizes, path):
-    fig, axes = plt.subplots(1, len(nps), figsize=(6 * len(nps), 4.4), squeeze=False)
-    for ax, np in zip(axes[0], nps):
-        for label, stack, variant in COLUMNS:
-            points = [(s, lat[(stack, variant, np, s)]) for s in sizes if (stack, variant, np, s) in lat]
-            if points:
-                ax.plot([p[0] for p in points], [p[1] * 1e6 for p in points], marker="o", label=label,
-                        color=COLORS.get(stack), linestyle="--" if variant else "-")
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xticks(sizes)
-        ax.set_xticklabels([fmt_bytes(s) for s in sizes], rotation=30)
-        ax.set_ylabel("median time per allreduce (µs)")
-        ax.set_title(f"one allreduce at a time, np={np}")
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=8)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    def lines_at(np):
+        return [(label, {s: lat[(stack, variant, np, s)] for s in sizes if (stack, variant, np, s) in lat},
+                 {"color": COLORS.get(stack), "linestyle": "--" if variant else "-"})
+                for label, stack, variant in COLUMNS]
+    one_at_a_time_latency(nps, sizes, lines_at, path)
 
 
 def verdict(measured, target, higher_is_better):
@@ -257,29 +241,9 @@ def section(data, doc_dir, img_dir):
         parts.append("")
     if syncbn:
         parts += syncbn_part(data, syncbn, doc_dir, img_dir)
-    failed = [l for l in data["launches"] if not l["ok"]]
-    if failed:
-        parts += ["### Launches that failed\n"] + [f"- {l['stack']} {l['variant'] or ''} np={l['np']}: "
-                                                    f"{(l.get('errors') or ['?'])[0]}" for l in failed] + [""]
-    return "\n".join(parts)
-
-
-def write(data, out, img_dir):
-    with open(out, "w") as f:
-        f.write("# Latency: small collectives, one host\n\n" + section(data, os.path.dirname(out), img_dir))
-    return out
-
-
-def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("results", help="the latency preset's results JSON")
-    p.add_argument("--out", default=os.path.join(DOCS_DIR, "benchmarks_latency.md"))
-    p.add_argument("--img-dir", default=os.path.join(DOCS_DIR, "img"))
-    args = p.parse_args(argv)
-    with open(args.results) as f:
-        data = json.load(f)
-    print(write(data, os.path.abspath(args.out), os.path.abspath(args.img_dir)))
+    return pages.with_failed_launches(
+        parts, data["launches"], lambda l: f"{l['stack']} {l['variant'] or ''} np={l['np']}: {(l.get('errors') or ['?'])[0]}")
 
 
 if __name__ == "__main__":
-    main()
+    pages.report_main(None, __doc__, "latency", "benchmarks_latency.md", "Latency: small collectives, one host", section)

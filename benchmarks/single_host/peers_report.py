@@ -7,8 +7,6 @@ size (herring at or ahead of every peer; within 2x of Open MPI at 4 KiB).
         --results benchmarks/results/peers.json
     .venv/bin/python -m benchmarks.single_host.peers_report benchmarks/results/peers.json   # the page"""
 
-import argparse
-import json
 import os
 
 import matplotlib
@@ -16,11 +14,11 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from benchmarks.common import pages  # noqa: E402
 from benchmarks.common.formatting import fmt_bytes, fmt_time  # noqa: E402
-from benchmarks.common.paths import DOCS_DIR  # noqa: E402
 from benchmarks.single_host import peer_goal  # noqa: E402
 from benchmarks.single_host.plan import PEERS  # noqa: E402
-from benchmarks.single_host.plots import COLORS  # noqa: E402
+from benchmarks.single_host.plots import COLORS, one_at_a_time_latency  # noqa: E402
 from benchmarks.single_host.results import Results  # noqa: E402
 from benchmarks.single_host.stacks import STACKS  # noqa: E402
 
@@ -62,24 +60,10 @@ def table(med, np, sizes, stacks):
 
 
 def plot(med, nps, sizes, stacks, path):
-    fig, axes = plt.subplots(1, len(nps), figsize=(6 * len(nps), 4.4), squeeze=False)
-    for ax, np in zip(axes[0], nps):
-        for st in stacks:
-            pts = [(s, med[(st, np, s)]) for s in sizes if (st, np, s) in med]
-            if pts:
-                ax.plot([p[0] for p in pts], [p[1] * 1e6 for p in pts], marker="o", label=st, color=COLORS.get(st))
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xticks(sizes)
-        ax.set_xticklabels([fmt_bytes(s) for s in sizes], rotation=30)
-        ax.set_ylabel("median time per allreduce (µs)")
-        ax.set_title(f"one allreduce at a time, np={np}")
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=8)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    def lines_at(np):
+        return [(st, {s: med[(st, np, s)] for s in sizes if (st, np, s) in med}, {"color": COLORS.get(st)})
+                for st in stacks]
+    one_at_a_time_latency(nps, sizes, lines_at, path)
 
 
 def round_trips(launches):
@@ -159,30 +143,10 @@ def section(data, doc_dir, img_dir):
     parts += ["### How the peers run\n"] + [f"- **{s}**: {STACKS[s].description}" for s in stacks] + [""]
     if "deepspeed-shm" in stacks:
         parts += [DEEPSPEED_NOTE + "\n"]
-    failed = [l for l in data["launches"] if not l["ok"]]
-    if failed:
-        parts += ["### Launches that failed\n"] + [
-            f"- {l['stack']} np={l['np']}: {(l.get('error_lines') or [l.get('output_tail', '?')])[0][:300]}"
-            for l in failed] + [""]
-    return "\n".join(parts)
-
-
-def write(data, out, img_dir):
-    with open(out, "w") as f:
-        f.write("# Every peer on one host: 4 KiB to 64 MiB\n\n" + section(data, os.path.dirname(out), img_dir))
-    return out
-
-
-def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("results", help="the peers preset's results JSON")
-    p.add_argument("--out", default=os.path.join(DOCS_DIR, "benchmarks_peers.md"))
-    p.add_argument("--img-dir", default=os.path.join(DOCS_DIR, "img"))
-    args = p.parse_args(argv)
-    with open(args.results) as f:
-        data = json.load(f)
-    print(write(data, os.path.abspath(args.out), os.path.abspath(args.img_dir)))
+    return pages.with_failed_launches(
+        parts, data["launches"],
+        lambda l: f"{l['stack']} np={l['np']}: {(l.get('error_lines') or [l.get('output_tail', '?')])[0][:300]}")
 
 
 if __name__ == "__main__":
-    main()
+    pages.report_main(None, __doc__, "peers", "benchmarks_peers.md", "Every peer on one host: 4 KiB to 64 MiB", section)

@@ -87,3 +87,23 @@ def bars(res, workload_ids, path, title, variants=("",)):
     axes[0][0].set_ylabel("median step time (s), slowest rank")
     fig.suptitle(title)
     return save_figure(fig, path)
+
+
+def one_at_a_time_latency(nps, sizes, lines_at, path):
+    """One panel per rank count of the median time per allreduce against its size, log-log.
+    lines_at(np) gives that panel's lines: (label, {size: seconds}, matplotlib keyword arguments)."""
+    fig, axes = plt.subplots(1, len(nps), figsize=(6 * len(nps), 4.4), squeeze=False)
+    for ax, np in zip(axes[0], nps):
+        for label, seconds, style in lines_at(np):
+            points = [(s, seconds[s]) for s in sizes if s in seconds]
+            if points:
+                ax.plot([p[0] for p in points], [p[1] * 1e6 for p in points], marker="o", label=label, **style)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xticks(sizes)
+        ax.set_xticklabels([fmt_bytes(s) for s in sizes], rotation=30)
+        ax.set_ylabel("median time per allreduce (µs)")
+        ax.set_title(f"one allreduce at a time, np={np}")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+    save_figure(fig, path)

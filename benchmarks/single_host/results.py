@@ -110,14 +110,9 @@ class Results:
             elif stack == "herring" or mine is not None:
                 out.append((goal, f"<= {BOUND_GOAL}x", "not measured in this run", None, None))
         for peer, target in PEER_GOALS:
-            goal = f"{size_txt}: herring >= {target:g}x faster than {peer}"
             other = self.median("allreduce", peer, GOAL_NP, bytes=GOAL_SIZE)
-            if herring is not None and other is not None:
-                ratio = other / herring
-                out.append((goal, f">= {target:g}x", f"{peer} {fmt_time(other)}, herring {fmt_time(herring)}",
-                            ratio, ratio >= target))
-            else:
-                out.append((goal, f">= {target:g}x", "not measured in this run", None, None))
+            out.append(_faster_than_peer_row(f"{size_txt}: herring >= {target:g}x faster than {peer}",
+                                             peer, target, herring, other, ""))
         peer, target = TINY_GOAL
         tiny_nps = [n for n in self.values("np", workload="tiny") if self.median("tiny", "herring", n) is not None]
         np = GOAL_NP if GOAL_NP in tiny_nps else (max(tiny_nps) if tiny_nps else GOAL_NP)
@@ -125,10 +120,13 @@ class Results:
         count = rec["count"] if rec else 1000
         goal = f"{count} tiny tensors per step, np={np}: herring >= {target:g}x faster than {peer} (cache on)"
         mine, other = self.median("tiny", "herring", np), self.median("tiny", peer, np)
-        if mine is not None and other is not None:
-            ratio = other / mine
-            out.append((goal, f">= {target:g}x", f"{peer} {fmt_time(other)}, herring {fmt_time(mine)} per step",
-                        ratio, ratio >= target))
-        else:
-            out.append((goal, f">= {target:g}x", "not measured in this run", None, None))
+        out.append(_faster_than_peer_row(goal, peer, target, mine, other, " per step"))
         return out
+
+
+def _faster_than_peer_row(goal, peer, target, mine, other, per):
+    """A goal row "herring >= target x faster than peer" from the two medians (None: not measured)."""
+    if mine is None or other is None:
+        return (goal, f">= {target:g}x", "not measured in this run", None, None)
+    ratio = other / mine
+    return (goal, f">= {target:g}x", f"{peer} {fmt_time(other)}, herring {fmt_time(mine)}{per}", ratio, ratio >= target)

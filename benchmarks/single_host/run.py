@@ -36,18 +36,18 @@ def setup_peers(plan, allow):
     """Builds the Horovod-with-PyTorch environment and the DeepSpeed peer if the plan needs them;
     returns {stack: reason} for stacks that cannot run."""
     unavailable = {}
-    if "deepspeed-shm" in plan.stacks and allow:
-        log("setting up the DeepSpeed peer (cached; about a minute the first time)")
-        proc = subprocess.run(["bash", deepspeed_env.SETUP_SCRIPT], cwd=ROOT, capture_output=True, text=True)
-        if proc.returncode != 0:
-            unavailable["deepspeed-shm"] = ("setting up the DeepSpeed peer failed:\n"
-                                            + "\n".join(proc.stderr.strip().splitlines()[-20:]))
-    if "horovod-gloo" in plan.stacks and allow:
-        log("setting up the Horovod-with-PyTorch environment (cached; about 5 minutes the first time)")
-        proc = subprocess.run(["bash", peer_env.SETUP_SCRIPT], cwd=ROOT, capture_output=True, text=True)
-        if proc.returncode != 0:
-            unavailable["horovod-gloo"] = ("building the Horovod-with-PyTorch environment failed:\n"
-                                           + "\n".join(proc.stderr.strip().splitlines()[-20:]))
+    # (stack, its setup script, what the log says it sets up, what failed)
+    for stack, script, what, failure in (
+            ("deepspeed-shm", deepspeed_env.SETUP_SCRIPT, "the DeepSpeed peer (cached; about a minute the first time)",
+             "setting up the DeepSpeed peer failed"),
+            ("horovod-gloo", peer_env.SETUP_SCRIPT,
+             "the Horovod-with-PyTorch environment (cached; about 5 minutes the first time)",
+             "building the Horovod-with-PyTorch environment failed")):
+        if stack in plan.stacks and allow:
+            log("setting up " + what)
+            proc = subprocess.run(["bash", script], cwd=ROOT, capture_output=True, text=True)
+            if proc.returncode != 0:
+                unavailable[stack] = failure + ":\n" + "\n".join(proc.stderr.strip().splitlines()[-20:])
     for name in plan.stacks:
         ok, why = stacks.available(name)
         if not ok and name not in unavailable:
