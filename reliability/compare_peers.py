@@ -22,12 +22,12 @@ import argparse
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 
+from benchmarks.common.stack_env import free_port, scrubbed_env
 from reliability import doc_sections
 
 ROOT = doc_sections.ROOT
@@ -49,20 +49,9 @@ def peer_python():
     return os.path.join(cache, "horovod-torch", "venv", "bin", "python")
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def base_env(bin_dir):
     """The caller's environment without any stack's knobs, so each stack runs with its defaults."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("HOROVOD_", "HERRING_", "OMPI_", "PMIX_", "MASTER_", "TORCHELASTIC_"))}
-    for k in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME", "RANK", "WORLD_SIZE", "LOCAL_RANK"):
-        env.pop(k, None)
-    env.update(PATH=bin_dir + os.pathsep + os.environ.get("PATH", ""), PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
-    return env
+    return scrubbed_env(bin_dir, ("HOROVOD_", "HERRING_", "OMPI_", "PMIX_", "MASTER_", "TORCHELASTIC_"))
 
 
 def command(stack, results, ignore_sigterm=False):

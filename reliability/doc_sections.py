@@ -6,6 +6,8 @@ raw results, so that docs/ holds only pages)."""
 import json
 import os
 
+from benchmarks.common.doc_markers import replace_between
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOC = os.path.join(ROOT, "docs", "reliability.md")
 FIGURES = os.path.join(ROOT, "benchmarks", "results", "reliability.json")
@@ -32,14 +34,12 @@ def replace_section(name, markdown):
     """Replaces the text between the markers of section NAME in docs/reliability.md."""
     begin, end = f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
     with open(DOC) as f:
-        text = f.read()
-    if begin not in text or end not in text:
+        text = replace_between(f.read(), begin, end, markdown.strip("\n"))
+    if text is None:
         raise RuntimeError(f"{DOC} has no section markers {begin} ... {end}")
-    head, rest = text.split(begin, 1)
-    _, tail = rest.split(end, 1)
     tmp = DOC + ".tmp"
     with open(tmp, "w") as f:
-        f.write(head + begin + "\n" + markdown.strip("\n") + "\n" + end + tail)
+        f.write(text)
     os.replace(tmp, DOC)
 
 

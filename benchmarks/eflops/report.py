@@ -4,6 +4,7 @@ medians beside the link model's predictions."""
 
 import os
 
+from benchmarks.common.doc_markers import replace_between
 from benchmarks.common.formatting import fmt_bytes
 from benchmarks.eflops.link_model import predictions
 
@@ -174,10 +175,8 @@ def goals(results):
 
 def write_doc(doc, text):
     with open(doc) as f:
-        content = f.read()
-    if BEGIN not in content or END not in content:
+        content = replace_between(f.read(), BEGIN, END, text.rstrip())
+    if content is None:
         raise SystemExit(f"{doc} has no {BEGIN} ... {END} markers to write the results between")
-    head, rest = content.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
     with open(doc, "w") as f:
-        f.write(head + BEGIN + "\n" + text.rstrip() + "\n" + END + tail)
+        f.write(content)

@@ -17,7 +17,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -26,6 +25,7 @@ from dataclasses import dataclass, field
 
 from benchmarks.common import deepspeed_env, peer_env
 from benchmarks.common.paths import ROOT, WORKERS_DIR
+from benchmarks.common.stack_env import free_port, scrubbed_env
 from benchmarks.common.worker_records import read_records
 
 BIN = os.path.dirname(sys.executable)
@@ -95,20 +95,8 @@ _SCRUBBED_PREFIXES = ("HOROVOD_", "HERRING_", "OMPI_", "PMIX_", "MASTER_", "TORC
 _KEPT = ("HERRING_BENCH_CACHE", "HERRING_BENCH_COLLECTIVE_TIMEOUT")
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _base_env(bin_dir):
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(_SCRUBBED_PREFIXES) or k in _KEPT}
-    for k in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME", "RANK", "WORLD_SIZE", "LOCAL_RANK"):
-        env.pop(k, None)
-    env.update(PATH=bin_dir + os.pathsep + os.environ.get("PATH", ""), PYTHONUNBUFFERED="1",
-               OMP_NUM_THREADS="1")
-    return env
+    return scrubbed_env(bin_dir, _SCRUBBED_PREFIXES, _KEPT)
 
 
 def available(name):
@@ -146,7 +134,7 @@ def command(name, np, worker_args, variant=None, extra_env=None):
     elif stack.launcher == "torchrun":
         env = _base_env(BIN)
         argv = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", str(np),
-                "--master-addr", "127.0.0.1", "--master-port", str(_free_port()), WORKER]
+                "--master-addr", "127.0.0.1", "--master-port", str(free_port()), WORKER]
     elif stack.launcher == "mpirun":
         env = _base_env(BIN)
         argv = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", str(np),
@@ -159,7 +147,7 @@ def command(name, np, worker_args, variant=None, extra_env=None):
         env.update(TORCH_EXTENSIONS_DIR=deepspeed_env.extensions_dir())   # the op built by the peer set-up
         world_info = base64.urlsafe_b64encode(json.dumps({"localhost": list(range(np))}).encode()).decode()
         argv = [sys.executable, "-u", "-m", "deepspeed.launcher.launch", f"--world_info={world_info}",
-                "--master_addr=127.0.0.1", f"--master_port={_free_port()}", "--no_local_rank", WORKER]
+                "--master_addr=127.0.0.1", f"--master_port={free_port()}", "--no_local_rank", WORKER]
     else:
         raise ValueError(f"unknown launcher {stack.launcher}")
     env.update(extra)
