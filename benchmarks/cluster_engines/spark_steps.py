@@ -39,6 +39,20 @@ def _batch(rank):
     return torch.randn(64, 512, generator=g), torch.randint(0, 10, (64,), generator=g)
 
 
+def _timed_steps(model, opt, batch, steps):
+    """The times of `steps` training steps on `batch`, after WARMUP untimed ones (run the same way)."""
+    import torch
+    x, y = batch
+    times = []
+    for _ in range(WARMUP + steps):
+        t0 = time.perf_counter()
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+        times.append(time.perf_counter() - t0)
+    return times[WARMUP:]
+
+
 def ddp_steps(backend, steps):
     import torch
     import torch.distributed as dist
@@ -48,16 +62,9 @@ def ddp_steps(backend, steps):
     rank = dist.get_rank()
     model = torch.nn.parallel.DistributedDataParallel(_mlp())
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    x, y = _batch(rank)
-    times = []
-    for _ in range(WARMUP + steps):
-        t0 = time.perf_counter()
-        opt.zero_grad()
-        torch.nn.functional.cross_entropy(model(x), y).backward()
-        opt.step()
-        times.append(time.perf_counter() - t0)
+    times = _timed_steps(model, opt, _batch(rank), steps)
     all_times = [None] * dist.get_world_size()
-    dist.all_gather_object(all_times, times[WARMUP:])
+    dist.all_gather_object(all_times, times)
     dist.destroy_process_group()
     return all_times
 
@@ -70,15 +77,7 @@ def horovod_steps(steps):
     opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01),
                                    named_parameters=model.named_parameters())
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
-    x, y = _batch(hvd.rank())
-    times = []
-    for _ in range(WARMUP + steps):
-        t0 = time.perf_counter()
-        opt.zero_grad()
-        torch.nn.functional.cross_entropy(model(x), y).backward()
-        opt.step()
-        times.append(time.perf_counter() - t0)
-    return times[WARMUP:]
+    return _timed_steps(model, opt, _batch(hvd.rank()), steps)
 
 
 def summary(per_rank):

@@ -1,11 +1,26 @@
 """Two builds measured in the same run: launches alternate between the checkouts (each with its
 own .venv), so that the machine's drift hits both alike (benchmarks/single_host/*_before_after.py)."""
 
+import argparse
 import os
 import socket
 import subprocess
 
 from benchmarks.common.paths import ROOT
+
+
+def parser(doc):
+    """The command line's parser, with the earlier checkout as its first argument."""
+    p = argparse.ArgumentParser(description=doc.splitlines()[0])
+    p.add_argument("before", help="checkout of the earlier commit, with its .venv set up")
+    return p
+
+
+def runs_per_case(before, cases, launches, launch):
+    """Yields (case, alternating(...) of launch(checkout, case)) for each case, in order."""
+    checkouts = builds(before)
+    for case in cases:
+        yield case, alternating(checkouts, launches, lambda checkout: launch(checkout, case))
 
 
 def builds(before):

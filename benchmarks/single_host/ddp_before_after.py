@@ -6,7 +6,6 @@ hits both. Prints a markdown table of the median step per setup (median over the
     .venv/bin/python -m benchmarks.single_host.ddp_before_after /path/to/before-checkout \\
         [--models resnet50 bert-base] [--np 4] [--launches 2]"""
 
-import argparse
 import os
 import re
 import statistics
@@ -24,17 +23,15 @@ def launch(checkout, model, np_):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("before", help="checkout of the earlier commit, with its .venv set up")
+    p = before_after.parser(__doc__)
     p.add_argument("--models", nargs="+", default=["resnet50", "bert-base"])
     p.add_argument("--np", type=int, default=4)
     p.add_argument("--launches", type=int, default=2)
     args = p.parse_args()
-    builds = before_after.builds(args.before)
     loads = [load_average()]
     rows = []
-    for model in args.models:
-        runs = before_after.alternating(builds, args.launches, lambda checkout: launch(checkout, model, args.np))
+    for model, runs in before_after.runs_per_case(args.before, args.models, args.launches,
+                                                  lambda checkout, model: launch(checkout, model, args.np)):
         for setup in runs["after"][0]:
             med = {name: statistics.median(r[setup] for r in rs if setup in r) for name, rs in runs.items()}
             per = {name: ", ".join(str(r.get(setup, "-")) for r in rs) for name, rs in runs.items()}

@@ -6,7 +6,6 @@ markdown table: the median per call per front and rank count (median over the la
     .venv/bin/python -m benchmarks.single_host.hot_path_before_after /path/to/before-checkout \\
         [--np 1 2] [--launches 3] [--bytes 4096]"""
 
-import argparse
 import os
 import re
 import statistics
@@ -26,17 +25,15 @@ def launch(checkout, np_, size):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("before", help="checkout of the earlier commit, with its .venv set up")
+    p = before_after.parser(__doc__)
     p.add_argument("--np", type=int, nargs="+", default=[1, 2])
     p.add_argument("--launches", type=int, default=3)
     p.add_argument("--bytes", type=int, default=4096)
     args = p.parse_args()
-    builds = before_after.builds(args.before)
     loads = [load_average()]
     rows = []
-    for np_ in args.np:
-        runs = before_after.alternating(builds, args.launches, lambda checkout: launch(checkout, np_, args.bytes))
+    for np_, runs in before_after.runs_per_case(args.before, args.np, args.launches,
+                                                lambda checkout, np_: launch(checkout, np_, args.bytes)):
         for front in runs["after"][0]:
             before = statistics.median(r[front] for r in runs["before"])
             after = statistics.median(r[front] for r in runs["after"])

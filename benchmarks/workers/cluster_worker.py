@@ -92,15 +92,6 @@ def gradset(comm, spec, emit):
     workloads.gradient_set(comm, spec, emit)
 
 
-def _mlp(torch, widths):
-    layers = []
-    for i, (a, b) in enumerate(zip(widths[:-1], widths[1:])):
-        layers.append(torch.nn.Linear(a, b))
-        if i < len(widths) - 2:
-            layers.append(torch.nn.ReLU())
-    return torch.nn.Sequential(*layers)
-
-
 def train(comm, spec, emit):
     """DistributedOptimizer over a wide MLP on a small batch: the gradients dominate the step."""
     import torch
@@ -117,7 +108,7 @@ def _mlp_task(torch, comm, spec):
     torch.set_num_threads(1)
     widths, batch = spec["widths"], int(spec.get("batch", 8))
     torch.manual_seed(1234)
-    model = _mlp(torch, widths)
+    model = workloads.mlp(torch, widths)
     g = torch.Generator().manual_seed(1000 + comm.rank)
     x, y = torch.randn(batch, widths[0], generator=g), torch.randn(batch, widths[-1], generator=g)
     return model, lambda: torch.nn.functional.mse_loss(model(x), y)
@@ -166,7 +157,7 @@ def hetero(comm, spec, emit):
     out = {}
     for phase in ("equal", "tuned"):
         torch.manual_seed(99)
-        model = _mlp(torch, widths)
+        model = workloads.mlp(torch, widths)
         opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=1e-3),
                                        named_parameters=model.named_parameters())
         tuner = hvd.BatchSizeTuner(global_batch_size=int(spec["global_batch"]), interval=int(spec["interval"]),

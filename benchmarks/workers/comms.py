@@ -99,13 +99,30 @@ class HorovodComm:
         return dict(hvd_herring.counters())
 
 
-class TorchComm:
+class _TorchProcessGroupFraming:
+    """barrier(), max_of() and make() of the stacks that run over a torch.distributed process group
+    (self.torch, self.tdist = torch.distributed, self._max_buf/_max_view from _max_cell)."""
+
+    def barrier(self):
+        self.tdist.barrier()
+
+    def max_of(self, value):
+        self._max_view[0] = value
+        self.tdist.all_reduce(self._max_buf, op=self.tdist.ReduceOp.MAX)
+        return float(self._max_view[0])
+
+    def make(self, n):
+        return self.torch.empty(n, dtype=self.torch.float32)
+
+
+class TorchComm(_TorchProcessGroupFraming):
     api = "torch"
 
     def __init__(self):
         import torch
         import torch.distributed as dist
         self.torch, self.dist = torch, dist
+        self.tdist = dist  # the framing's process group is the measured one
         # The ddp-herring stack: the same torch.distributed code on backend "herring".
         backend = os.environ.get("HERRING_BENCH_TORCH_BACKEND", "gloo")
         if backend == "herring":
@@ -114,17 +131,6 @@ class TorchComm:
         self.rank, self.size = dist.get_rank(), dist.get_world_size()
         self.backend = "torch-" + backend
         self._max_buf, self._max_view = _max_cell(torch)
-
-    def barrier(self):
-        self.dist.barrier()
-
-    def max_of(self, value):
-        self._max_view[0] = value
-        self.dist.all_reduce(self._max_buf, op=self.dist.ReduceOp.MAX)
-        return float(self._max_view[0])
-
-    def make(self, n):
-        return self.torch.empty(n, dtype=self.torch.float32)
 
     def allreduce_(self, buf):
         self.dist.all_reduce(buf)
@@ -211,7 +217,7 @@ class MpiComm:
         return None
 
 
-class DeepSpeedComm:
+class DeepSpeedComm(_TorchProcessGroupFraming):
     """DeepSpeed's CPU allreduce as its users get it: deepspeed.comm.init_distributed() on the CPU
     accelerator (gloo, since oneccl_bindings_for_pytorch is not installed) builds or loads the
     deepspeed_shm_comm op and maps every local rank's shared-memory workspace; then
@@ -268,17 +274,6 @@ class DeepSpeedComm:
             why.append(f"its shared-memory workspace {name} does not exist")
         if why:
             raise RuntimeError(f"rank {self.rank}: DeepSpeed's shm allreduce is not in use: " + "; ".join(why))
-
-    def barrier(self):
-        self.tdist.barrier()
-
-    def max_of(self, value):
-        self._max_view[0] = value
-        self.tdist.all_reduce(self._max_buf, op=self.tdist.ReduceOp.MAX)
-        return float(self._max_view[0])
-
-    def make(self, n):
-        return self.torch.empty(n, dtype=self.torch.float32)
 
     def allreduce_(self, buf):
         self.dist.inference_all_reduce(buf, op=self.dist.ReduceOp.SUM)

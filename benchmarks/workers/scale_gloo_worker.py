@@ -5,7 +5,6 @@ memory from /proc), the same record in <out_dir>/<rank>.json.
 
     scale_gloo_worker.py OUT_DIR WARMUP ITERS BIG_BYTES BIG_ITERS TIMEOUT_SECONDS"""
 
-import json
 import os
 import sys
 import time
@@ -14,7 +13,7 @@ started = time.time()
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import proc_sockets  # noqa: E402
-from scale_worker import TINY, _write, reference_tiny  # noqa: E402
+from scale_worker import TINY, record_big, recorded, reference_tiny  # noqa: E402
 
 
 def main():
@@ -22,7 +21,7 @@ def main():
     warmup, iters, big_bytes, big_iters = int(warmup), int(iters), int(big_bytes), int(big_iters)
     rank_env = os.environ.get("HOROVOD_RANK", "?")
     record = {"rank_env": rank_env, "pid": os.getpid(), "host": os.uname().nodename, "started": started}
-    try:
+    with recorded(out_dir, rank_env, record):
         import torch
         import horovod.torch as hvd
         torch.set_num_threads(1)
@@ -62,18 +61,9 @@ def main():
                         i = int(bad[0][0])
                         wrong = f"iteration {k}: element {i} is {float(buf[i])}, expected {want_big}"
             del buf
-            record["big"] = {"bytes": big_bytes // 4 * 4, "times": times, "ok": wrong is None, "error": wrong,
-                             "in_place": True}
-            record["memory_after_big"] = proc_sockets.memory()
-            record["sockets_after_big"] = proc_sockets.count()
+            record_big(record, big_bytes // 4 * 4, times, wrong)
         hvd.shutdown()
         record["shutdown"] = time.time()
-    except BaseException as e:  # noqa: BLE001 - recorded with the rank, then re-raised
-        record["error"] = f"rank {rank_env}: {type(e).__name__}: {e}"
-        record["failed_at"] = time.time()           # the earliest failure is the cause, the rest echo it
-        _write(out_dir, rank_env, record)
-        raise
-    _write(out_dir, rank_env, record)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ in every collective, so nobody waits for it), an exception exits non-zero with t
 
     scale_worker.py OUT_DIR WARMUP ITERS BIG_BYTES BIG_ITERS TIMEOUT_SECONDS"""
 
+import contextlib
 import ctypes
 import json
 import os
@@ -83,7 +84,7 @@ def main():
     warmup, iters, big_bytes, big_iters, timeout = int(warmup), int(iters), int(big_bytes), int(big_iters), float(timeout)
     rank_env = os.environ.get("HOROVOD_RANK", "?")
     record = {"rank_env": rank_env, "pid": os.getpid(), "host": os.uname().nodename, "started": started}
-    try:
+    with recorded(out_dir, rank_env, record):
         from hvd_herring import _native
         from hvd_herring.basics import basics
         record["imported"] = time.time()
@@ -143,16 +144,29 @@ def main():
                     if bad is not None:
                         wrong = f"iteration {k}: element {bad} is {buf[bad]}, expected {want_big}"
             del buf
-            record["big"] = {"bytes": elements * 4, "times": times, "ok": wrong is None, "error": wrong,
-                             "in_place": True}
-            record["memory_after_big"] = proc_sockets.memory()
-            record["sockets_after_big"] = proc_sockets.count()
+            record_big(record, elements * 4, times, wrong)
         record["counters"] = {k: v for k, v in basics.counters().items() if isinstance(v, (int, float))}
         basics.shutdown()
         record["shutdown"] = time.time()
+
+
+def record_big(record, nbytes, times, wrong):
+    """The large allreduce's part of the record, with the sockets and memory after it."""
+    record["big"] = {"bytes": nbytes, "times": times, "ok": wrong is None, "error": wrong, "in_place": True}
+    record["memory_after_big"] = proc_sockets.memory()
+    record["sockets_after_big"] = proc_sockets.count()
+
+
+@contextlib.contextmanager
+def recorded(out_dir, rank_env, record):
+    """Writes `record` to <out_dir>/<rank_env>.json when the block ends; an exception is recorded
+    with the rank and the time first (the earliest failure is the cause, the rest echo it), then
+    re-raised."""
+    try:
+        yield record
     except BaseException as e:  # noqa: BLE001 - recorded with the rank, then re-raised
         record["error"] = f"rank {rank_env}: {type(e).__name__}: {e}"
-        record["failed_at"] = time.time()           # the earliest failure is the cause, the rest echo it
+        record["failed_at"] = time.time()
         _write(out_dir, rank_env, record)
         raise
     _write(out_dir, rank_env, record)

@@ -161,6 +161,16 @@ def gradient_set(comm, spec, emit):
     emit(rec)
 
 
+def mlp(torch, widths):
+    """Linear layers of these widths with a ReLU between each two."""
+    layers = []
+    for i, (a, b) in enumerate(zip(widths[:-1], widths[1:])):
+        layers.append(torch.nn.Linear(a, b))
+        if i < len(widths) - 2:
+            layers.append(torch.nn.ReLU())
+    return torch.nn.Sequential(*layers)
+
+
 def mlp_training(comm, spec, emit):
     """A training loop where communication dominates: a wide MLP (tens of millions of parameters)
     on a small batch, SGD with momentum. Parameters must stay identical on every rank."""
@@ -168,12 +178,7 @@ def mlp_training(comm, spec, emit):
     widths, batch = spec["widths"], int(spec.get("batch", 8))
 
     def make_model():
-        layers = []
-        for i, (a, b) in enumerate(zip(widths[:-1], widths[1:])):
-            layers.append(torch.nn.Linear(a, b))
-            if i < len(widths) - 2:
-                layers.append(torch.nn.ReLU())
-        return torch.nn.Sequential(*layers)
+        return mlp(torch, widths)
 
     def make_batch():
         g = torch.Generator().manual_seed(1000 + comm.rank)   # each rank its own data
