@@ -13,35 +13,14 @@ MetricAverageCallback reports metrics averaged over the ranks, and the script ch
 at the end.
 """
 
-import argparse
 import os
 
 import numpy as np
 import tensorflow as tf
 
 import horovod.tensorflow.keras as hvd
-
-
-def make_model():
-    return tf.keras.Sequential([
-        tf.keras.Input((28, 28, 1)),
-        tf.keras.layers.Conv2D(16, 3, activation="relu"),
-        tf.keras.layers.MaxPooling2D(),
-        tf.keras.layers.Conv2D(32, 3, activation="relu"),
-        tf.keras.layers.MaxPooling2D(),
-        tf.keras.layers.Flatten(),
-        tf.keras.layers.Dense(64, activation="relu"),
-        tf.keras.layers.Dense(10),
-    ])
-
-
-def synthetic_dataset(samples, seed=1234):
-    """The same data on every rank: noisy copies of ten prototype images, labelled by prototype."""
-    g = np.random.default_rng(seed)
-    prototypes = g.standard_normal((10, 28, 28, 1)).astype(np.float32)
-    y = g.integers(0, 10, samples).astype(np.int32)
-    x = prototypes[y] + 2.0 * g.standard_normal((samples, 28, 28, 1)).astype(np.float32)
-    return x, y
+from example_training import finish, rank_shard, training_parser
+from tf_synthetic_cnn import make_model, synthetic_dataset
 
 
 class EpochReport(tf.keras.callbacks.Callback):
@@ -54,11 +33,7 @@ class EpochReport(tf.keras.callbacks.Callback):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--epochs", type=int, default=3)
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--samples", type=int, default=4096)
-    parser.add_argument("--lr", type=float, default=0.01)
+    parser = training_parser(__doc__)
     parser.add_argument("--warmup-epochs", type=int, default=1)
     parser.add_argument("--run-eagerly", action="store_true")
     args = parser.parse_args()
@@ -66,8 +41,7 @@ def main():
     hvd.init()
     tf.config.threading.set_intra_op_parallelism_threads(max(1, (os.cpu_count() or 1) // hvd.local_size()))
 
-    x, y = synthetic_dataset(args.samples)
-    x, y = x[hvd.rank()::hvd.size()], y[hvd.rank()::hvd.size()]  # this rank's shard
+    x, y = rank_shard(hvd, *synthetic_dataset(args.samples))
 
     tf.keras.utils.set_random_seed(100 + hvd.rank())  # deliberately different starting weights per rank
     model = make_model()
@@ -87,12 +61,7 @@ def main():
     # Every rank must hold exactly the same weights.
     flat = np.concatenate([w.ravel() for w in model.get_weights()])
     gathered = hvd.allgather(flat[None, :]).numpy()
-    identical = all(np.array_equal(gathered[0], gathered[r]) for r in range(hvd.size()))
-    if hvd.rank() == 0:
-        print(f"weights identical on all {hvd.size()} ranks: {'yes' if identical else 'NO'}", flush=True)
-    hvd.shutdown()
-    if not identical:
-        raise SystemExit("ranks diverged")
+    finish(hvd, gathered, np.array_equal)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,6 @@ broadcast makes them equal, DistributedOptimizer keeps them equal, and the scrip
 the end.
 """
 
-import argparse
 import os
 import time
 
@@ -18,6 +17,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import horovod.torch as hvd
+from example_training import add_num_groups, finish, rank_shard, training_parser
 
 
 class Net(nn.Module):
@@ -49,20 +49,14 @@ def metric_average(value, name):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--epochs", type=int, default=3)
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--samples", type=int, default=4096)
-    parser.add_argument("--lr", type=float, default=0.01)
-    parser.add_argument("--num-groups", type=int, default=0,
-                        help="reduce gradients in this many explicit groups (0: Horovod's default fusion)")
+    parser = training_parser(__doc__)
+    add_num_groups(parser)
     args = parser.parse_args()
 
     hvd.init()
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // hvd.local_size()))
 
-    x, y = synthetic_dataset(args.samples)
-    x, y = x[hvd.rank()::hvd.size()], y[hvd.rank()::hvd.size()]  # this rank's shard
+    x, y = rank_shard(hvd, *synthetic_dataset(args.samples))
 
     torch.manual_seed(100 + hvd.rank())  # deliberately different starting weights per rank
     model = Net()
@@ -96,12 +90,7 @@ def main():
     # Every rank must hold exactly the same weights.
     flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
     gathered = hvd.allgather(flat.unsqueeze(0))
-    identical = all(torch.equal(gathered[0], gathered[r]) for r in range(hvd.size()))
-    if hvd.rank() == 0:
-        print(f"weights identical on all {hvd.size()} ranks: {'yes' if identical else 'NO'}", flush=True)
-    hvd.shutdown()
-    if not identical:
-        raise SystemExit("ranks diverged")
+    finish(hvd, gathered, torch.equal)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,6 @@ Every rank starts from different random weights; hvd.broadcast_variables makes t
 DistributedGradientTape keeps them equal, and the script checks that at the end.
 """
 
-import argparse
 import os
 import time
 
@@ -17,46 +16,20 @@ import numpy as np
 import tensorflow as tf
 
 import horovod.tensorflow as hvd
-
-
-def make_model():
-    return tf.keras.Sequential([
-        tf.keras.Input((28, 28, 1)),
-        tf.keras.layers.Conv2D(16, 3, activation="relu"),
-        tf.keras.layers.MaxPooling2D(),
-        tf.keras.layers.Conv2D(32, 3, activation="relu"),
-        tf.keras.layers.MaxPooling2D(),
-        tf.keras.layers.Flatten(),
-        tf.keras.layers.Dense(64, activation="relu"),
-        tf.keras.layers.Dense(10),
-    ])
-
-
-def synthetic_dataset(samples, seed=1234):
-    """The same data on every rank: noisy copies of ten prototype images, labelled by prototype."""
-    g = np.random.default_rng(seed)
-    prototypes = g.standard_normal((10, 28, 28, 1)).astype(np.float32)
-    y = g.integers(0, 10, samples).astype(np.int32)
-    x = prototypes[y] + 2.0 * g.standard_normal((samples, 28, 28, 1)).astype(np.float32)
-    return x, y
+from example_training import add_num_groups, finish, rank_shard, training_parser
+from tf_synthetic_cnn import make_model, synthetic_dataset
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--epochs", type=int, default=3)
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--samples", type=int, default=4096)
-    parser.add_argument("--lr", type=float, default=0.01)
-    parser.add_argument("--num-groups", type=int, default=0,
-                        help="reduce gradients in this many explicit groups (0: Horovod's default fusion)")
+    parser = training_parser(__doc__)
+    add_num_groups(parser)
     args = parser.parse_args()
 
     hvd.init()
     threads = max(1, (os.cpu_count() or 1) // hvd.local_size())
     tf.config.threading.set_intra_op_parallelism_threads(threads)
 
-    x, y = synthetic_dataset(args.samples)
-    x, y = x[hvd.rank()::hvd.size()], y[hvd.rank()::hvd.size()]  # this rank's shard
+    x, y = rank_shard(hvd, *synthetic_dataset(args.samples))
     dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(args.batch_size, drop_remainder=True)
 
     tf.keras.utils.set_random_seed(100 + hvd.rank())  # deliberately different starting weights per rank
@@ -93,12 +66,7 @@ def main():
     # Every rank must hold exactly the same weights.
     flat = tf.concat([tf.reshape(v, [-1]) for v in model.trainable_variables], axis=0)
     gathered = hvd.allgather(flat[None, :]).numpy()
-    identical = all(np.array_equal(gathered[0], gathered[r]) for r in range(hvd.size()))
-    if hvd.rank() == 0:
-        print(f"weights identical on all {hvd.size()} ranks: {'yes' if identical else 'NO'}", flush=True)
-    hvd.shutdown()
-    if not identical:
-        raise SystemExit("ranks diverged")
+    finish(hvd, gathered, np.array_equal)
 
 
 if __name__ == "__main__":
