@@ -100,18 +100,27 @@ void ExpectRejected(const std::map<std::string, std::string>& env, const std::st
   }
 }
 
+// Where a launch put this process: its rank and the job's size, on its host and among the hosts.
+struct Layout {
+  int rank, size, local_rank, local_size, cross_rank, cross_size;
+};
+
+void ExpectLaunch(const LaunchInfo& info, Launcher launcher, const Layout& want) {
+  EXPECT_TRUE(info.launcher == launcher);
+  EXPECT_EQ(info.rank, want.rank);
+  EXPECT_EQ(info.size, want.size);
+  EXPECT_EQ(info.local_rank, want.local_rank);
+  EXPECT_EQ(info.local_size, want.local_size);
+  EXPECT_EQ(info.cross_rank, want.cross_rank);
+  EXPECT_EQ(info.cross_size, want.cross_size);
+}
+
 }  // namespace
 
 TEST(Rendezvous, RendezvousLaunchHorovodrun) {
   LaunchInfo info = DetectLaunch(HorovodrunEnv());
-  EXPECT_TRUE(info.launcher == Launcher::kHorovodrun);
+  ExpectLaunch(info, Launcher::kHorovodrun, {3, 4, 1, 2, 1, 2});
   EXPECT_EQ(std::string(LauncherName(info.launcher)), std::string("horovodrun"));
-  EXPECT_EQ(info.rank, 3);
-  EXPECT_EQ(info.size, 4);
-  EXPECT_EQ(info.local_rank, 1);
-  EXPECT_EQ(info.local_size, 2);
-  EXPECT_EQ(info.cross_rank, 1);
-  EXPECT_EQ(info.cross_size, 2);
   EXPECT_EQ(info.hostname, std::string("hostb"));
   EXPECT_EQ(info.rendezvous_addr, std::string("10.1.2.3"));
   EXPECT_EQ(info.rendezvous_port, 31234);
@@ -178,14 +187,9 @@ TEST(Rendezvous, RendezvousLaunchMpirun) {
   auto env = MpirunEnv();
   env["HOROVOD_HOSTNAME"] = "node7";
   LaunchInfo info = DetectLaunch(env);
-  EXPECT_TRUE(info.launcher == Launcher::kMpirun);
+  // The cross rank and size are -1: the engine derives them from the exchanged hostnames.
+  ExpectLaunch(info, Launcher::kMpirun, {2, 4, 0, 2, -1, -1});
   EXPECT_EQ(std::string(LauncherName(info.launcher)), std::string("mpirun"));
-  EXPECT_EQ(info.rank, 2);
-  EXPECT_EQ(info.size, 4);
-  EXPECT_EQ(info.local_rank, 0);
-  EXPECT_EQ(info.local_size, 2);
-  EXPECT_EQ(info.cross_rank, -1);  // derived by the engine from the exchanged hostnames
-  EXPECT_EQ(info.cross_size, -1);
   EXPECT_EQ(info.hostname, std::string("node7"));
   EXPECT_EQ(info.rendezvous_addr, std::string(""));
   EXPECT_EQ(info.rendezvous_port, 0);
@@ -219,13 +223,9 @@ TEST(Rendezvous, RendezvousLaunchTorchrun) {
                                             {"LOCAL_WORLD_SIZE", "2"}, {"MASTER_ADDR", "node0"},
                                             {"MASTER_PORT", "29500"}, {"HOROVOD_HOSTNAME", "node1"}};
   LaunchInfo info = DetectLaunch(env);
-  EXPECT_TRUE(info.launcher == Launcher::kTorchrun);
+  // The cross rank and size are -1: the engine derives them from the exchanged hostnames.
+  ExpectLaunch(info, Launcher::kTorchrun, {3, 4, 1, 2, -1, -1});
   EXPECT_EQ(std::string(LauncherName(info.launcher)), std::string("torchrun"));
-  EXPECT_EQ(info.rank, 3);
-  EXPECT_EQ(info.size, 4);
-  EXPECT_EQ(info.local_rank, 1);
-  EXPECT_EQ(info.local_size, 2);
-  EXPECT_EQ(info.cross_rank, -1);  // derived by the engine from the exchanged hostnames
   EXPECT_EQ(info.hostname, std::string("node1"));
   // A hand-made env:// launch without the local variables: all here when MASTER_ADDR is loopback.
   info = DetectLaunch({{"RANK", "1"}, {"WORLD_SIZE", "3"}, {"MASTER_ADDR", "127.0.0.1"}});
@@ -245,13 +245,7 @@ TEST(Rendezvous, RendezvousLaunchTorchrun) {
 
 TEST(Rendezvous, RendezvousLaunchSingle) {
   LaunchInfo info = DetectLaunch({});
-  EXPECT_TRUE(info.launcher == Launcher::kSingle);
-  EXPECT_EQ(info.rank, 0);
-  EXPECT_EQ(info.size, 1);
-  EXPECT_EQ(info.local_rank, 0);
-  EXPECT_EQ(info.local_size, 1);
-  EXPECT_EQ(info.cross_rank, 0);
-  EXPECT_EQ(info.cross_size, 1);
+  ExpectLaunch(info, Launcher::kSingle, {0, 1, 0, 1, 0, 1});
   EXPECT_EQ(info.hostname, Hostname());
   EXPECT_EQ(info.rendezvous_addr, std::string(""));
   // HOROVOD_SIZE alone (no rank) does not make a horovodrun job.

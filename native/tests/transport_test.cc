@@ -385,6 +385,46 @@ bool TransferOk(TcpTransport& from, TcpTransport& to, uint64_t tag, size_t bytes
   return got == data;
 }
 
+// How a receive of `bytes` from `peer` with `tag`, posted on `receiver` before `event` runs,
+// ends (waited for up to 5 s).
+Status PendingRecvStatus(TcpTransport& receiver, int peer, uint64_t tag, size_t bytes,
+                         const std::function<void()>& event) {
+  std::vector<uint8_t> got(bytes);
+  CompletionPtr r = receiver.Recv(peer, tag, got.data(), got.size());
+  event();
+  return WaitOne(r, 5);
+}
+
+// A socket bound to a free port of 127.0.0.1 that does not listen (yet), so that dials to it are
+// refused; its fd (-1 when it could not be bound) and, in *endpoint, its address.
+int BoundNotListening(Endpoint* endpoint) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+  if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    if (fd >= 0) close(fd);
+    return -1;
+  }
+  socklen_t len = sizeof(addr);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  *endpoint = Endpoint{"127.0.0.1", ntohs(addr.sin_port)};
+  return fd;
+}
+
+// How ConnectMesh over `endpoints` failed within `seconds`: its status code (kOk when the mesh
+// came up) and, in *message, what it said.
+StatusCode ConnectMeshError(TcpTransport& t, const std::vector<Endpoint>& endpoints, double seconds,
+                            std::string* message) {
+  try {
+    t.ConnectMesh(endpoints, Deadline::AfterSeconds(seconds));
+  } catch (const Error& e) {
+    *message = e.what();
+    return e.status().code();
+  }
+  return StatusCode::kOk;
+}
+
 }  // namespace
 
 // ------------------------------------------------------------------------------------------
@@ -564,14 +604,9 @@ TEST(Transport, TransportMeshOfTwoAndFourAllPairs) {
 TEST(Transport, TransportConnectRetriesUntilPeerListens) {
   // "Rank 0" is a socket that is bound but not listening yet: rank 1's dials are refused until
   // it listens, and the mesh must still come up.
-  int fd0 = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
-  ASSERT_TRUE(bind(fd0, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
-  socklen_t len = sizeof(addr);
-  getsockname(fd0, reinterpret_cast<sockaddr*>(&addr), &len);
-  Endpoint e0{"127.0.0.1", ntohs(addr.sin_port)};
+  Endpoint e0;
+  int fd0 = BoundNotListening(&e0);
+  ASSERT_TRUE(fd0 >= 0);
 
   TransportOptions o = Options(1, 2, 1);
   TcpTransport t1(o);
@@ -605,24 +640,13 @@ TEST(Transport, TransportGivesUpOnAnEndpointThatKeepsRefusing) {
   // Rank 0's endpoint is bound but nobody listens there (a dead process's endpoint, as a
   // launcher's store keeps it across restarts): the mesh fails after a few seconds of refusals,
   // naming the rank and the address, not at the deadline.
-  int fd0 = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
-  ASSERT_TRUE(bind(fd0, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
-  socklen_t len = sizeof(addr);
-  getsockname(fd0, reinterpret_cast<sockaddr*>(&addr), &len);
-  const Endpoint e0{"127.0.0.1", ntohs(addr.sin_port)};
+  Endpoint e0;
+  int fd0 = BoundNotListening(&e0);
+  ASSERT_TRUE(fd0 >= 0);
   TcpTransport t1(Options(1, 2, 1));
   auto start = Clock::now();
   std::string message;
-  StatusCode code = StatusCode::kOk;
-  try {
-    t1.ConnectMesh({e0, t1.listen_endpoint()}, Deadline::AfterSeconds(30));
-  } catch (const Error& e) {
-    message = e.what();
-    code = e.status().code();
-  }
+  StatusCode code = ConnectMeshError(t1, {e0, t1.listen_endpoint()}, 30, &message);
   double took = SecondsSince(start);
   EXPECT_TRUE(code == StatusCode::kPeerLost) << message;
   EXPECT_TRUE(took >= 2.9 && took < 10) << took;
@@ -636,25 +660,13 @@ TEST(Transport, TransportConnectTimeoutNamesMissingRanks) {
   // Rank 0 listens but never runs ConnectMesh (no hello-ack); rank 1's port refuses; rank 3
   // never dials rank 2.
   TcpTransport t0(Options(0, 4));
-  int refusing = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
-  bind(refusing, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  getsockname(refusing, reinterpret_cast<sockaddr*>(&addr), &len);
+  Endpoint refused;
+  int refusing = BoundNotListening(&refused);
   TcpTransport t2(Options(2, 4));
-  std::vector<Endpoint> endpoints = {t0.listen_endpoint(), {"127.0.0.1", ntohs(addr.sin_port)},
-                                     t2.listen_endpoint(), {"127.0.0.1", 9}};
+  std::vector<Endpoint> endpoints = {t0.listen_endpoint(), refused, t2.listen_endpoint(), {"127.0.0.1", 9}};
   auto start = Clock::now();
   std::string message;
-  StatusCode code = StatusCode::kOk;
-  try {
-    t2.ConnectMesh(endpoints, Deadline::AfterSeconds(0.3));
-  } catch (const Error& e) {
-    message = e.what();
-    code = e.status().code();
-  }
+  StatusCode code = ConnectMeshError(t2, endpoints, 0.3, &message);
   double took = SecondsSince(start);
   EXPECT_TRUE(code == StatusCode::kTimeout);
   EXPECT_TRUE(took >= 0.29 && took < 3);
@@ -1243,12 +1255,11 @@ TEST(Transport, TransportStrangersDuringTransferAreHarmless) {
 TEST(Transport, TransportAbortFailsPendingAndFutureButControlFlows) {
   auto mesh = MakeMesh(2);
   ASSERT_TRUE(mesh != nullptr);
-  std::vector<uint8_t> got(100);
-  CompletionPtr r = (*mesh)[0].Recv(1, 1, got.data(), got.size());
-  (*mesh)[0].Abort(Status::Aborted("rank 3 failed: out of memory"));
-  Status rs = WaitOne(r, 5);
+  Status rs = PendingRecvStatus((*mesh)[0], 1, 1, 100,
+                                 [&] { (*mesh)[0].Abort(Status::Aborted("rank 3 failed: out of memory")); });
   EXPECT_TRUE(rs.code() == StatusCode::kAborted);
   EXPECT_EQ(rs.message(), std::string("rank 3 failed: out of memory"));
+  std::vector<uint8_t> got(100);
   std::vector<uint8_t> data(100);
   EXPECT_EQ((*mesh)[0].Send(1, 2, data.data(), 100)->status().message(),
             std::string("rank 3 failed: out of memory"));
@@ -1446,10 +1457,7 @@ TEST(Transport, TransportAbortMessageFromPeerFailsPendingTransfersAtOnce) {
   // receives must fail with its reason right away, not at their deadline.
   auto mesh = MakeMesh(2, [](TransportOptions* o) { o->abort_control_type = 77; });
   ASSERT_TRUE(mesh != nullptr);
-  std::vector<uint8_t> got(100);
-  CompletionPtr r = (*mesh)[1].Recv(0, 5, got.data(), got.size());
-  (*mesh)[0].SendControl(1, 77, "reduction kernel failed");
-  Status rs = WaitOne(r, 5);
+  Status rs = PendingRecvStatus((*mesh)[1], 0, 5, 100, [&] { (*mesh)[0].SendControl(1, 77, "reduction kernel failed"); });
   EXPECT_TRUE(rs.code() == StatusCode::kAborted);
   EXPECT_EQ(rs.message(), std::string("rank 0 aborted the job: reduction kernel failed"));
   ControlMessage m;
@@ -1461,10 +1469,7 @@ TEST(Transport, TransportAbortMessageFromPeerFailsPendingTransfersAtOnce) {
 TEST(Transport, TransportResetConnectionsLooksLikeACrashToPeers) {
   auto mesh = MakeMesh(2);
   ASSERT_TRUE(mesh != nullptr);
-  std::vector<uint8_t> got(10);
-  CompletionPtr r = (*mesh)[1].Recv(0, 1, got.data(), got.size());
-  (*mesh)[0].ResetConnections();
-  Status rs = WaitOne(r, 5);
+  Status rs = PendingRecvStatus((*mesh)[1], 0, 1, 10, [&] { (*mesh)[0].ResetConnections(); });
   EXPECT_TRUE(rs.code() == StatusCode::kPeerLost);  // not an orderly shutdown
   EXPECT_TRUE(rs.message().find("rank 0") != std::string::npos);
   mesh->Close();
