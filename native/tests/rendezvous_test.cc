@@ -18,9 +18,11 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <ostream>
 #include <mutex>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "common/deadline.h"
@@ -103,16 +105,21 @@ void ExpectRejected(const std::map<std::string, std::string>& env, const std::st
 // Where a launch put this process: its rank and the job's size, on its host and among the hosts.
 struct Layout {
   int rank, size, local_rank, local_size, cross_rank, cross_size;
+
+  bool operator==(const Layout& o) const {
+    return std::tie(rank, size, local_rank, local_size, cross_rank, cross_size) ==
+           std::tie(o.rank, o.size, o.local_rank, o.local_size, o.cross_rank, o.cross_size);
+  }
 };
+
+std::ostream& operator<<(std::ostream& os, const Layout& l) {
+  return os << "rank " << l.rank << " of " << l.size << ", local " << l.local_rank << " of " << l.local_size
+            << ", cross " << l.cross_rank << " of " << l.cross_size;
+}
 
 void ExpectLaunch(const LaunchInfo& info, Launcher launcher, const Layout& want) {
   EXPECT_TRUE(info.launcher == launcher);
-  EXPECT_EQ(info.rank, want.rank);
-  EXPECT_EQ(info.size, want.size);
-  EXPECT_EQ(info.local_rank, want.local_rank);
-  EXPECT_EQ(info.local_size, want.local_size);
-  EXPECT_EQ(info.cross_rank, want.cross_rank);
-  EXPECT_EQ(info.cross_size, want.cross_size);
+  EXPECT_EQ((Layout{info.rank, info.size, info.local_rank, info.local_size, info.cross_rank, info.cross_size}), want);
 }
 
 }  // namespace
