@@ -6,21 +6,27 @@ import os
 import socket
 import subprocess
 
+from benchmarks.common.machine import load_average
 from benchmarks.common.paths import ROOT
 
 
-def parser(doc):
-    """The command line's parser, with the earlier checkout as its first argument."""
+def parser(doc, launches):
+    """The command line's parser: the earlier checkout, then --launches (per build and case)."""
     p = argparse.ArgumentParser(description=doc.splitlines()[0])
     p.add_argument("before", help="checkout of the earlier commit, with its .venv set up")
+    p.add_argument("--launches", type=int, default=launches)
     return p
 
 
-def runs_per_case(before, cases, launches, launch):
-    """Yields (case, alternating(...) of launch(checkout, case)) for each case, in order."""
-    checkouts = builds(before)
+def measure(args, cases, launch):
+    """([(case, alternating(...) of launch(checkout, case))] for each case in order, and the load
+    average at the start and after each case)."""
+    checkouts = builds(args.before)
+    results, loads = [], [load_average()]
     for case in cases:
-        yield case, alternating(checkouts, launches, lambda checkout: launch(checkout, case))
+        results.append((case, alternating(checkouts, args.launches, lambda checkout: launch(checkout, case))))
+        loads.append(load_average())
+    return results, loads
 
 
 def builds(before):

@@ -11,7 +11,6 @@ import re
 import statistics
 
 from benchmarks.common import before_after
-from benchmarks.common.machine import load_average
 
 LINE = re.compile(r"^(\S+) np=(\d+) (.+?)\s+median\s+(\d+) ms")
 
@@ -23,21 +22,18 @@ def launch(checkout, model, np_):
 
 
 def main():
-    p = before_after.parser(__doc__)
+    p = before_after.parser(__doc__, launches=2)
     p.add_argument("--models", nargs="+", default=["resnet50", "bert-base"])
     p.add_argument("--np", type=int, default=4)
-    p.add_argument("--launches", type=int, default=2)
     args = p.parse_args()
-    loads = [load_average()]
+    results, loads = before_after.measure(args, args.models, lambda checkout, model: launch(checkout, model, args.np))
     rows = []
-    for model, runs in before_after.runs_per_case(args.before, args.models, args.launches,
-                                                  lambda checkout, model: launch(checkout, model, args.np)):
+    for model, runs in results:
         for setup in runs["after"][0]:
             med = {name: statistics.median(r[setup] for r in rs if setup in r) for name, rs in runs.items()}
             per = {name: ", ".join(str(r.get(setup, "-")) for r in rs) for name, rs in runs.items()}
             rows.append(f"| {model} | {args.np} | {setup} | {med['before']:.0f} ms ({per['before']}) | "
                         f"{med['after']:.0f} ms ({per['after']}) | {med['before'] / med['after']:.2f}x |")
-        loads.append(load_average())
     print(f"Load average during the run: {loads}.\n")
     print("| model | np | setup | before: median step (per launch) | after | before / after |")
     print("| --- | --- | --- | --- | --- | --- |")

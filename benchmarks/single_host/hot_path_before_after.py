@@ -11,7 +11,6 @@ import re
 import statistics
 
 from benchmarks.common import before_after
-from benchmarks.common.machine import load_average
 from benchmarks.common.paths import ROOT
 
 LINE = re.compile(r"^(\S+) np=(\d+) median ([\d.]+) us")
@@ -25,21 +24,15 @@ def launch(checkout, np_, size):
 
 
 def main():
-    p = before_after.parser(__doc__)
+    p = before_after.parser(__doc__, launches=3)
     p.add_argument("--np", type=int, nargs="+", default=[1, 2])
-    p.add_argument("--launches", type=int, default=3)
     p.add_argument("--bytes", type=int, default=4096)
     args = p.parse_args()
-    loads = [load_average()]
-    rows = []
-    for np_, runs in before_after.runs_per_case(args.before, args.np, args.launches,
-                                                lambda checkout, np_: launch(checkout, np_, args.bytes)):
-        for front in runs["after"][0]:
-            before = statistics.median(r[front] for r in runs["before"])
-            after = statistics.median(r[front] for r in runs["after"])
-            rows.append((front, np_, before, after))
-    loads.append(load_average())
-    print(f"{args.bytes} bytes, {args.launches} launches per build, alternating; load average {loads[0]} -> {loads[1]}\n")
+    results, loads = before_after.measure(args, args.np, lambda checkout, np_: launch(checkout, np_, args.bytes))
+    # (call, np, median before, median after) per front the worker timed.
+    rows = [(front, np_, statistics.median(r[front] for r in runs["before"]),
+             statistics.median(r[front] for r in runs["after"])) for np_, runs in results for front in runs["after"][0]]
+    print(f"{args.bytes} bytes, {args.launches} launches per build, alternating; load average {loads[0]} -> {loads[-1]}\n")
     print("| call | np | before (us) | after (us) | after / before |\n| --- | --- | --- | --- | --- |")
     for front, np_, before, after in rows:
         print(f"| `{front}` | {np_} | {before:.2f} | {after:.2f} | {after / before:.2f} |")
