@@ -385,6 +385,21 @@ bool TransferOk(TcpTransport& from, TcpTransport& to, uint64_t tag, size_t bytes
   return got == data;
 }
 
+// A transfer a rank makes to itself: its tag, size and pattern seed, and whether the receive is
+// posted before the send.
+struct SelfTransfer {
+  uint64_t tag;
+  size_t bytes;
+  uint32_t seed;
+  bool recv_first;
+};
+
+void ExpectSelfTransfersOk(TcpTransport& t, const std::vector<SelfTransfer>& transfers) {
+  for (const SelfTransfer& x : transfers) {
+    EXPECT_TRUE(TransferOk(t, t, x.tag, x.bytes, x.seed, x.recv_first)) << "tag " << x.tag << ", " << x.bytes << " bytes";
+  }
+}
+
 // How a receive of `bytes` from `peer` with `tag`, posted on `receiver` before `event` runs,
 // ends (waited for up to 5 s).
 Status PendingRecvStatus(TcpTransport& receiver, int peer, uint64_t tag, size_t bytes,
@@ -572,8 +587,7 @@ TEST(Transport, TransportMeshOfOne) {
   auto mesh = MakeMesh(1);
   ASSERT_TRUE(mesh != nullptr);
   TcpTransport& t = (*mesh)[0];
-  EXPECT_TRUE(TransferOk(t, t, 1, 1000, 1, true));
-  EXPECT_TRUE(TransferOk(t, t, 2, 3 << 20, 2, false));
+  ExpectSelfTransfersOk(t, {{1, 1000, 1, true}, {2, 3 << 20, 2, false}});
   t.SendControl(0, 42, "to myself");
   ControlMessage m;
   ASSERT_TRUE(PopWithin(t, *mesh->events[0], &m, 5));
@@ -972,9 +986,7 @@ TEST(Transport, TransportSelfSendBothOrdersAndMismatch) {
   auto mesh = MakeMesh(2);
   ASSERT_TRUE(mesh != nullptr);
   TcpTransport& t = (*mesh)[1];
-  EXPECT_TRUE(TransferOk(t, t, 1, 0, 1, true));
-  EXPECT_TRUE(TransferOk(t, t, 2, 5 << 20, 2, true));
-  EXPECT_TRUE(TransferOk(t, t, 3, 12345, 3, false));
+  ExpectSelfTransfersOk(t, {{1, 0, 1, true}, {2, 5 << 20, 2, true}, {3, 12345, 3, false}});
   std::vector<uint8_t> data(10), got(11);
   CompletionPtr r = t.Recv(1, 4, got.data(), got.size());
   CompletionPtr s = t.Send(1, 4, data.data(), data.size());
