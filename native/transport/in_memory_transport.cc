@@ -49,6 +49,9 @@ struct InMemoryFabric::State {
     Status closed;  // what the rank itself sees once killed
     Status abort;
     Status first_failure;
+
+    // What this rank's new transfers finish with at once: its closing, else its abort (OK: neither).
+    const Status& Stopped() const { return !closed.ok() ? closed : abort; }
   };
 
   InMemoryFabricOptions options;
@@ -161,8 +164,7 @@ CompletionPtr InMemoryTransport::Send(int peer, uint64_t tag, const void* data, 
   {
     std::lock_guard<std::mutex> lock(s.mu);
     State::Rank& self = s.ranks[rank_];
-    if (!self.closed.ok()) return Finished(self.closed);
-    if (!self.abort.ok()) return Finished(self.abort);
+    if (!self.Stopped().ok()) return Finished(self.Stopped());
     State::Rank& dst = s.ranks[peer];
     if (!dst.lost.ok()) return Finished(dst.lost);
     const State::Key key{rank_, tag};
@@ -208,8 +210,7 @@ CompletionPtr InMemoryTransport::Recv(int peer, uint64_t tag, void* data, size_t
   {
     std::lock_guard<std::mutex> lock(s.mu);
     State::Rank& self = s.ranks[rank_];
-    if (!self.closed.ok()) return Finished(self.closed);
-    if (!self.abort.ok()) return Finished(self.abort);
+    if (!self.Stopped().ok()) return Finished(self.Stopped());
     const State::Key key{peer, tag};
     if (self.posted.count(key) || s.copying.count({peer, rank_, tag})) {
       return Finished(Status::InvalidArgument(RankText(rank_) + ": a receive of tag " + std::to_string(tag) +
