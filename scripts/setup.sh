@@ -64,7 +64,7 @@ if ! stamp_ok requirements "$req_hash"; then
   grep -hE '^(torch|tensorflow-cpu|numpy)==' requirements/base.txt > "$constraints"
   pip_quiet install -q -c "$constraints" -r requirements/cluster_engines.txt
   rm -f "$constraints"
-  "$PY" -c "import torch, numpy, pybind11, pytest, mpi4py, matplotlib, tf_keras, mock, parameterized, pytorch_lightning, pyspark, ray.train" \
+  "$PY" -c "import torch, numpy, pybind11, pytest, xdist, mpi4py, matplotlib, tf_keras, mock, parameterized, pytorch_lightning, pyspark, ray.train" \
     || { echo "[setup] requirements failed" >&2; exit 1; }
   echo "$req_hash" > "$STAMPS/requirements"
 fi

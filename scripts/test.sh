@@ -5,7 +5,10 @@
 #                                   them; `-m <tier>` or the tier's folder runs one)
 #   bash scripts/test.sh --fast     the fast tier: native unit tests and one multi-process smoke per
 #                                   framework and launch path (tests/README.md lists it)
-# Other arguments go to pytest.
+# Other arguments go to pytest. The files run in two pytest-xdist workers, one file at a time each
+# (their multi-process jobs leave a core idle while they wait on each other, on a peer's deadline or
+# on a launcher); files marked `exclusive` run alone (tests/README.md). HERRING_TEST_WORKERS=1: one
+# process runs everything in turn.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bash "$ROOT/scripts/setup.sh"
@@ -25,4 +28,8 @@ for a in "$@"; do
   esac
 done
 [ ${#paths[@]} -gt 0 ] || paths=(tests)
+workers="${HERRING_TEST_WORKERS:-2}"
+if [ "$workers" -gt 1 ]; then
+  args=(-n "$workers" --dist loadfile --no-loadscope-reorder "${args[@]}")
+fi
 exec "$ROOT/.venv/bin/pytest" "${paths[@]}" "${args[@]}"

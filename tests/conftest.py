@@ -13,6 +13,8 @@ sys.path.insert(0, os.path.dirname(TESTS))
 sys.path[1:1] = [os.path.join(TESTS, "harness")] + sorted(
     {os.path.dirname(p) for p in glob.glob(os.path.join(TESTS, "*", "**", "test_*.py"), recursive=True)})
 
+import machine_share  # noqa: E402 - from the harness, on the path just above
+
 # Tiers follow folders. The default run (what CI runs) is everything but the separate tiers below.
 # The fast tier (`bash scripts/test.sh --fast`, a few minutes) is the native unit tests and layers,
 # the switch and one multi-process smoke per framework and launch path: files of several areas, so
@@ -35,6 +37,18 @@ SEPARATE_TIERS = {
 }
 
 
+# The files that take longest go first: scripts/test.sh runs the files in two workers (pytest-xdist,
+# one file at a time each, in this order), and a long file left to the end would keep one worker busy
+# alone. Seconds per file are printed at the end of every run (below); these were the longest of the
+# fresh-clone run of 2026-12-07. The `exclusive` files go before them all: each runs alone, so
+# they take their turns while the other worker has nothing long under way.
+LONGEST_FIRST = ["elastic/test_elastic_workers.py", "horovod_api/test_horovod_suites.py",
+                 "torch_distributed/test_torch_distributed.py", "cluster/test_eflops.py",
+                 "reliability/test_control_plane.py", "horovod_api/test_collectives.py",
+                 "ops/test_peer_tensor_reads.py", "torch_distributed/test_torch_backend_suite.py",
+                 "torch_distributed/test_torch_distributed_launchers.py", "packaging/test_wheel.py"]
+
+
 def pytest_addoption(parser):
     parser.addoption("--all-tiers", action="store_true",
                      help="run the separate tiers too (" + ", ".join(SEPARATE_TIERS) + ")")
@@ -45,6 +59,8 @@ def pytest_configure(config):
     for tier, (folder, what) in SEPARATE_TIERS.items():
         where = f" (tests/{folder})" if folder else ""
         config.addinivalue_line("markers", f"{tier}: separate tier, {what}{where}")
+    config.addinivalue_line("markers", "exclusive: the file runs alone when the suite runs in several workers "
+                                       "(it compares machine-wide state before and after: tests/harness/machine_share.py)")
 
 
 def _inside(path, folder):
@@ -84,7 +100,46 @@ def pytest_collection_modifyitems(config, items):
             kept.append(item)
     if left_out:
         config.hook.pytest_deselected(items=left_out)
-        items[:] = kept
+    items[:] = sorted(kept, key=_run_order(kept))
+
+
+def _run_order(items):
+    """A sort key that keeps each file's tests together and in their order: the exclusive files
+    first, then LONGEST_FIRST, then the others as collected."""
+    first_seen = {}
+    for i, item in enumerate(items):
+        first_seen.setdefault(item.path, i)
+    longest = {os.path.join(TESTS, p): i for i, p in enumerate(LONGEST_FIRST)}
+
+    def key(item):
+        exclusive = item.get_closest_marker("exclusive") is not None
+        return (not exclusive, longest.get(str(item.path), len(longest)), first_seen[item.path])
+    return key
+
+
+# Under xdist, each file holds its share of the machine from its first test to its last (module
+# fixtures included): shared, or alone for an exclusive one.
+_share = None
+_file_holding_the_share = None
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    global _share, _file_holding_the_share
+    if _share is None:
+        _share = machine_share.for_this_worker() or False
+    if _share and _file_holding_the_share != item.path:
+        _share.enter(exclusive=item.get_closest_marker("exclusive") is not None)
+        _file_holding_the_share = item.path
+    yield
+    if _share and (nextitem is None or nextitem.path != item.path):
+        _share.leave()
+        _file_holding_the_share = None
+
+
+def pytest_sessionfinish(session):
+    if _share:
+        _share.remove()
 
 
 # Seconds per test file (set-up, call and tear-down): the budget is spent by file, so every run

@@ -25,6 +25,9 @@ from simulated_cluster import needs_cluster
 from tools.simcluster import cluster, cluster_spec, link_bound, processes
 
 SimulatedCluster = cluster.SimulatedCluster
+# Exclusive: it compares the machine's namespaces, links, mounts and sshd processes before and after
+# (machine_state), which a neighbouring file's simulated cluster would change meanwhile.
+pytestmark = pytest.mark.exclusive
 
 WORKER = os.path.join(launch.ROOT, "tests", "horovod_api", "workers", "collectives_worker.py")
 CHECK_NAMES = checks.names_in(WORKER)

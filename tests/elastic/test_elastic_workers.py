@@ -249,23 +249,6 @@ def test_blacklisted_host_readmitted_after_cooldown(framework):
     o.check_weights()
 
 
-@pytest.mark.parametrize("framework", ["torch"])
-def test_fifty_resets_leak_nothing(framework):
-    o = outcome(framework, "many_resets")
-    assert o.run.returncode == 0, o.output[-5000:]
-    o.check_weights()
-    for rank in (0, 1):
-        rounds = [e for e in o.events if e["event"] == "round" and e["rank"] == rank]
-        assert len(rounds) == 51, len(rounds)
-        # From the second round on (the first init loads libraries and opens their files),
-        # every round starts with the same descriptors and threads: the old round's sockets,
-        # shared memory and threads were released.
-        assert {(e["fds"], e["threads"]) for e in rounds[1:]} == {(rounds[1]["fds"], rounds[1]["threads"])}, \
-            [(e["fds"], e["threads"]) for e in rounds]
-        assert all(set(e["shm"]) <= o.shm_before for e in rounds), \
-            [sorted(set(e["shm"]) - o.shm_before) for e in rounds]
-
-
 def test_tf_function_traced_at_one_worker_keeps_training_as_the_job_grows_and_shrinks():
     """Horovod's test_elastic_tensorflow2 test_hosts_added_and_removed (slots=1): the first worker
     traces its tf.function step while alone. Traced with the size fixed at 1 it would never submit

@@ -11,6 +11,9 @@ import pytest
 import launch
 
 WORKERS = os.path.join("tests", "reliability", "workers")
+# Exclusive: every fault's check compares /dev/shm before and after the job, where a neighbouring
+# file's jobs would add their segments meanwhile.
+pytestmark = pytest.mark.exclusive
 
 
 def herring_segments():
