@@ -93,6 +93,7 @@ void Engine::StartAutotune() {
   o.bayes_max_samples = config_.autotune_bayes_max_samples;
   o.gaussian_process_noise = config_.autotune_gp_noise;
   o.log_path = config_.autotune_log;
+  o.cache_enabled = config_.cache_capacity > 0;
   autotuner_ = std::make_unique<Autotuner>(std::move(o));
 }
 

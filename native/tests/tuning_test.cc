@@ -126,13 +126,17 @@ TEST(Tuning, AutotunerLeavesABadStartAndSettlesOnTheBestItMeasured) {
   std::string line, last;
   int rows = 0;
   std::getline(in, line);
-  EXPECT_EQ(line, "cycle_time_ms,tensor_fusion_threshold,small_message_bytes,allreduce,tcp_streams,score,note");
+  // Horovod's columns first, in its order (parameter_manager.cc), then ours.
+  EXPECT_EQ(line,
+            "hierarchical_allreduce,hierarchical_allgather,torus_allreduce,cache_enabled,cycle_time_ms,"
+            "tensor_fusion_threshold,score,tensor_fusion_threshold_bytes,small_message_bytes,allreduce,tcp_streams,note");
   while (std::getline(in, line)) {
     ++rows;
     last = line;
   }
   EXPECT_EQ(rows, tuner.scored() + 1);
   EXPECT_NE(last.find(",262144,herring,4,"), std::string::npos) << last;
+  EXPECT_EQ(last.rfind("0,0,0,1,", 0), 0u) << last;  // no hierarchical/torus allreduce here; the cache on
   EXPECT_NE(last.find(",best"), std::string::npos) << last;
   std::remove(log.c_str());
 }
@@ -213,7 +217,11 @@ TEST(Tuning, WithFusionAndCycleTimeFixedEverySmallMessageValueIsScored) {
   std::string line, sizes;
   std::getline(in, line);
   while (std::getline(in, line)) {
-    if (line.find(",best") == std::string::npos) sizes += line.substr(line.find(',', line.find(',') + 1) + 1, 5) + " ";
+    if (line.find(",best") != std::string::npos) continue;
+    // small_message_bytes: the 9th column (after Horovod's 7 and the threshold in bytes).
+    size_t at = 0;
+    for (int comma = 0; comma < 8; ++comma) at = line.find(',', at) + 1;
+    sizes += line.substr(at, 5) + " ";
   }
   EXPECT_NE(sizes.find("65536"), std::string::npos) << sizes;
   EXPECT_NE(sizes.find("16384"), std::string::npos) << sizes;

@@ -41,7 +41,9 @@ Autotuner::Autotuner(AutotuneOptions options)
   if (!options_.log_path.empty()) {
     log_.open(options_.log_path, std::ios::out | std::ios::trunc);
     if (log_) {
-      log_ << "cycle_time_ms,tensor_fusion_threshold,small_message_bytes,allreduce,tcp_streams,score,note\n";
+      // Horovod's header, column for column (tools read the file by these names), then ours.
+      log_ << "hierarchical_allreduce,hierarchical_allgather,torus_allreduce,cache_enabled,cycle_time_ms,"
+              "tensor_fusion_threshold,score,tensor_fusion_threshold_bytes,small_message_bytes,allreduce,tcp_streams,note\n";
       log_.flush();
     } else {
       HLOG(Warning) << "HOROVOD_AUTOTUNE_LOG: cannot write " << options_.log_path;
@@ -222,9 +224,14 @@ void Autotuner::Log(const TunedSettings& s, double score, const char* note) {
   if (!log_) return;
   const size_t algo = static_cast<size_t>(s.allreduce);
   const std::string algo_name = algo < options_.allreduce_names.size() ? options_.allreduce_names[algo] : std::to_string(algo);
-  log_ << std::setprecision(6) << s.cycle_time_ms << "," << static_cast<int64_t>(s.fusion_threshold_bytes) << ","
-       << static_cast<int64_t>(s.small_message_bytes) << "," << algo_name << "," << static_cast<int>(s.tcp_streams) << ","
-       << score << "," << note << "\n";
+  // Horovod's columns in Horovod's units: its hierarchical and torus allreduce and hierarchical
+  // allgather do not exist here (0, as Horovod writes them when off), the threshold in MiB
+  // (Horovod's fusion_buffer_threshold_mb), the score in bytes per microsecond; numbers in the
+  // stream's default form, as Horovod's (6 significant digits).
+  log_ << std::setprecision(6) << 0 << "," << 0 << "," << 0 << "," << (options_.cache_enabled ? 1 : 0) << ","
+       << s.cycle_time_ms << "," << s.fusion_threshold_bytes / kMiB << "," << score << ","
+       << static_cast<int64_t>(s.fusion_threshold_bytes) << "," << static_cast<int64_t>(s.small_message_bytes) << "," << algo_name << "," << static_cast<int>(s.tcp_streams) << ","
+       << note << "\n";
   log_.flush();  // readable while the job runs, as the timeline is
 }
 

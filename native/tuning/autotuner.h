@@ -47,7 +47,13 @@ struct AutotuneOptions {
   int steps_per_sample = 10;    // HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE
   int bayes_max_samples = 20;   // HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES
   double gaussian_process_noise = 0.8;  // HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE
-  std::string log_path;         // HOROVOD_AUTOTUNE_LOG: one CSV row per scored setting
+  // HOROVOD_AUTOTUNE_LOG: one CSV row per scored setting, in Horovod's columns and units first
+  // (horovod/common/parameter_manager.cc: hierarchical_allreduce, hierarchical_allgather,
+  // torus_allreduce, cache_enabled as 0/1, cycle_time_ms in ms, tensor_fusion_threshold in MiB,
+  // score in bytes per microsecond), then herring's own (tensor_fusion_threshold_bytes: the
+  // threshold exact, small_message_bytes, allreduce, tcp_streams, note).
+  std::string log_path;
+  bool cache_enabled = true;    // the response cache is on (HOROVOD_CACHE_CAPACITY > 0): Horovod's column
   // Names the settings' allreduce values in the log.
   std::vector<std::string> allreduce_names;
 };

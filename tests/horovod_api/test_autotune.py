@@ -13,7 +13,30 @@ import launch
 
 WORKER = os.path.join("benchmarks", "workers", "autotune_steps.py")
 NP = 2
-SETTING_COLUMNS = ("cycle_time_ms", "tensor_fusion_threshold", "small_message_bytes", "allreduce", "tcp_streams")
+SETTING_COLUMNS = ("cycle_time_ms", "tensor_fusion_threshold", "tensor_fusion_threshold_bytes", "small_message_bytes",
+                   "allreduce", "tcp_streams")
+# Horovod's HOROVOD_AUTOTUNE_LOG header (horovod/common/parameter_manager.cc), in its order: tools
+# that read Horovod's file read ours by these names; herring's own columns come after them.
+HOROVOD_COLUMNS = ("hierarchical_allreduce", "hierarchical_allgather", "torus_allreduce", "cache_enabled",
+                   "cycle_time_ms", "tensor_fusion_threshold", "score")
+
+
+def read_log(path):
+    """The log's rows as a tool written for Horovod's reads them: by Horovod's column names, every
+    one a number in Horovod's units (0/1 flags, ms, MiB, bytes per microsecond)."""
+    with open(path) as f:
+        reader = csv.DictReader(f)
+        assert tuple(reader.fieldnames[:len(HOROVOD_COLUMNS)]) == HOROVOD_COLUMNS, reader.fieldnames
+        rows = list(reader)
+    for r in rows:
+        horovod = {k: float(r[k]) for k in HOROVOD_COLUMNS}
+        assert horovod["hierarchical_allreduce"] == horovod["hierarchical_allgather"] == horovod["torus_allreduce"] == 0, r
+        assert horovod["cache_enabled"] == 1, r  # HOROVOD_CACHE_CAPACITY's default: on
+        # Horovod's threshold is in MiB (6 significant digits); ours in bytes beside it.
+        assert abs(horovod["tensor_fusion_threshold"] * 2**20 - int(r["tensor_fusion_threshold_bytes"])) \
+            <= 1e-5 * int(r["tensor_fusion_threshold_bytes"]) + 1, r
+        assert horovod["score"] >= 0, r
+    return rows
 
 
 def test_autotune_from_no_fusion_scores_fusion_and_every_rank_switches_in_the_same_cycle():
@@ -37,16 +60,15 @@ def test_autotune_from_no_fusion_scores_fusion_and_every_rank_switches_in_the_sa
         assert seen[r]["settings"] == settings, f"rank {r}: {seen[r]['settings']} != rank 0: {settings}"
     assert settings["autotune_version"] >= 8, settings  # the joint search alone proposed 8 settings
 
-    with open(log) as f:
-        rows = list(csv.DictReader(f))
-    assert rows[0]["tensor_fusion_threshold"] == "0" and rows[0]["cycle_time_ms"] == "1", rows[0]
+    rows = read_log(log)
+    assert float(rows[0]["tensor_fusion_threshold"]) == 0 and float(rows[0]["cycle_time_ms"]) == 1, rows[0]
     scored, best = rows[:-1], rows[-1]
     assert best["note"] == "best" and {r["note"] for r in scored} <= {"", "confirm"}, rows
     searched = [r for r in scored if r["note"] == ""]
     assert len(searched) >= 8, rows
     # The start fused nothing (each of the step's 1000 float32s reduced on its own); the search
     # scored thresholds that fuse the whole step.
-    assert any(int(r["tensor_fusion_threshold"]) >= 4000 for r in searched), rows
+    assert any(float(r["tensor_fusion_threshold"]) * 2**20 >= 4000 for r in searched), rows
     # Where the search found better than its start, it confirmed that in turns (start, best, start,
     # best) and kept whichever scored more in sum: the decision follows its measurements.
     confirms = [r for r in scored if r["note"] == "confirm"]
@@ -58,7 +80,7 @@ def test_autotune_from_no_fusion_scores_fusion_and_every_rank_switches_in_the_sa
         assert [best[k] for k in SETTING_COLUMNS] == [kept[k] for k in SETTING_COLUMNS], (kept, best, rows)
     else:   # nothing scored above the start: it stays
         assert [best[k] for k in SETTING_COLUMNS] == [rows[0][k] for k in SETTING_COLUMNS], rows
-    assert int(best["tensor_fusion_threshold"]) == settings["tuned_fusion_threshold_bytes"], (best, settings)
+    assert int(best["tensor_fusion_threshold_bytes"]) == settings["tuned_fusion_threshold_bytes"], (best, settings)
     assert int(best["small_message_bytes"]) == settings["tuned_small_message_bytes"], (best, settings)
     assert round(float(best["cycle_time_ms"]) * 1000) == settings["tuned_cycle_time_us"], (best, settings)
 
@@ -86,8 +108,7 @@ def run_across_hosts(timeout=300, **env):
         with open(os.path.join(results, f"{r}.json")) as f:
             settings.append(json.load(f)["settings"])
     assert all(s == settings[0] for s in settings), settings
-    with open(log) as f:
-        rows = list(csv.DictReader(f))
+    rows = read_log(log)
     assert {r["allreduce"] for r in rows[:-1]} == {"herring", "ring", "hd"}, rows
     assert rows[-1]["note"] == "best", rows
     assert ["herring", "ring", "hd", "hd-topo"][settings[0]["tuned_allreduce"]] == rows[-1]["allreduce"], (rows, settings)
