@@ -272,7 +272,7 @@ void Engine::TakeNewRequests(std::vector<RequestMeta>* uncached, std::vector<uin
       const std::string lane = Timeline::TensorLane(OpTypeName(m.type), m.name);
       p.taken_us = Timeline::NowMicros();
       timeline_->Span(lane, "QUEUE", p.request.enqueued_us, p.taken_us);
-      timeline_->Begin(lane, "NEGOTIATE_" + Timeline::UpperName(OpTypeName(m.type)));
+      timeline_->NegotiateStart(OpTypeName(m.type), m.name);
     }
     if (spare_pending_.empty()) {
       pending_.insert_or_assign(std::move(key), std::move(p));
@@ -524,7 +524,10 @@ void Engine::CoordinatorRound(const std::vector<RequestMeta>& uncached, const st
     return;
   }
   std::set<uint32_t> evicted(stale.begin(), stale.end());
-  for (const auto& q : uncached) coordinator_->Submit(q);
+  for (const auto& q : uncached) {
+    coordinator_->Submit(q);
+    if (timeline_) timeline_->NegotiateRankReady(OpTypeName(q.type), q.name, q.rank);
+  }
   for (int r : membership_.world()) {
     if (r == 0) continue;
     uint64_t c;
@@ -534,6 +537,7 @@ void Engine::CoordinatorRound(const std::vector<RequestMeta>& uncached, const st
     for (auto& q : theirs) {
       q.rank = r;  // trust the connection, not the payload
       coordinator_->Submit(q);
+      if (timeline_) timeline_->NegotiateRankReady(OpTypeName(q.type), q.name, q.rank);
     }
     evicted.insert(their_stale.begin(), their_stale.end());
   }
@@ -738,8 +742,7 @@ void Engine::RunCycleSteps() {
     timeline_->Span("negotiation", coordinated ? "CYCLE (coordinator round)" : "CYCLE (bit vector only)",
                     cycle_start_us, now, "cycle " + std::to_string(cycle_));
     for (const auto& r : ready) {
-      auto it = pending_.find({r.process_set, r.name});
-      if (it != pending_.end()) timeline_->End(Timeline::TensorLane(OpTypeName(r.type), r.name));
+      timeline_->NegotiateEnd(OpTypeName(r.type), r.name);  // the span open on this rank's lane, if any
     }
   }
   BeginDepartures(ready);

@@ -154,7 +154,10 @@ void Engine::CoordinatorRoundAcrossHosts(const std::vector<RequestMeta>& uncache
     // The coordinator sees each rank's requests as the star delivers them: rank by rank.
     std::stable_sort(gathered.begin(), gathered.end(),
                      [](const RequestMeta& a, const RequestMeta& b) { return a.rank < b.rank; });
-    for (const auto& q : gathered) coordinator_->Submit(q);
+    for (const auto& q : gathered) {
+      coordinator_->Submit(q);
+      if (timeline_) timeline_->NegotiateRankReady(OpTypeName(q.type), q.name, q.rank);
+    }
     *responses = coordinator_->TakeReady();
     evict->assign(evicted.begin(), evicted.end());
     message = EncodeResponses(cycle_, *responses, *evict);

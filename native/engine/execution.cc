@@ -252,7 +252,12 @@ void Engine::ExecuteAllreduceBatch(const std::vector<const Response*>& responses
     TimelineOperation op(timeline_.get(), std::move(lanes), "ALLREDUCE",
                          timeline_ ? std::to_string(batch.total_bytes()) + " bytes in " + ctx.lane : std::string());
     const char* impl = Ops().Allreduce(ctx, executed);
-    if (timeline_) op.SetEndArgs(std::string("\"implementation\": \"") + impl + "\"");
+    if (timeline_) {
+      op.SetEndArgs(std::string("\"implementation\": \"") + impl + "\"");
+      for (size_t i = 0; i < responses.size(); ++i) {
+        op.SetLaneEndArgs(i, Timeline::TensorArgs(DataTypeName(responses[i]->dtype), responses[i]->shapes));
+      }
+    }
   }
   if (split_average) {
     const int64_t total = batch.total_count();
@@ -319,6 +324,8 @@ void Engine::ExecuteOne(const Response& r, uint32_t unit) {
   {
     TimelineOperation op(timeline_.get(), {ctx.lane}, Timeline::UpperName(OpTypeName(r.type)));
     Ops().Run(r.type, ctx, r, io, &result);
+    // Horovod's end args: the output's dtype and shape (an allgather's or alltoall's as received).
+    if (timeline_) op.SetLaneEndArgs(0, Timeline::TensorArgs(DataTypeName(r.dtype), result.output_shapes.empty() ? r.shapes : result.output_shapes));
   }
   if (config_.verify && (r.type == OpType::kBroadcast || r.type == OpType::kAllgather)) {
     uint64_t h = 0;

@@ -131,6 +131,10 @@ void Timeline::Span(const std::string& lane, const std::string& phase, int64_t s
 
 void Timeline::Begin(const std::string& lane, const std::string& phase, const std::string& detail) {
   std::lock_guard<std::mutex> lock(mu_);
+  WriteBegin(lane, phase, detail);
+}
+
+void Timeline::WriteBegin(const std::string& lane, const std::string& phase, const std::string& detail) {
   int pid = LaneId(lane);
   std::string e = "{\"ph\": \"B\", \"name\": \"" + phase + "\", \"ts\": " + std::to_string(NowMicros()) +
                   ", \"pid\": " + std::to_string(pid);
@@ -140,10 +144,48 @@ void Timeline::Begin(const std::string& lane, const std::string& phase, const st
 
 void Timeline::End(const std::string& lane, const std::string& end_args) {
   std::lock_guard<std::mutex> lock(mu_);
+  WriteEnd(lane, end_args);
+}
+
+void Timeline::WriteEnd(const std::string& lane, const std::string& end_args) {
   int pid = LaneId(lane);
   std::string e = "{\"ph\": \"E\", \"ts\": " + std::to_string(NowMicros()) + ", \"pid\": " + std::to_string(pid);
   if (!end_args.empty()) e += ", \"args\": {" + end_args + "}";
   Write(e + "}");
+}
+
+void Timeline::NegotiateStart(const char* op_type_name, const std::string& name) {
+  const std::string lane = TensorLane(op_type_name, name);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!negotiating_.insert(lane).second) return;
+  WriteBegin(lane, "NEGOTIATE_" + UpperName(op_type_name), "");
+}
+
+void Timeline::NegotiateRankReady(const char* op_type_name, const std::string& name, int rank) {
+  const std::string lane = TensorLane(op_type_name, name);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (negotiating_.insert(lane).second) WriteBegin(lane, "NEGOTIATE_" + UpperName(op_type_name), "");
+  // Horovod's marker exactly: a zero-length complete event named by the rank, without "cat".
+  Write("{\"ph\": \"X\", \"name\": \"" + std::to_string(rank) + "\", \"ts\": " + std::to_string(NowMicros()) +
+        ", \"pid\": " + std::to_string(LaneId(lane)) + ", \"dur\": 0}");
+}
+
+void Timeline::NegotiateEnd(const char* op_type_name, const std::string& name) {
+  const std::string lane = TensorLane(op_type_name, name);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (negotiating_.erase(lane) == 0) return;
+  WriteEnd(lane, "");
+}
+
+std::string Timeline::TensorArgs(const char* dtype_name, const std::vector<std::vector<int64_t>>& shapes) {
+  std::string shape;
+  for (const auto& s : shapes) {
+    if (!shape.empty()) shape += ", ";
+    shape += "[";
+    for (size_t i = 0; i < s.size(); ++i) shape += (i ? ", " : "") + std::to_string(s[i]);
+    shape += "]";
+  }
+  return std::string("\"dtype\": \"") + dtype_name + "\", \"shape\": \"" + shape + "\"";
 }
 
 void Timeline::MarkCycleStart() {

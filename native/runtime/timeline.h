@@ -3,7 +3,11 @@
 // every lane is a trace "process" named like Horovod's tensors (`allreduce.<name>`,
 // `broadcast.<name>`...; pid 0 is the file's own metadata); a collective's lane holds
 // NEGOTIATE_<OP> (picked up by a cycle -> every rank ready) and <OP> (execution) as begin/end
-// pairs, and Horovod's CYCLE_START instant markers with HOROVOD_TIMELINE_MARK_CYCLES=1. Herring's
+// pairs, and Horovod's CYCLE_START instant markers with HOROVOD_TIMELINE_MARK_CYCLES=1. As in
+// Horovod's: inside a NEGOTIATE_<OP> span on the coordinator's (rank 0's) file, one ready marker
+// per rank when the coordinator receives that rank's request (Horovod's NegotiateRankReady:
+// {"ph": "X", "name": "<rank>", "ts", "pid", "dur": 0}; a straggler's marker comes last), and an
+// operation's end carries its output's "dtype" and "shape" args (Horovod's Timeline::End). Herring's
 // own detail stays beside them, named so that it cannot be mistaken for Horovod's: a QUEUE span
 // before negotiation, the phases of a fused buffer on its own lane (`fused: <first> +N`, or the
 // tensor's lane when it is alone), and a `negotiation` lane with one span per cycle.
@@ -25,6 +29,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -51,6 +56,17 @@ class Timeline {
   // A begin (ph "B") and its end (ph "E"); `end_args` is a JSON object's inside, e.g. "\"dtype\": \"float32\"".
   void Begin(const std::string& lane, const std::string& phase, const std::string& detail = "");
   void End(const std::string& lane, const std::string& end_args = "");
+  // Horovod's negotiation span of a collective (NEGOTIATE_<OP> on its lane), as Horovod's
+  // Timeline::NegotiateStart/NegotiateRankReady/NegotiateEnd write it. Start is a no-op while the
+  // lane negotiates already (a rank's request may reach the coordinator before its own);
+  // RankReady opens the span if needed (the first request the coordinator sees, as in Horovod's
+  // IncrementTensorCount) and writes the rank's ready marker; End closes an open span only.
+  void NegotiateStart(const char* op_type_name, const std::string& name);
+  void NegotiateRankReady(const char* op_type_name, const std::string& name, int rank);
+  void NegotiateEnd(const char* op_type_name, const std::string& name);
+  // Horovod's args of an operation's end: "\"dtype\": \"float32\", \"shape\": \"[2, 3]\"" (its
+  // output's; several tensors under one name: their shapes one after the other).
+  static std::string TensorArgs(const char* dtype_name, const std::vector<std::vector<int64_t>>& shapes);
   // Horovod's CYCLE_START marker, written only with mark_cycles.
   void MarkCycleStart();
   bool mark_cycles() const { return mark_cycles_; }
@@ -60,6 +76,8 @@ class Timeline {
   Timeline(std::FILE* f, std::string path, int rank, bool mark_cycles);
   int LaneId(const std::string& lane);   // called with mu_ held
   void Write(const std::string& event);  // called with mu_ held: appends, closes the array, flushes
+  void WriteBegin(const std::string& lane, const std::string& phase, const std::string& detail);  // mu_ held
+  void WriteEnd(const std::string& lane, const std::string& end_args);                           // mu_ held
 
   std::mutex mu_;
   std::FILE* file_;
@@ -68,6 +86,7 @@ class Timeline {
   bool mark_cycles_;
   bool first_ = true;
   std::map<std::string, int> lanes_;
+  std::set<std::string> negotiating_;  // lanes whose NEGOTIATE_<OP> span is open
 };
 
 // Measures one phase and records it when it goes out of scope (nothing when timeline is null).
@@ -98,14 +117,23 @@ class TimelineOperation {
     for (const auto& l : lanes_) timeline_->Begin(l, phase, detail);
   }
   ~TimelineOperation() {
-    for (const auto& l : lanes_) timeline_->End(l, end_args_);
+    for (size_t i = 0; i < lanes_.size(); ++i) {
+      const std::string& own = i < lane_args_.size() ? lane_args_[i] : std::string();
+      timeline_->End(lanes_[i], own.empty() || end_args_.empty() ? own + end_args_ : own + ", " + end_args_);
+    }
   }
-  // What the end event's args say (a JSON object's inside), once it is known.
+  // What every lane's end event says (a JSON object's inside), once it is known.
   void SetEndArgs(std::string args) { end_args_ = std::move(args); }
+  // What lane i's end says before that (Horovod's dtype and shape of its tensor: TensorArgs).
+  void SetLaneEndArgs(size_t i, std::string args) {
+    if (lane_args_.size() <= i) lane_args_.resize(i + 1);
+    lane_args_[i] = std::move(args);
+  }
 
  private:
   Timeline* timeline_;
   std::vector<std::string> lanes_;
+  std::vector<std::string> lane_args_;
   std::string end_args_;
 };
 

@@ -1,5 +1,6 @@
 """HOROVOD_TIMELINE: every rank writes a Chrome trace in Horovod's format (lanes named like
-Horovod's tensors, NEGOTIATE_<OP> and <OP> begin/end pairs, CYCLE_START markers with
+Horovod's tensors, NEGOTIATE_<OP> and <OP> begin/end pairs, Horovod's per-rank ready markers inside
+rank 0's NEGOTIATE_<OP> spans, dtype/shape args on op ends, CYCLE_START markers with
 HOROVOD_TIMELINE_MARK_CYCLES=1) plus herring's own phases, written as it happens: valid JSON while
 the job runs and after kill -9; hvd.start_timeline / stop_timeline at run time."""
 
@@ -48,6 +49,23 @@ def _balanced(events, pid):
     return depth == 0
 
 
+def _spans(events, pid):
+    """[(begin event, end event, [complete events between them])] of a lane, read as Horovod's
+    timeline tools read it: file order, begins and ends nested per lane."""
+    stack, spans = [], []
+    for e in events:
+        if e.get("pid") != pid:
+            continue
+        if e["ph"] == "B":
+            stack.append((e, []))
+        elif e["ph"] == "E":
+            begin, inside = stack.pop()
+            spans.append((begin, e, inside))
+        elif e["ph"] == "X" and stack:
+            stack[-1][1].append(e)
+    return spans
+
+
 def test_timeline_of_a_two_rank_job():
     d = launch.scratch_dir("herring-timeline-")
     path = os.path.join(d, "timeline.json")
@@ -68,6 +86,10 @@ def test_timeline_of_a_two_rank_job():
         assert begins == ["NEGOTIATE_ALLREDUCE", "ALLREDUCE"] * 3, begins
         # herring's QUEUE before each negotiation (and the buffer's phases, when grad.0 went alone)
         assert [e["name"] for e in on_grad if e["ph"] == "X"].count("QUEUE") == 3
+        # Horovod's op ends carry the output's dtype and shape (the fused grads each their own).
+        op_ends = [end for begin, end, _ in _spans(events, lanes["allreduce.grad.0"]) if begin["name"] == "ALLREDUCE"]
+        assert len(op_ends) == 3 and all(e["args"]["dtype"] == "float32" and e["args"]["shape"] == "[1000]"
+                                         for e in op_ends), op_ends
         gathered = [e["name"] for e in events if e.get("pid") == lanes["allgather.gathered"] and e["ph"] == "B"]
         assert gathered == ["NEGOTIATE_ALLGATHER", "ALLGATHER"], gathered
         spans = {e["name"] for e in events if e.get("ph") == "X"}
@@ -86,6 +108,52 @@ def test_timeline_of_a_two_rank_job():
     assert {e["pid"] for e in events if "pid" in e} == {0, 1}
     assert {"allreduce.grad.0", "rank 1"} <= {e["args"]["name"] for e in events if e.get("ph") == "M"
                                               and e["name"] in ("thread_name", "process_name")}
+
+
+STRAGGLER_SCRIPT = """
+import time, torch, horovod.torch as hvd
+hvd.init()
+for step in range(3):
+    if hvd.rank() == 1:
+        time.sleep(0.4)  # the straggler
+    hvd.allreduce(torch.ones(5, 2, dtype=torch.float64), name="straggled")
+hvd.allgather(torch.ones(hvd.rank() + 1, 3, dtype=torch.int32), name="gathered")
+hvd.broadcast(torch.ones(7), root_rank=0, name="sent")
+hvd.shutdown()
+"""
+
+
+def test_ready_markers_show_the_straggler_and_op_ends_carry_dtype_and_shape():
+    # Horovod's timeline (rank 0's file, the coordinator's) marks inside a NEGOTIATE_<OP> span the
+    # moment each rank's request reached the coordinator: {"ph": "X", "name": "<rank>", "dur": 0};
+    # the straggler's marker comes last. Without the response cache every step negotiates.
+    d = launch.scratch_dir("herring-timeline-ready-")
+    path = os.path.join(d, "timeline.json")
+    run = launch.horovodrun(2, [_write(d, "job.py", STRAGGLER_SCRIPT)], timeout=180, HOROVOD_TIMELINE=path,
+                            HOROVOD_CACHE_CAPACITY="0")
+    assert run.returncode == 0, run.output[-3000:]
+    with open(path) as f:
+        events = json.load(f)
+    lanes = _lanes(events)
+    negotiations = [(b, e, inside) for b, e, inside in _spans(events, lanes["allreduce.straggled"])
+                    if b["name"] == "NEGOTIATE_ALLREDUCE"]
+    assert len(negotiations) == 3, negotiations
+    for begin, end, inside in negotiations:
+        ready = [x for x in inside if x["name"].isdigit()]
+        assert [x["name"] for x in ready] == ["0", "1"], inside
+        for x in ready:
+            assert set(x) == {"ph", "name", "ts", "pid", "dur"} and x["dur"] == 0, x  # Horovod's event, exactly
+            assert begin["ts"] <= x["ts"] <= end["ts"], (begin, x, end)
+        assert ready[1]["ts"] - ready[0]["ts"] >= 200000, ready  # rank 1 came 0.4 s late
+    gathered = [b["name"] for b, _, inside in _spans(events, lanes["allgather.gathered"])
+                if b["name"] == "NEGOTIATE_ALLGATHER" and [x["name"] for x in inside] == ["0", "1"]]
+    assert gathered == ["NEGOTIATE_ALLGATHER"], _spans(events, lanes["allgather.gathered"])
+    # Horovod's op ends: the output's dtype and shape (an allgather's as gathered: 1 + 2 rows).
+    ends = {lane: [e["args"] for b, e, _ in _spans(events, lanes[lane]) if not b["name"].startswith("NEGOTIATE_")]
+            for lane in ("allreduce.straggled", "allgather.gathered", "broadcast.sent")}
+    assert [(a["dtype"], a["shape"]) for a in ends["allreduce.straggled"]] == [("float64", "[5, 2]")] * 3, ends
+    assert [(a["dtype"], a["shape"]) for a in ends["allgather.gathered"]] == [("int32", "[3, 3]")], ends
+    assert [(a["dtype"], a["shape"]) for a in ends["broadcast.sent"]] == [("float32", "[7]")], ends
 
 
 RUNTIME_SCRIPT = """
