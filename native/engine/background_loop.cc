@@ -24,12 +24,38 @@ void Engine::Loop() {
   Status why = failure();
   stopped_ = true;
   AbandonMissingQuestions();
-  handles_.FailAll(why.ok() ? Status::Shutdown("Horovod has been shut down") : why);
+  handles_.FailAll(why.ok() ? Status::Shutdown(ShutDownText(2.0, shutdown_requested_.load())) : why);
   {
     std::lock_guard<std::mutex> lock(loop_done_mu_);
     loop_done_ = true;
   }
   loop_done_cv_.notify_all();
+}
+
+std::string Engine::ShutDownText(double await_seconds, bool by_this_rank) const {
+  // Horovod's SHUT_DOWN_ERROR (horovod/common/common.h), word for word.
+  std::string text =
+      "Horovod has been shut down. This was caused by an exception on one of the ranks or an attempt to allreduce, "
+      "allgather or broadcast a tensor after one of the ranks finished execution. If the shutdown was caused by an "
+      "exception, you should see the exception in the log before the first shutdown message.";
+  if (by_this_rank) {
+    return text + " This rank (rank " + std::to_string(rank()) + ") shut down (hvd.shutdown()); hvd.init() starts again.";
+  }
+  // Another rank asked for the agreed shutdown: its goodbye names it (a crash or an abort fails
+  // the job with its own message instead, and never comes here).
+  std::vector<int> left;
+  const Deadline deadline = Deadline::AfterSeconds(await_seconds);
+  while (transport_) {
+    left.clear();
+    for (int r = 0; r < world_size(); ++r) {
+      if (r != rank() && transport_->PeerStatus(r).code() == StatusCode::kShutdown) left.push_back(r);
+    }
+    if (!left.empty() || deadline.Expired() || shutdown_requested_.load()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return text + " The shutdown came from " + (left.empty() ? std::string("another rank") : RankList(left)) +
+         " (it called hvd.shutdown() or its process ended) while this rank (rank " + std::to_string(rank()) +
+         ") still ran.";
 }
 
 void Engine::DrainControl() {

@@ -452,7 +452,7 @@ Request MakeRequest(int op_type, const std::string& name, int process_set, int d
 int64_t Engine::Enqueue(Request request) {
   if (stopped_.load()) {
     Status f = failure();
-    throw Error(f.ok() ? Status::Shutdown("Horovod has been shut down; call hvd.init() first") : f);
+    throw Error(f.ok() ? Status::Shutdown(ShutDownText(0.5, shutdown_requested_.load())) : f);
   }
   ValidateAndComplete(&request);
   // One clock read for both uses (a synchronous call read the clock 8 times: a uprobe counted).
@@ -582,7 +582,7 @@ void Engine::Shutdown() {
   if (transport_) transport_->Close();
   // Only now: a receive an R2SP server had posted may have been pending until the close.
   if (r2sp_) r2sp_->Clear();
-  handles_.FailAll(Status::Shutdown("Horovod has been shut down"));
+  handles_.FailAll(Status::Shutdown(ShutDownText(0, true)));
   std::lock_guard<std::mutex> lock(sets_mu_);
   for (int32_t id : sets_.ids()) sets_.Remove(id);
   timeline_.reset();  // closes the trace: valid JSON from here on

@@ -255,6 +255,10 @@ class Engine {
   // Background loop (background_loop.cc).
   void StartLoop();  // starts the loop's thread, named for top -H and gdb (engine.cc)
   void Loop();
+  // Horovod's "has been shut down" error text, word for word, and who shut down: this rank
+  // (`by_this_rank`), or the rank(s) whose transport said goodbye (awaited up to `await_seconds`:
+  // the asking rank closes its transport right after the cycle that agreed the shutdown).
+  std::string ShutDownText(double await_seconds, bool by_this_rank) const;
   // What the loop does next, decided without blocking (holding cycle_mu_): stop, run a cycle, or
   // sleep until `until` (`idle`: with nothing of its own to do).
   struct Trigger {
