@@ -423,7 +423,7 @@ void Engine::AttachShmControlPlane(Deadline deadline) {
 
 const Engine::Pending* Engine::LoneSmallAllreduce(size_t words) const {
   // Across hosts too: the inputs spare the host's sum its own hand-off, before its leader trades
-  // the host sums with the other hosts' (ops/small_exchange.h).
+  // the host sums with the other hosts' (ops/herring/small_exchange.h).
   if (!config_.inputs_with_bits || joined_ || pending_.size() != 1) return nullptr;
   const Pending& p = pending_.begin()->second;
   if (p.state != RequestState::kCached || p.request.meta.type != OpType::kAllreduce) return nullptr;

@@ -315,7 +315,7 @@ class Engine {
   void TakeTotalWithBitsFromHost(size_t words);
   void NameTotalWithBits(uint32_t position, size_t bytes);  // throws if this rank's cache disagrees
   // Whether an allreduce of `bytes` in `set` may have its total carried: the whole world, the
-  // host-sums exchange's layout (ops/small_exchange.h), and every host's sum within one message.
+  // host-sums exchange's layout (ops/herring/small_exchange.h), and every host's sum within one message.
   bool TotalMayRideTree(const ProcessSet& set, size_t bytes) const;
   // Posts `mine` in this host's exchange, invites the late local ranks and returns the host's AND.
   std::vector<uint64_t> AwaitHostAnd(const std::vector<uint64_t>& mine);

@@ -4,7 +4,7 @@
 // the host's AND. The sums climb the leaders' tree with the contributions, unreduced; rank 0
 // reduces them in host order and sends the total down with the result, and each leader posts it
 // beside the result for its host. The allreduce then only copies the total out: no exchange of
-// host sums after the negotiation (ops/small_exchange.h), which waited for the leaders' log2 H
+// host sums after the negotiation (ops/herring/small_exchange.h), which waited for the leaders' log2 H
 // rounds of Bruck's allgather and one more hand-off inside each host.
 //
 // The bits are the exchange's: a host's sum is its prescaled inputs reduced in local-rank order
@@ -15,7 +15,7 @@
 
 #include "engine/engine.h"
 #include "kernels/reduce.h"
-#include "ops/small_exchange.h"
+#include "ops/herring/small_exchange.h"
 
 namespace herring {
 

@@ -25,7 +25,7 @@
 // when every host did, rank 0 sends the job's total down with the result, and the leader posts
 // it beside the result (ResultTotal): the allreduce needs no exchange of its own
 // (engine/control_plane.cc). Otherwise the host's sum needs no second hand-off before the
-// leaders exchange the hosts' sums (ops/small_exchange.h).
+// leaders exchange the hosts' sums (ops/herring/small_exchange.h).
 //
 // Each vector also says which CPU its poster ran on, for MoveOffSharedCpu: read from the halves
 // this rank's caches already hold (the last cycle's, or the current one's where the peer posted

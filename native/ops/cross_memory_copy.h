@@ -1,7 +1,7 @@
 // Copies between this process's memory and another local rank's, through the kernel
 // (process_vm_readv / process_vm_writev: one copy, as Open MPI's shared-memory transport makes with
 // its CMA single copy), for the one-host paths that reach the other ranks' tensors in place:
-// ops/peer_output_reads.h and ops/cross_memory_allreduce.h.
+// ops/herring/peer_output_reads.h and ops/cross_memory_allreduce.h.
 //
 // Both need what ptrace's attach check allows (same user, no seccomp profile blocking the calls)
 // and a pid that names the process here (same pid namespace: ShmArena::MemberPid).

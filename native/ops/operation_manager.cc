@@ -2,7 +2,7 @@
 
 #include "ops/adasum_allreduce.h"
 #include "ops/halving_doubling_allreduce.h"
-#include "ops/herring_allreduce.h"
+#include "ops/herring/herring_allreduce.h"
 #include "ops/ring_allreduce.h"
 
 namespace herring {

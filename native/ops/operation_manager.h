@@ -8,7 +8,7 @@
 
 #include "runtime/collective.h"
 #include "ops/direct_collectives.h"
-#include "ops/herring_allreduce.h"
+#include "ops/herring/herring_allreduce.h"
 
 namespace herring {
 

@@ -7,7 +7,7 @@
 //   - kTensorsByAddress: ordinary memory; the notice holds the inputs' and outputs' addresses in
 //     this process, and the route this rank votes for: the cross-memory allreduce
 //     (kTensorsByAddress, ops/cross_memory_allreduce.h), the all-gather out of the others' outputs
-//     (kOutputsByAddress, ops/peer_output_reads.h), or staging (kStaged);
+//     (kOutputsByAddress, ops/herring/peer_output_reads.h), or staging (kStaged);
 //   - kStaged: nothing.
 // Every rank reads the same notices and so takes the same route: zero-copy where all offered it;
 // where all gave their addresses, the route local rank 0 voted for (its measurements decide, so

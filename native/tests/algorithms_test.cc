@@ -14,7 +14,7 @@
 #include "common/status.h"
 #include <gtest/gtest.h>
 #include "ops/halving_doubling_allreduce.h"
-#include "ops/herring_allreduce.h"
+#include "ops/herring/herring_allreduce.h"
 #include "ops/ring_allreduce.h"
 #include "ops/topology_map.h"
 #include "runtime/control_messages.h"

@@ -10,7 +10,7 @@
 
 #include "common/knobs.h"
 #include "kernels/reduce.h"
-#include "ops/herring_allreduce.h"
+#include "ops/herring/herring_allreduce.h"
 #include "ps/shard_server.h"
 #include "runtime/control_messages.h"
 #include "runtime/counters.h"

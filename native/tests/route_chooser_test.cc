@@ -1,8 +1,8 @@
-// The route chooser of one-host allreduces (ops/route_chooser.h): the warm-up runs that measure
+// The route chooser of one-host allreduces (ops/herring/route_chooser.h): the warm-up runs that measure
 // every route, each run's first batch left unmeasured, the decision by medians, the trial runs
 // that notice a move of the vCPUs (each route not preferred in turn), and size classes decided
 // apart.
-#include "ops/route_chooser.h"
+#include "ops/herring/route_chooser.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "ops/herring_allreduce.h"
+#include "ops/herring/herring_allreduce.h"
 
 #include <algorithm>
 #include <chrono>
@@ -97,7 +97,7 @@ void HerringAllreduce::PipelineThroughSharedMemory(ExecContext& ctx, AllreduceBa
   const bool owner_reads_own_input = batch.prescale == 1.0;
   const bool one_host = ctx.set.hosts.size() == 1;
   // Set once every rank's notice is out (below): the others' slices of the sum are copied out of
-  // their tensors (ops/peer_output_reads.h), and mine are summed into a private buffer.
+  // their tensors (ops/herring/peer_output_reads.h), and mine are summed into a private buffer.
   bool read_peers = false;
   // My slice of a chunk, in elements from the chunk's start.
   auto my_slice = [&](const ElementRange& r) {

@@ -8,15 +8,15 @@
 //   4. all-gather inside the host: everyone copies the whole result out (postscaled). On one host
 //      a rank copies its own slice out right after summing it, while the sum and its tensors are
 //      still in its cache, and only the others' slices at this step: from their tensors where
-//      it can read them (ops/peer_output_reads.h), else from the shared result area.
+//      it can read them (ops/herring/peer_output_reads.h), else from the shared result area.
 // Large buffers stream through the slots in chunks, pipelined (stage, reduce, copy out). Every element is reduced exactly once, by
 // one owner, in a fixed order, so the bits are identical on every rank and from run to run.
 #pragma once
 
 #include "ops/cross_memory_allreduce.h"
-#include "ops/one_host_routes.h"
-#include "ops/peer_output_reads.h"
-#include "ops/small_exchange.h"
+#include "ops/herring/one_host_routes.h"
+#include "ops/herring/peer_output_reads.h"
+#include "ops/herring/small_exchange.h"
 #include "ops/zero_copy_allreduce.h"
 #include "ps/shard_server.h"
 #include "runtime/aligned_buffer.h"
@@ -63,7 +63,7 @@ class HerringAllreduce : public AllreduceImpl {
   ScratchBuffer own_sum_;           // then this rank's slice of a chunk's sum, before its outputs
   ScratchBuffer private_slot_[kNetworkDepth];  // stand in for the shared slot when a rank is alone on its host
   ScratchBuffer one_step_sum_;  // the small path's result before it is scaled into the outputs
-  HostSumsExchange host_sums_;  // small batches across hosts (ops/small_exchange.h)
+  HostSumsExchange host_sums_;  // small batches across hosts (ops/herring/small_exchange.h)
   ShardServer server_;  // the shards this rank hosts when servers are colocated with the workers
 };
 

@@ -1,4 +1,4 @@
-#include "ops/one_host_routes.h"
+#include "ops/herring/one_host_routes.h"
 
 namespace herring {
 

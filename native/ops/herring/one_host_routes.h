@@ -2,9 +2,9 @@
 // that is what this rank votes for in its notice (ops/tensor_notice.h):
 //   kStaged: everything through the arena: staged inputs, the shared result area;
 //   kOutputsByAddress: staged inputs; the sum's slices copied out of the other ranks' tensors
-//     (ops/peer_output_reads.h);
+//     (ops/herring/peer_output_reads.h);
 //   kTensorsByAddress: nothing staged: the cross-memory allreduce (ops/cross_memory_allreduce.h).
-// `auto` measures them as the job runs (ops/route_chooser.h); every rank measures, local rank 0's
+// `auto` measures them as the job runs (ops/herring/route_chooser.h); every rank measures, local rank 0's
 // measurements decide. Where some local rank has no core of its own (ShmArena::SomeMemberWithoutACore,
 // the same answer on every rank), fewer routes are candidates:
 //   - not reading the outputs: with 4 ranks on 2 cores that measured slower than the result area
@@ -18,7 +18,7 @@
 
 #include <cstddef>
 
-#include "ops/route_chooser.h"
+#include "ops/herring/route_chooser.h"
 #include "ops/tensor_notice.h"
 #include "runtime/collective.h"
 

@@ -1,4 +1,4 @@
-#include "ops/peer_output_reads.h"
+#include "ops/herring/peer_output_reads.h"
 
 
 namespace herring {

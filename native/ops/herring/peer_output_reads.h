@@ -14,7 +14,7 @@
 // pipeline waits for everyone's copy-out (kConsumed) before the batch completes.
 //
 // It is not faster everywhere: where the vCPUs are close the result area wins, and `auto` measures
-// the routes as the job runs (ops/one_host_routes.h).
+// the routes as the job runs (ops/herring/one_host_routes.h).
 //
 // Every local rank must agree: the rank's notices (ops/tensor_notice.h) give their outputs'
 // addresses, and the first batch of a process set that would read them asks, in one round, whether

@@ -1,4 +1,4 @@
-#include "ops/route_chooser.h"
+#include "ops/herring/route_chooser.h"
 
 #include <algorithm>
 #include <utility>

@@ -1,5 +1,5 @@
 // Which route a one-host pipelined allreduce takes under HERRING_READ_PEER_TENSORS=auto (the
-// routes are the caller's small integers: ops/one_host_routes.h). None is faster everywhere.
+// routes are the caller's small integers: ops/herring/one_host_routes.h). None is faster everywhere.
 // Measured at np=2 on 2-vCPU virtual machines, harness allreduce, same minutes:
 //   an AMD EPYC, vCPUs close (a cache line's round trip 120-140 ns): staging with the shared
 //     result area 1 MiB 43.1 us, 4 MiB 144 us, 16 MiB 0.68 ms; reading the sum out of the other

@@ -1,4 +1,4 @@
-#include "ops/small_exchange.h"
+#include "ops/herring/small_exchange.h"
 
 #include <algorithm>
 #include <cstring>
