@@ -11,6 +11,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 import launch
 
 SCRIPT = """
@@ -114,7 +116,7 @@ STRAGGLER_SCRIPT = """
 import time, torch, horovod.torch as hvd
 hvd.init()
 for step in range(3):
-    if hvd.rank() == 1:
+    if hvd.rank() == hvd.size() - 1:
         time.sleep(0.4)  # the straggler
     hvd.allreduce(torch.ones(5, 2, dtype=torch.float64), name="straggled")
 hvd.allgather(torch.ones(hvd.rank() + 1, 3, dtype=torch.int32), name="gathered")
@@ -123,14 +125,16 @@ hvd.shutdown()
 """
 
 
-def test_ready_markers_show_the_straggler_and_op_ends_carry_dtype_and_shape():
+@pytest.mark.parametrize("np_,per_host", [(2, None), (4, 2)], ids=["one-host", "2-hosts"])
+def test_ready_markers_show_the_straggler_and_op_ends_carry_dtype_and_shape(np_, per_host):
     # Horovod's timeline (rank 0's file, the coordinator's) marks inside a NEGOTIATE_<OP> span the
     # moment each rank's request reached the coordinator: {"ph": "X", "name": "<rank>", "dur": 0};
-    # the straggler's marker comes last. Without the response cache every step negotiates.
+    # the straggler's (the last rank's) marker comes last. Without the response cache every step
+    # negotiates. Across (simulated) hosts the requests reach rank 0 through the host leaders.
     d = launch.scratch_dir("herring-timeline-ready-")
     path = os.path.join(d, "timeline.json")
-    run = launch.horovodrun(2, [_write(d, "job.py", STRAGGLER_SCRIPT)], timeout=180, HOROVOD_TIMELINE=path,
-                            HOROVOD_CACHE_CAPACITY="0")
+    run = launch.horovodrun(np_, launch.on_simulated_hosts(per_host, _write(d, "job.py", STRAGGLER_SCRIPT)),
+                            timeout=240, HOROVOD_TIMELINE=path, HOROVOD_CACHE_CAPACITY="0")
     assert run.returncode == 0, run.output[-3000:]
     with open(path) as f:
         events = json.load(f)
@@ -140,19 +144,21 @@ def test_ready_markers_show_the_straggler_and_op_ends_carry_dtype_and_shape():
     assert len(negotiations) == 3, negotiations
     for begin, end, inside in negotiations:
         ready = [x for x in inside if x["name"].isdigit()]
-        assert [x["name"] for x in ready] == ["0", "1"], inside
+        assert sorted(x["name"] for x in ready) == [str(r) for r in range(np_)], inside
+        assert ready[-1]["name"] == str(np_ - 1), inside  # the straggler's, last
         for x in ready:
             assert set(x) == {"ph", "name", "ts", "pid", "dur"} and x["dur"] == 0, x  # Horovod's event, exactly
             assert begin["ts"] <= x["ts"] <= end["ts"], (begin, x, end)
-        assert ready[1]["ts"] - ready[0]["ts"] >= 200000, ready  # rank 1 came 0.4 s late
+        assert ready[-1]["ts"] - ready[-2]["ts"] >= 200000, ready  # the last rank came 0.4 s late
     gathered = [b["name"] for b, _, inside in _spans(events, lanes["allgather.gathered"])
-                if b["name"] == "NEGOTIATE_ALLGATHER" and [x["name"] for x in inside] == ["0", "1"]]
+                if b["name"] == "NEGOTIATE_ALLGATHER" and sorted(x["name"] for x in inside) == [str(r) for r in range(np_)]]
     assert gathered == ["NEGOTIATE_ALLGATHER"], _spans(events, lanes["allgather.gathered"])
-    # Horovod's op ends: the output's dtype and shape (an allgather's as gathered: 1 + 2 rows).
+    # Horovod's op ends: the output's dtype and shape (an allgather's as gathered: 1 + 2 + ... rows).
     ends = {lane: [e["args"] for b, e, _ in _spans(events, lanes[lane]) if not b["name"].startswith("NEGOTIATE_")]
             for lane in ("allreduce.straggled", "allgather.gathered", "broadcast.sent")}
     assert [(a["dtype"], a["shape"]) for a in ends["allreduce.straggled"]] == [("float64", "[5, 2]")] * 3, ends
-    assert [(a["dtype"], a["shape"]) for a in ends["allgather.gathered"]] == [("int32", "[3, 3]")], ends
+    rows = np_ * (np_ + 1) // 2
+    assert [(a["dtype"], a["shape"]) for a in ends["allgather.gathered"]] == [("int32", f"[{rows}, 3]")], ends
     assert [(a["dtype"], a["shape"]) for a in ends["broadcast.sent"]] == [("float32", "[7]")], ends
 
 
