@@ -134,6 +134,18 @@ class EngineFront:
             engine.leave()
             self._slot.clear_if(engine)
 
+    def lost_ranks(self):
+        """The global ranks this rank's engine lost (crashed, killed or aborted; not those that
+        left in order), sorted; None when no engine runs here (native Engine::LostRanks)."""
+        engine = self._engine
+        return None if engine is None else sorted(engine.lost_ranks())
+
+    @property
+    def epoch(self):
+        """How many engines this process started: a group made on one engine compares it to know
+        whether the engine it was made on is still the one that runs (shrink_group restarts it)."""
+        return self._epoch
+
     def engine_reference(self):
         """What a native op carries to find this front's engine whenever it runs (the engine of
         the current elastic round included): the slot's address and this process's identity,

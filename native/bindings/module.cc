@@ -228,6 +228,9 @@ PYBIND11_MODULE(_native, m) {
       .def("abort_job", &Engine::AbortJob, py::arg("why"), py::call_guard<py::gil_scoped_release>(),
            "This rank's process is failing (an uncaught exception): the job fails with `why` on every "
            "rank, then this rank shuts down; never called an orderly departure.")
+      .def("lost_ranks", &Engine::LostRanks, py::call_guard<py::gil_scoped_release>(),
+           "The ranks this rank lost (crashed, killed, aborted; not those that left in order), "
+           "sorted global ranks: what an application hands to shrink_group.")
       .def("start_timeline", &Engine::StartTimeline, py::arg("path"), py::arg("mark_cycles"),
            py::call_guard<py::gil_scoped_release>())
       .def("stop_timeline", &Engine::StopTimeline, py::call_guard<py::gil_scoped_release>())

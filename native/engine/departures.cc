@@ -24,6 +24,11 @@
 // Rank 0 coordinates the others' negotiation, so it leaves last: its Leave waits (at most
 // HERRING_TIMEOUT_SECONDS) until every other rank has left, then shuts down; if some are still
 // there at the deadline, that shutdown stops them too (Horovod's "has been shut down" error).
+#include <algorithm>
+#include <cctype>
+#include <string>
+#include <vector>
+
 #include "common/logging.h"
 #include "engine/engine.h"
 
@@ -190,6 +195,56 @@ void Engine::FailRequestsOfDepartedSets() {
     failed.status = h.second;
     handles_.Complete(h.first, std::move(failed));
   }
+}
+
+namespace {
+
+// The rank a failure started from, or -1. Every loss and abort the engine reports starts with the
+// rank it is about, and a relayed abort wraps the relayer's account of it:
+//   "rank 2: connection closed (...)"                       (this rank read rank 2's death)
+//   "rank 1 aborted the job: rank 2: connection closed ..." (rank 1 relayed it)
+//   "rank 0 aborted the job: rank 2 aborted the job: rank 2 failed (uncaught exception ...)"
+// so the origin is the rank named after the last relay prefix.
+int FailureOrigin(const std::string& message) {
+  static const std::string kRelay = " aborted the job: ";
+  size_t at = 0;
+  for (size_t relay = message.find(kRelay); relay != std::string::npos; relay = message.find(kRelay, at)) {
+    at = relay + kRelay.size();
+  }
+  if (message.compare(at, 5, "rank ") != 0) return -1;
+  size_t digits = at + 5, end = digits;
+  while (end < message.size() && std::isdigit(static_cast<unsigned char>(message[end]))) ++end;
+  if (end == digits || end - digits > 9) return -1;
+  return std::stoi(message.substr(digits, end - digits));
+}
+
+}  // namespace
+
+std::vector<int> Engine::LostRanks() const {
+  std::vector<int> lost;
+  std::vector<int> departed;
+  {
+    std::lock_guard<std::mutex> lock(sets_mu_);
+    departed = departed_;
+  }
+  auto counts = [&](int r) {
+    return r >= 0 && r < world_size() && r != rank() &&
+           std::find(departed.begin(), departed.end(), r) == departed.end() &&
+           std::find(lost.begin(), lost.end(), r) == lost.end();
+  };
+  // The rank the job's failure started from: a crash read here or relayed by a peer, or a rank
+  // that aborted for its own reason (an uncaught exception). A survivor that relayed the failure
+  // and then shut down (its own shrink_group) says goodbye, which is not a loss: only the origin
+  // and the connections that closed without a goodbye count.
+  const Status failed = failure();
+  if (!failed.ok() && counts(FailureOrigin(failed.message()))) lost.push_back(FailureOrigin(failed.message()));
+  if (transport_) {
+    for (int r = 0; r < world_size(); ++r) {
+      if (counts(r) && transport_->PeerStatus(r).code() == StatusCode::kPeerLost) lost.push_back(r);
+    }
+  }
+  std::sort(lost.begin(), lost.end());
+  return lost;
 }
 
 }  // namespace herring

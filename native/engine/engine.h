@@ -177,6 +177,11 @@ class Engine {
   // when that is not known by `deadline`: the request is not pending here (complete, or not taken
   // by a cycle yet), rank 0 has no entry for it, or did not answer in time.
   std::optional<std::vector<int>> MissingRanks(int64_t handle, Deadline deadline);
+  // The ranks this rank lost, as data (global ranks, sorted): the rank the job's failure started
+  // from and every rank whose connection closed without a goodbye, never one that left in order
+  // (departures.cc). What a survivor hands to torch.distributed.shrink_group without parsing an
+  // error's text.
+  std::vector<int> LostRanks() const;
 
   std::vector<int32_t> ProcessSetIds() const;
   // Throws Error(InvalidArgument) for an unknown id.

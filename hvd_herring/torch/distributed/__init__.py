@@ -9,7 +9,7 @@ too); groups from new_group are process sets. CPU tensors only."""
 import torch.distributed as dist
 
 from hvd_herring.engine_front import front
-from hvd_herring.torch.distributed import rendezvous
+from hvd_herring.torch.distributed import lost_ranks, rendezvous, shrink
 from hvd_herring.torch.distributed.hooks import average_hook
 from hvd_herring.torch.distributed.process_group import HerringProcessGroup
 
@@ -40,7 +40,7 @@ def _create_process_group(options, backend_options=None):
         if set_id is None:
             raise RuntimeError(f"herring: group of ranks {ranks} has no process set; create subgroups with "
                                "torch.distributed.new_group (or new_subgroups) on every rank")
-    group = HerringProcessGroup(rank, size, set_id, sorted(ranks), timeout, str(options.group_id))
+    group = HerringProcessGroup(rank, size, set_id, sorted(ranks), timeout, str(options.group_id), store=options.store)
     # destroy_process_group() shuts every group down; the default one's, if torch started the
     # engine, takes this rank out of the job while the other ranks go on.
     group._leaves_job = is_default and front.leaves_at_exit
@@ -53,6 +53,8 @@ def register():
         dist.Backend.register_backend(BACKEND, _create_process_group, extended_api=True, devices=["cpu"])
     rendezvous.install_env_rendezvous()
     rendezvous.install_new_group_hook()
+    shrink.install_shrink_hook()
+    lost_ranks.install()
 
 
 register()

@@ -186,9 +186,11 @@ def _flat(tensor):
 
 
 class HerringProcessGroup(dist.ProcessGroup):
-    def __init__(self, rank, size, process_set_id, global_ranks, timeout_seconds, group_name=""):
+    def __init__(self, rank, size, process_set_id, global_ranks, timeout_seconds, group_name="", store=None):
         super().__init__(rank, size)
         self._set = int(process_set_id)
+        self._store = store                       # the group's c10d Store: shrink re-forms the survivors through it
+        self._made_on = front.epoch               # the engine this group runs on (shrink.py starts another)
         self._ranks = list(global_ranks)          # global rank of every group rank
         self._timeout = timeout_seconds
         self._label = group_name
@@ -227,8 +229,9 @@ class HerringProcessGroup(dist.ProcessGroup):
     def shutdown(self):
         """destroy_process_group() calls it on every group. The default group of an engine torch
         started takes this rank out of the job, in order: the other ranks go on, their
-        collectives in process sets without it keep working (native engine/departures.cc)."""
-        if getattr(self, "_leaves_job", False) and front.is_initialized():
+        collectives in process sets without it keep working (native engine/departures.cc). A
+        group of an engine shrink_group replaced has nothing left to shut down."""
+        if getattr(self, "_leaves_job", False) and front.is_initialized() and not self._stale():
             from hvd_herring.torch.distributed import rendezvous
             rendezvous.subgroup_sets.clear()  # the next engine numbers its sets anew
             front.leave()
@@ -238,11 +241,38 @@ class HerringProcessGroup(dist.ProcessGroup):
         member): this rank stops taking part at once. Every group of this process runs on its one
         engine, so the engine fails the job with that cause on every rank and shuts down here: each
         Work in flight, here and on the other ranks, fails now with an error that names the abort,
-        instead of waiting for its timeout."""
-        if front.is_initialized():
+        instead of waiting for its timeout. A group of an engine shrink_group replaced (torch aborts
+        the old groups while it shrinks the default one) leaves the new engine alone."""
+        if front.is_initialized() and not self._stale():
             from hvd_herring.torch.distributed import rendezvous
             rendezvous.subgroup_sets.clear()  # the next engine numbers its sets anew
             front.abort(f"rank {front.rank()} aborted process group {self._label!r} (ProcessGroup.abort)")
+
+    # --- shrink_group (shrink.py) ----------------------------------------------------------------
+    supports_shrinking = True
+
+    def shrink(self, ranks_to_exclude, shrink_flags=0, opts=None):
+        """c10d's Backend.shrink, called by torch.distributed.shrink_group on the survivors: a group
+        of the members not in `ranks_to_exclude` (group ranks) on a new engine among them; torch
+        makes it the new default group when this one was. What this group's engine still runs
+        fails at once (SHRINK_ABORT; SHRINK_DEFAULT alike, the old engine cannot go on)."""
+        from hvd_herring.torch.distributed import shrink
+        rank, size = shrink.restart_among_survivors(self, ranks_to_exclude, shrink_flags)
+        timeout = self._timeout
+        seconds = _seconds(getattr(opts, "timeout", None)) if opts is not None else None
+        group = HerringProcessGroup(rank, size, 0, list(range(size)), timeout if seconds is None else seconds,
+                                    self._label, store=self._store)
+        group._leaves_job = True  # the new engine's one group: destroying it takes this rank out in order
+        return group
+
+    def _stale(self):
+        return self._made_on != front.epoch
+
+    def _stale_error(self, op):
+        return dist.DistBackendError(
+            f"herring: rank {front.rank() if front.is_initialized() else '?'}: {self._what(op)}: this group was made "
+            f"on an engine that shrink_group replaced (engine {self._made_on}, now {front.epoch}); use the group "
+            "shrink_group returned, or groups made after it")
 
     def _get_backend(self, device):
         """A Python group is its own backend (torch's DummyProcessGroup does the same): code that
@@ -271,6 +301,8 @@ class HerringProcessGroup(dist.ProcessGroup):
         does, instead of waking the engine's loop for it: dist.all_reduce of 4 KiB at np=2, back to
         back, measured 48-60 -> 42-44 us per call (3 interleaved launches each)."""
         reduce_op = front.Sum if reduce_op is None else reduce_op
+        if self._made_on != front._epoch:  # one attribute compare per collective (the property costs a call)
+            raise self._stale_error(op_type)
         try:
             if len(entries) == 1 and entries[0][2] is None:
                 # One tensor without splits, most collectives: the engine's one-tensor call, without
@@ -755,6 +787,8 @@ class HerringProcessGroup(dist.ProcessGroup):
 
     def barrier(self, opts=None):
         opts = opts if opts is not None else dist.BarrierOptions()
+        if self._stale():
+            raise self._stale_error("barrier")
         try:
             work = front.work((), None, None)
             work.add(front.enqueue("barrier", collective_name(self._set, "barrier"), self._set, DTYPES["uint8"],
@@ -774,6 +808,8 @@ class HerringProcessGroup(dist.ProcessGroup):
     def _p2p(self, what, post, tensors, peer_text, tag, source=None):
         """`post(address, bytes)` -> the engine's transfer; `source()` -> the sender's group rank
         (a receive's Work answers source_rank() with it, as gloo's do)."""
+        if self._stale():
+            raise self._stale_error(what)
         tensor = tensors[0]
         buf = tensor if tensor.is_contiguous() else tensor.contiguous()
         _dtype_code(buf)

@@ -290,6 +290,21 @@ class _InFlight:
                     and not w._done]
 
 
+    def settle_all(self, seconds):
+        """After this process's engine was replaced (shrink_group): every Work of the old engine
+        has failed there already (its handles fail at the abort), so each is completed with its
+        error now and leaves; a group of the new engine numbering its sets from 0 again must not
+        find them pending ahead of its own Works. Bounded by `seconds` per Work (a settler thread
+        may hold one's lock)."""
+        with self._lock:
+            works, self._works = list(self._works), collections.deque()
+        for w in works:
+            try:
+                w._complete(seconds)
+            except Exception:
+                pass  # its error stays in its exception(), for whoever still holds it
+
+
 _in_flight = _InFlight()
 
 
@@ -308,7 +323,31 @@ def _wait_and_finish(parts, values, finish, deadline):
 
 
 def _failed(what, error):
-    return _as_dist_error(f"herring: {what} failed: {error}", error)
+    """torch's error for a collective the engine failed, with the ranks this rank lost as data
+    (`lost_ranks`, global ranks, sorted; [] when nobody was lost, e.g. a mismatch or a timeout):
+    what an application hands to shrink_group without parsing the text (lost_ranks.py)."""
+    from hvd_herring.torch.distributed import lost_ranks
+    return lost_ranks.attach(_as_dist_error(f"herring: {what} failed: {error}", error), _lost_ranks(error))
+
+
+# How long a survivor's error may wait for its own transport to see the loss it was told about:
+# rank 0's relayed abort ("rank 0 aborted the job: rank 2: connection closed") can arrive a few
+# milliseconds before this rank reads rank 2's connection close itself.
+_LOSS_SETTLES_SECONDS = 0.25
+
+
+def _lost_ranks(error):
+    from hvd_herring.engine_front import front
+    lost = front.lost_ranks()
+    if lost is None:
+        return []  # no engine to ask (this rank's own was shut down)
+    if lost or getattr(error, "code", None) not in ("PeerLost", "Aborted"):
+        return lost
+    deadline = time.monotonic() + _LOSS_SETTLES_SECONDS
+    while not lost and time.monotonic() < deadline:
+        time.sleep(0.005)
+        lost = front.lost_ranks() or []
+    return lost
 
 
 def _as_dist_error(message, cause=None):
