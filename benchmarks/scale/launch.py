@@ -25,6 +25,7 @@ import time
 from horovod.runner.common.util.hosts import get_host_assignments, parse_hosts
 
 from benchmarks.common.paths import ROOT
+from tools.rank_results import read_rank_results
 from tools.simcluster import processes as P
 
 STORE_START_SECONDS = 60
@@ -37,15 +38,8 @@ class LaunchError(RuntimeError):
 def job_base_env(cluster, extra):
     """The cluster's job environment without the caller's HOROVOD_*/HERRING_* settings (none may
     leak into a design's launch), plus `extra` (None removes)."""
-    env = cluster.job_env({k: None for k in os.environ
-                           if k.startswith(("HOROVOD_", "HERRING_")) and k != "HERRING_BENCH_CACHE"})
-    env["OMP_NUM_THREADS"] = "1"
-    for k, v in extra.items():
-        if v is None:
-            env.pop(k, None)
-        else:
-            env[k] = str(v)
-    return env
+    scrubbed = {k: None for k in os.environ if k.startswith(("HOROVOD_", "HERRING_")) and k != "HERRING_BENCH_CACHE"}
+    return cluster.job_env({**scrubbed, "OMP_NUM_THREADS": "1", **extra})
 
 
 def rank_env(slot, store_addr, store_port):
@@ -221,7 +215,7 @@ def run_job(cluster, n, hosts, argv, env_extra, out_dir, deadline_seconds, failu
     exit_codes = ranks.exit_codes()
     result["returncodes"] = exit_codes
     failed = sorted(r for r, code in exit_codes.items() if code != 0)
-    result["records"] = _read_records(out_dir, n)
+    result["records"] = read_rank_results(out_dir, n)
     result["error"] = None
     if failed:
         exited = [r for r in failed if r not in timed_out]
@@ -250,16 +244,6 @@ def run_job(cluster, n, hosts, argv, env_extra, out_dir, deadline_seconds, failu
                            f"{_ranges(sorted(timed_out)) or 'none'}); " + " | ".join(tails))
     result["failed_ranks"] = failed
     return result
-
-
-def _read_records(out_dir, n):
-    records = {}
-    for r in range(n):
-        path = os.path.join(out_dir, f"{r}.json")
-        if os.path.exists(path):
-            with open(path) as f:
-                records[r] = json.load(f)
-    return records
 
 
 def _tail(path, limit=600):
