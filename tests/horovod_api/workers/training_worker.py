@@ -12,7 +12,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import horovod.torch as hvd
-import hvd_herring
+import api_checks
 from checks import write_report
 
 STEPS = 12
@@ -48,21 +48,14 @@ def train_distributed(variant):
     elif variant == "groups":
         kwargs["groups"] = [params[:2], params[2:4], params[4:]]
     opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters(), **kwargs)
-    counters = {}
-    for step in range(STEPS):
-        if step == 2:  # the first two steps filled the response cache
-            fence()
-            fence()
-            counters["after_step_2"] = hvd_herring.counters()
-            fence()
+
+    def run_step(step):
         x, y = batch(hvd.rank(), step)
         opt.zero_grad()
         F.cross_entropy(model(x), y).backward()
         opt.step()
-    fence()
-    counters["after_last_step"] = hvd_herring.counters()
-    fence()
-    return model, counters
+
+    return model, api_checks.train_with_counter_snapshots(STEPS, fence, run_step)
 
 
 def train_reference():
