@@ -140,6 +140,17 @@ def pytest_runtest_protocol(item, nextitem):
 def pytest_sessionfinish(session):
     if _share:
         _share.remove()
+    if hasattr(session.config, "workeroutput"):  # an xdist worker: the controller prints what it left out
+        session.config.workeroutput["herring_left_out"] = getattr(session.config, "_herring_left_out", {})
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    """xdist's controller collects nothing itself: the tiers a worker left out come with its end
+    (every worker collects the whole run, so any one's counts are the run's)."""
+    left_out = getattr(node, "workeroutput", {}).get("herring_left_out")
+    if left_out:
+        node.config._herring_left_out = left_out
 
 
 # Seconds per test file (set-up, call and tear-down): the budget is spent by file, so every run
