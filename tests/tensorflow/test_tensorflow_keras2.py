@@ -18,10 +18,10 @@ import importlib.util
 import os
 import subprocess
 
-import numpy as np
 import pytest
 
 import launch
+import training_results
 
 pytestmark = [
     pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None,
@@ -58,26 +58,16 @@ def test_fit_ends_with_identical_weights(trained, variant):
 
 @pytest.mark.parametrize("variant", WITH_REFERENCE)
 def test_fit_matches_single_process_reference(trained, variant):
-    for rank, res in trained.items():
-        diff = res["results"][variant]["max_diff"]
-        assert diff < 2e-5, f"rank {rank} {variant}: {diff}"
+    training_results.assert_matches_reference(trained, variant)
 
 
 @pytest.mark.parametrize("variant", ["graph", "eager", "legacy_optimizer", "groups_fp16_warmup"])
 def test_metrics_are_averaged_over_ranks(trained, variant):
-    for rank, res in trained.items():
-        local = np.array(res["results"][variant]["local_losses"])  # [rank][epoch], before averaging
-        history = np.array(res["results"][variant]["history_losses"])
-        assert local.shape[0] == NP
-        assert not np.allclose(local[0], local[-1]), "the ranks' own losses should differ (different data)"
-        assert np.allclose(history, local.mean(axis=0), rtol=1e-6), (rank, history, local)
+    training_results.assert_metrics_averaged(trained, variant, NP)
 
 
 def test_learning_rate_warmup(trained):
-    for rank, res in trained.items():
-        lr = res["lr"]
-        expected = [lr / NP * ((e + 1) * (NP - 1) / 2 + 1) for e in range(2)] + [lr]
-        assert np.allclose(res["results"]["groups_fp16_warmup"]["lr"], expected, rtol=1e-6), (rank, expected)
+    training_results.assert_learning_rate_warmup(trained, NP)
 
 
 def test_backward_passes_count_every_pass(trained):

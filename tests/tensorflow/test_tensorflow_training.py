@@ -8,10 +8,10 @@ MetricAverageCallback averages the metrics."""
 import importlib.util
 import os
 
-import numpy as np
 import pytest
 
 import launch
+import training_results
 
 pytestmark = [pytest.mark.fast,  # the fast tier (tests/conftest.py)
               pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None,
@@ -26,22 +26,27 @@ def run(worker, np_, **env):
     return {rank: per_rank[rank] for rank in range(np_)}
 
 
+def trained_by(worker, name):
+    """A module fixture `name`: (np, {rank: results}) of `worker`, trained at np=2 and at np=4."""
+    @pytest.fixture(scope="module", params=[2, 4], name=name)
+    def trained(request):
+        return request.param, run(worker, request.param)
+    return trained
+
+
+tape_trained = trained_by("tf_training_worker.py", "tape_trained")  # GradientTape
+keras_trained = trained_by("tf_keras_worker.py", "keras_trained")  # Keras model.fit
+
+
 # --- GradientTape ---------------------------------------------------------------------------------
 
 TAPE_VARIANTS = ["function", "eager", "groups", "num_groups"]
 
 
-@pytest.fixture(scope="module", params=[2, 4])
-def tape_trained(request):
-    return request.param, run("tf_training_worker.py", request.param)
-
-
 @pytest.mark.parametrize("variant", TAPE_VARIANTS)
 def test_gradient_tape_matches_single_process_reference(tape_trained, variant):
     np_, results = tape_trained
-    for rank, res in results.items():
-        diff = res["results"][variant]["max_diff"]
-        assert diff < 2e-5, f"np={np_} rank {rank} {variant}: {diff}"
+    training_results.assert_matches_reference(results, variant, f"np={np_} ")
 
 
 @pytest.mark.parametrize("variant", TAPE_VARIANTS)
@@ -66,11 +71,6 @@ def test_traced_steps_are_negotiated_from_the_cache(tape_trained, variant):
 KERAS_VARIANTS = ["graph", "eager", "backward_passes_2", "groups_fp16_warmup"]
 
 
-@pytest.fixture(scope="module", params=[2, 4])
-def keras_trained(request):
-    return request.param, run("tf_keras_worker.py", request.param)
-
-
 @pytest.mark.parametrize("variant", KERAS_VARIANTS)
 def test_keras_fit_ends_with_identical_weights(keras_trained, variant):
     np_, results = keras_trained
@@ -81,30 +81,18 @@ def test_keras_fit_ends_with_identical_weights(keras_trained, variant):
 @pytest.mark.parametrize("variant", ["graph", "eager", "backward_passes_2"])
 def test_keras_fit_matches_single_process_reference(keras_trained, variant):
     np_, results = keras_trained
-    for rank, res in results.items():
-        diff = res["results"][variant]["max_diff"]
-        assert diff < 2e-5, f"np={np_} rank {rank} {variant}: {diff}"
+    training_results.assert_matches_reference(results, variant, f"np={np_} ")
 
 
 @pytest.mark.parametrize("variant", KERAS_VARIANTS)
 def test_keras_metrics_are_averaged_over_ranks(keras_trained, variant):
     np_, results = keras_trained
-    for rank, res in results.items():
-        local = np.array(res["results"][variant]["local_losses"])  # [rank][epoch], before averaging
-        history = np.array(res["results"][variant]["history_losses"])
-        assert local.shape[0] == np_
-        assert not np.allclose(local[0], local[-1]), "the ranks' own losses should differ (different data)"
-        assert np.allclose(history, local.mean(axis=0), rtol=1e-6), (rank, history, local)
+    training_results.assert_metrics_averaged(results, variant, np_)
 
 
 def test_keras_learning_rate_warmup(keras_trained):
-    # LearningRateWarmupCallback(initial_lr, warmup_epochs=2): initial_lr / size at the start,
-    # initial_lr * (1/size) * ((epoch + 1) * (size - 1) / 2 + 1) at the end of epoch `epoch`.
     np_, results = keras_trained
-    for rank, res in results.items():
-        lr = res["lr"]
-        expected = [lr / np_ * ((e + 1) * (np_ - 1) / 2 + 1) for e in range(2)] + [lr]
-        assert np.allclose(res["results"]["groups_fp16_warmup"]["lr"], expected, rtol=1e-6), (rank, expected)
+    training_results.assert_learning_rate_warmup(results, np_)
 
 
 def test_keras_backward_passes_count_every_pass(keras_trained):

@@ -14,7 +14,7 @@ import numpy as np
 import tensorflow as tf
 
 import horovod.tensorflow as hvd
-import hvd_herring
+import api_checks
 from checks import write_report
 
 STEPS = 12
@@ -73,19 +73,12 @@ def train_distributed(variant):
 
     if variant != "eager":
         step = tf.function(step)
-    counters = {}
-    for s in range(STEPS):
-        if s == 2:
-            fence()
-            fence()
-            counters["after_step_2"] = hvd_herring.counters()
-            fence()
+
+    def run_step(s):
         x, y = batch(hvd.rank(), s)
         step(tf.constant(x), tf.constant(y))
-    fence()
-    counters["after_last_step"] = hvd_herring.counters()
-    fence()
-    return model, counters
+
+    return model, api_checks.train_with_counter_snapshots(STEPS, fence, run_step)
 
 
 def train_reference():
