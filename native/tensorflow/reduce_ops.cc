@@ -12,10 +12,16 @@ namespace {
 
 namespace tf = ::tensorflow;
 
-// The reduction settings of allreduce and reducescatter.
+// Allreduce and reducescatter, single and grouped: the same request (every input tensor, with the
+// reduction settings); they differ in where the results go.
+//   kAllreduce     (HerringAllreduce, HerringGroupedAllreduce): the engine writes the result into
+//                  TF's output, which reuses the input's buffer when TF allows it.
+//   kReducescatter (HerringReducescatter, HerringGroupedReducescatter): each member receives its
+//                  rows of the reduction; the engine allocates them and TF adopts the buffers.
+template <OpType kType>
 class ReductionKernel : public CollectiveKernel {
  public:
-  ReductionKernel(tf::OpKernelConstruction* c, OpType type) : CollectiveKernel(c, type) {
+  explicit ReductionKernel(tf::OpKernelConstruction* c) : CollectiveKernel(c, kType) {
     int reduce_op = 0;
     OP_REQUIRES_OK(c, c->GetAttr("reduce_op", &reduce_op));
     OP_REQUIRES(c, IsValidReduceOp(reduce_op),
@@ -25,14 +31,19 @@ class ReductionKernel : public CollectiveKernel {
     OP_REQUIRES_OK(c, c->GetAttr("postscale_factor", &postscale_));
   }
 
- protected:
-  // A request carrying every input tensor, with this kernel's reduction settings.
-  absl::Status BuildRequest(tf::OpKernelContext* context, Request* request) const {
-    *request = NewRequest();
-    request->meta.reduce_op = reduce_op_;
-    request->meta.prescale = prescale_;
-    request->meta.postscale = postscale_;
-    return AddInputs(context, context->num_inputs(), request);
+  void ComputeAsync(tf::OpKernelContext* context, DoneCallback done) override {
+    Request request = NewRequest();
+    request.meta.reduce_op = reduce_op_;
+    request.meta.prescale = prescale_;
+    request.meta.postscale = postscale_;
+    OP_REQUIRES_OK_ASYNC(context, AddInputs(context, context->num_inputs(), &request), done);
+    if (kType == OpType::kAllreduce) {
+      OP_REQUIRES_OK_ASYNC(context, OutputIntoTensorFlow(context, context->num_inputs(), &request), done);
+      Submit(context, engine_, std::move(request), [](OpResult&) { return absl::OkStatus(); }, std::move(done));
+    } else {
+      Submit(context, engine_, std::move(request),
+             AdoptOutputs(context, context->input_dtype(0), context->num_inputs(), "reducescatter"), std::move(done));
+    }
   }
 
  private:
@@ -41,33 +52,8 @@ class ReductionKernel : public CollectiveKernel {
   float postscale_ = 1.0f;
 };
 
-// HerringAllreduce / HerringGroupedAllreduce: the engine writes the result into TF's output,
-// which reuses the input's buffer when TF allows it.
-class AllreduceKernel : public ReductionKernel {
- public:
-  explicit AllreduceKernel(tf::OpKernelConstruction* c) : ReductionKernel(c, OpType::kAllreduce) {}
-
-  void ComputeAsync(tf::OpKernelContext* context, DoneCallback done) override {
-    Request request;
-    OP_REQUIRES_OK_ASYNC(context, BuildRequest(context, &request), done);
-    OP_REQUIRES_OK_ASYNC(context, OutputIntoTensorFlow(context, context->num_inputs(), &request), done);
-    Submit(context, engine_, std::move(request), [](OpResult&) { return absl::OkStatus(); }, std::move(done));
-  }
-};
-
-// HerringReducescatter / HerringGroupedReducescatter: each member receives its rows of the
-// reduction; the engine allocates them and TF adopts the buffers.
-class ReducescatterKernel : public ReductionKernel {
- public:
-  explicit ReducescatterKernel(tf::OpKernelConstruction* c) : ReductionKernel(c, OpType::kReducescatter) {}
-
-  void ComputeAsync(tf::OpKernelContext* context, DoneCallback done) override {
-    Request request;
-    OP_REQUIRES_OK_ASYNC(context, BuildRequest(context, &request), done);
-    Submit(context, engine_, std::move(request),
-           AdoptOutputs(context, context->input_dtype(0), context->num_inputs(), "reducescatter"), std::move(done));
-  }
-};
+using AllreduceKernel = ReductionKernel<OpType::kAllreduce>;
+using ReducescatterKernel = ReductionKernel<OpType::kReducescatter>;
 
 }  // namespace
 
@@ -77,43 +63,37 @@ class ReducescatterKernel : public ReductionKernel {
       .Attr("prescale_factor: float = 1.0")  \
       .Attr("postscale_factor: float = 1.0")
 
-REGISTER_OP("HerringAllreduce")
-    HERRING_COLLECTIVE_ATTRS
-    .Attr(HERRING_TF_TYPES)
-    HERRING_REDUCTION_ATTRS
-    .Input("tensor: T")
-    .Output("reduced: T")
-    .SetShapeFn(SameShapes)
-    .Doc("Reduction of `tensor` over the members of the process set (herring engine).");
+// A reduction of one tensor: the result has its type.
+#define HERRING_SINGLE_REDUCTION_OP(name, shape_fn, doc) \
+  REGISTER_OP(name)                                     \
+      HERRING_COLLECTIVE_ATTRS                          \
+      .Attr(HERRING_TF_TYPES)                           \
+      HERRING_REDUCTION_ATTRS                           \
+      .Input("tensor: T")                               \
+      .Output("reduced: T")                             \
+      .SetShapeFn(shape_fn)                             \
+      .Doc(doc)
 
-REGISTER_OP("HerringGroupedAllreduce")
-    HERRING_COLLECTIVE_ATTRS
-    .Attr(HERRING_TF_TYPES)
-    .Attr("num_tensors: int >= 1")
-    HERRING_REDUCTION_ATTRS
-    .Input("tensors: num_tensors * T")
-    .Output("reduced: num_tensors * T")
-    .SetShapeFn(SameShapes)
-    .Doc("Allreduce of several tensors negotiated and reduced as one unit.");
+// A reduction of num_tensors tensors of one type, negotiated and reduced as one unit.
+#define HERRING_GROUPED_REDUCTION_OP(name, shape_fn, doc) \
+  REGISTER_OP(name)                                      \
+      HERRING_COLLECTIVE_ATTRS                           \
+      .Attr(HERRING_TF_TYPES)                            \
+      .Attr("num_tensors: int >= 1")                     \
+      HERRING_REDUCTION_ATTRS                            \
+      .Input("tensors: num_tensors * T")                 \
+      .Output("reduced: num_tensors * T")                \
+      .SetShapeFn(shape_fn)                              \
+      .Doc(doc)
 
-REGISTER_OP("HerringReducescatter")
-    HERRING_COLLECTIVE_ATTRS
-    .Attr(HERRING_TF_TYPES)
-    HERRING_REDUCTION_ATTRS
-    .Input("tensor: T")
-    .Output("reduced: T")
-    .SetShapeFn(FirstDimUnknown)
-    .Doc("Reduction of `tensor`, of which each member receives its share of the first dimension.");
-
-REGISTER_OP("HerringGroupedReducescatter")
-    HERRING_COLLECTIVE_ATTRS
-    .Attr(HERRING_TF_TYPES)
-    .Attr("num_tensors: int >= 1")
-    HERRING_REDUCTION_ATTRS
-    .Input("tensors: num_tensors * T")
-    .Output("reduced: num_tensors * T")
-    .SetShapeFn(FirstDimUnknown)
-    .Doc("Reducescatter of several tensors as one unit.");
+HERRING_SINGLE_REDUCTION_OP("HerringAllreduce", SameShapes,
+                            "Reduction of `tensor` over the members of the process set (herring engine).");
+HERRING_GROUPED_REDUCTION_OP("HerringGroupedAllreduce", SameShapes,
+                             "Allreduce of several tensors negotiated and reduced as one unit.");
+HERRING_SINGLE_REDUCTION_OP("HerringReducescatter", FirstDimUnknown,
+                            "Reduction of `tensor`, of which each member receives its share of the first dimension.");
+HERRING_GROUPED_REDUCTION_OP("HerringGroupedReducescatter", FirstDimUnknown,
+                             "Reducescatter of several tensors as one unit.");
 
 REGISTER_KERNEL_BUILDER(Name("HerringAllreduce").Device(tf::DEVICE_CPU), AllreduceKernel);
 REGISTER_KERNEL_BUILDER(Name("HerringGroupedAllreduce").Device(tf::DEVICE_CPU), AllreduceKernel);
