@@ -4,7 +4,7 @@ model with Accelerator (prepare, backward) and with Trainer on gloo, destroys th
 initializes herring first and lets Accelerator and Trainer adopt it; every rank checks the weights
 equal gloo's (allclose, rtol=1e-6, atol=1e-7), Accelerate's collectives on the adopted group, the
 cpu=True trap and Accelerate's refusal of backend="herring". The launch: about 17 s on this 2-core
-machine when quiet, 52-67 s at a load average of 16-25."""
+machine when quiet, 48-67 s at a load average of 16-25."""
 
 import os
 

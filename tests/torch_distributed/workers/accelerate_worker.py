@@ -10,6 +10,7 @@ docs/accelerate.md describes.
 Results go to $HERRING_TEST_RESULTS/<rank>.json (tests/harness/checks.py)."""
 
 import os
+import shutil
 import tempfile
 import warnings
 
@@ -185,8 +186,14 @@ def accelerate_refuses_backend_herring():
     assert dist.get_backend() == "herring"  # the group is left as it was
 
 
+def shutdown():
+    shutil.rmtree(OUT_DIR, ignore_errors=True)
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
 if __name__ == "__main__":
     raise SystemExit(run_and_report(
         RANK, selected(), after_each=progress(RANK),
         report=lambda: {"bitwise_equal": EXACT},
-        shutdown=lambda: dist.destroy_process_group() if dist.is_initialized() else None))
+        shutdown=shutdown))
