@@ -36,12 +36,12 @@ def restart_among_survivors(group, ranks_to_exclude, shrink_flags):
     """Aborts this process's engine and starts one among the members of `group` not excluded
     (group ranks); returns (new rank, new size). Blocks until every survivor called it, at most
     the group's timeout (init_process_group / new_group's)."""
+    me = group._ranks[group.rank()]  # this rank's global rank on the old engine (which may have failed)
     if group._store is None:
-        raise RuntimeError(f"herring: rank {front.rank() if front.is_initialized() else '?'}: process group "
-                           f"{group._label!r} has no c10d Store to re-form its survivors through")
+        raise RuntimeError(f"herring: rank {me}: process group {group._label!r} has no c10d Store to re-form "
+                           "its survivors through")
     excluded = set(int(r) for r in ranks_to_exclude)
     survivors = [g for i, g in enumerate(group._ranks) if i not in excluded]
-    me = group._ranks[group.rank()]
     new_rank, new_size = survivors.index(me), len(survivors)
     why = (f"rank {me} shrank process group {group._label!r} to global ranks {survivors} "
            f"(shrink_group excluding its ranks {sorted(excluded)}, flags {shrink_flags})")
