@@ -499,23 +499,22 @@ std::vector<uint64_t> Engine::AwaitLocalRanks(
   return agreed;
 }
 
-std::vector<uint64_t> Engine::AgreeOnBitsInSharedMemory(const std::vector<uint64_t>& mine) {
-  inputs_with_bits_ = InputsWithBits{};
-  std::vector<uint64_t> agreed = AwaitHostAnd(mine);
+Engine::AgreedCycle Engine::AgreeOnBitsInSharedMemory(const std::vector<uint64_t>& mine) {
+  AgreedCycle agreed{AwaitHostAnd(mine), {}};
   counters_.shm_negotiations++;
-  TakeInputsWithBits(mine.size());
+  agreed.with_bits.inputs = TakeInputsWithBits(mine.size());
   return agreed;
 }
 
-void Engine::TakeInputsWithBits(size_t words) {
+Engine::InputsWithBits Engine::TakeInputsWithBits(size_t words) {
   uint32_t position = 0;
   std::vector<const void*> inputs;
-  if (!shm_bits_->EveryonePostedInput(cycle_, words, &position, &inputs)) return;
+  if (!shm_bits_->EveryonePostedInput(cycle_, words, &position, &inputs)) return {};
   // Every local rank's only request is this one: its response is still at that position.
   const std::vector<int>& ranks = shm_bits_->member_ranks();
   std::vector<const void*> by_rank(*std::max_element(ranks.begin(), ranks.end()) + 1);
   for (size_t i = 0; i < inputs.size(); ++i) by_rank[ranks[i]] = inputs[i];
-  inputs_with_bits_ = InputsWithBits{cache_.at(position).process_set, cache_.at(position).name, position, std::move(by_rank)};
+  return InputsWithBits{cache_.at(position).process_set, cache_.at(position).name, position, std::move(by_rank)};
 }
 
 std::vector<uint64_t> Engine::AwaitHostAnd(const std::vector<uint64_t>& mine) {
@@ -526,8 +525,8 @@ std::vector<uint64_t> Engine::AwaitHostAnd(const std::vector<uint64_t>& mine) {
   });
 }
 
-std::vector<uint64_t> Engine::AgreeOnBits(const std::vector<uint64_t>& mine) {
-  if (membership_.world().size() == 1) return mine;
+Engine::AgreedCycle Engine::AgreeOnBits(const std::vector<uint64_t>& mine) {
+  if (membership_.world().size() == 1) return AgreedCycle{mine, {}};
   if (hierarchical_) return AgreeOnBitsAcrossHosts(mine);
   if (shm_bits_) return AgreeOnBitsInSharedMemory(mine);
   // The star (control_plane.cc): rank 0 invites the ranks that have not contributed yet, ANDs
@@ -701,7 +700,9 @@ void Engine::RunCycleSteps() {
   TakeNewRequests(&uncached, &stale);
   faults_.At("negotiate", transport_.get());
   const bool decided = coordinator_ && coordinator_->HasDecided();  // rank 0's own errors to deliver
-  const std::vector<uint64_t> agreed = AgreeOnBits(ReadyBits(!uncached.empty() || decided, !stale.empty()));
+  // The cycle's result: the agreed bits, and what rode with them for the execution below.
+  const AgreedCycle negotiated = AgreeOnBits(ReadyBits(!uncached.empty() || decided, !stale.empty()));
+  const std::vector<uint64_t>& agreed = negotiated.bits;
   if (!(agreed[0] & kNoShutdown)) {
     HLOG(Debug) << "shutdown agreed in cycle " << cycle_;
     stop_after_cycle_ = true;
@@ -772,15 +773,13 @@ void Engine::RunCycleSteps() {
     }
   }
   BeginDepartures(ready);
-  Execute(ready);
+  Execute(ready, negotiated.with_bits);
   CompleteDepartures(ready);
   for (auto& r : ready) {
     if (spare_responses_.size() < kSpareResponses) spare_responses_.push_back(std::move(r));
   }
   ready.clear();
   AutotuneAfterCycle();
-  inputs_with_bits_ = InputsWithBits{};  // they live in the notice areas, which the next cycles reuse
-  total_with_bits_ = TotalWithBits{};    // and in the result area
   // Servers join and leave between two steps: after this cycle's collectives, on every rank.
   for (const auto& c : membership_.TakeAnnounced()) ApplyMembership(c);
 }

@@ -41,8 +41,8 @@ void Engine::InviteChildren(const ControlTree& tree) {
   }
 }
 
-std::vector<uint64_t> Engine::AgreeInTree(const ControlTree& tree, std::vector<uint64_t> agreed,
-                                          std::vector<HostSum> sums) {
+Engine::AgreedCycle Engine::AgreeInTree(const ControlTree& tree, std::vector<uint64_t> agreed,
+                                        std::vector<HostSum> sums) {
   std::vector<ShardSample> samples;
   if (!tree.root()) samples = psld_->TakeSamples();
   for (int c : tree.children) {
@@ -72,8 +72,7 @@ std::vector<uint64_t> Engine::AgreeInTree(const ControlTree& tree, std::vector<u
       throw Error(Status::Internal("rank " + std::to_string(tree.parent) + " answered with a bit vector of another size"));
     }
     for (const auto& m : maps) ApplyMapUpdate(m);
-    TakeTotalWithBits(std::move(total));
-    return decided;
+    return AgreedCycle{std::move(decided), {{}, TakeTotalWithBits(std::move(total))}};
   }
   std::vector<MapUpdate> maps;
   if (auto decided = psld_->TakeDecision()) maps.push_back(std::move(*decided));
@@ -81,22 +80,20 @@ std::vector<uint64_t> Engine::AgreeInTree(const ControlTree& tree, std::vector<u
   const std::string result = EncodeResult(cycle_, agreed, maps, membership_.AnnouncePending(), total);
   for (int c : tree.children) SendNegotiation(c, kResultMessage, result);
   for (const auto& m : maps) ApplyMapUpdate(m);
-  TakeTotalWithBits(std::move(total));
-  return agreed;
+  return AgreedCycle{std::move(agreed), {{}, TakeTotalWithBits(std::move(total))}};
 }
 
-std::vector<uint64_t> Engine::AgreeOnBitsAcrossHosts(const std::vector<uint64_t>& mine) {
-  inputs_with_bits_ = InputsWithBits{};
-  total_with_bits_ = TotalWithBits{};
+Engine::AgreedCycle Engine::AgreeOnBitsAcrossHosts(const std::vector<uint64_t>& mine) {
   if (rank() == host_leader_) {
     // Invite the other hosts first: their leaders gather their hosts while this one does.
     InviteChildren(leader_tree_);
     std::vector<uint64_t> host_and = AwaitHostAnd(mine);
-    if (shm_bits_) TakeInputsWithBits(mine.size());
-    std::vector<uint64_t> agreed = AgreeInTree(leader_tree_, host_and, HostSumToCarry(mine.size()));
+    InputsWithBits inputs = shm_bits_ ? TakeInputsWithBits(mine.size()) : InputsWithBits{};
+    AgreedCycle agreed = AgreeInTree(leader_tree_, host_and, HostSumToCarry(mine.size(), inputs));
+    agreed.with_bits.inputs = std::move(inputs);
     if (shm_bits_) {
-      shm_bits_->PostResult(cycle_, agreed, total_with_bits_.position, total_with_bits_.data(),
-                            static_cast<uint32_t>(total_with_bits_.bytes));
+      const TotalWithBits& total = agreed.with_bits.total;
+      shm_bits_->PostResult(cycle_, agreed.bits, total.position, total.data(), static_cast<uint32_t>(total.bytes));
       counters_.shm_negotiations++;
     }
     return agreed;
@@ -104,14 +101,15 @@ std::vector<uint64_t> Engine::AgreeOnBitsAcrossHosts(const std::vector<uint64_t>
   PostBitsInSharedMemory(mine);
   // As on one host (AwaitLocalRanks): a waiter's cycle gives the late local ranks a grace before
   // ringing them; the leader among them carries the invitation to the other hosts.
-  std::vector<uint64_t> agreed = AwaitLocalRanks([&](Deadline until, std::vector<uint64_t>* out) {
-    return shm_bits_->AwaitResult(cycle_, mine.size(), until, out);
-  });
+  AgreedCycle agreed{AwaitLocalRanks([&](Deadline until, std::vector<uint64_t>* out) {
+                       return shm_bits_->AwaitResult(cycle_, mine.size(), until, out);
+                     }),
+                     {}};
   counters_.shm_negotiations++;
   // The leader's result came after every local rank's post: their headers are all there, and the
   // leader read the same ones.
-  TakeInputsWithBits(mine.size());
-  TakeTotalWithBitsFromHost(mine.size());
+  agreed.with_bits.inputs = TakeInputsWithBits(mine.size());
+  agreed.with_bits.total = TakeTotalWithBitsFromHost(mine.size());
   return agreed;
 }
 

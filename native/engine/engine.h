@@ -289,8 +289,40 @@ class Engine {
   void RunCycleSteps();
   void TakeNewRequests(std::vector<RequestMeta>* uncached, std::vector<uint32_t>* stale);
   std::vector<uint64_t> ReadyBits(bool has_uncached, bool has_stale) const;
-  std::vector<uint64_t> AgreeOnBits(const std::vector<uint64_t>& mine);
-  std::vector<uint64_t> AgreeOnBitsInSharedMemory(const std::vector<uint64_t>& mine);
+  // What rode with a cycle's bit vectors for its lone small allreduce: part of the negotiated
+  // cycle's result, handed to the execution with the cycle's responses (Execute), never kept on the
+  // engine. Valid until the cycle ends: the inputs live in the notice areas, the total in a
+  // leader's copy of the result message or in the host's result area, which the next cycles reuse.
+  // The inputs: every local rank posted one for the same cached allreduce; by rank; empty: none.
+  struct InputsWithBits {
+    int32_t process_set = -1;
+    std::string name;
+    uint32_t position = 0;
+    std::vector<const void*> by_rank;
+  };
+  // The total, when every host's sum rode the leaders' tree (host_sums_in_tree.cc); bytes 0: none.
+  struct TotalWithBits {
+    int32_t process_set = -1;
+    std::string name;
+    uint32_t position = 0;
+    size_t bytes = 0;
+    const uint8_t* in_host_area = nullptr;
+    std::string held;
+    const uint8_t* data() const {
+      return in_host_area ? in_host_area : reinterpret_cast<const uint8_t*>(held.data());
+    }
+  };
+  struct CarriedWithBits {
+    InputsWithBits inputs;
+    TotalWithBits total;
+  };
+  // A negotiated cycle's result: the agreed bit vectors and what came with them.
+  struct AgreedCycle {
+    std::vector<uint64_t> bits;
+    CarriedWithBits with_bits;
+  };
+  AgreedCycle AgreeOnBits(const std::vector<uint64_t>& mine);
+  AgreedCycle AgreeOnBitsInSharedMemory(const std::vector<uint64_t>& mine);
   // Before this rank posts its vector in shared memory (HERRING_SPREAD_CPUS).
   void MoveOffSharedCpu(size_t words);
   // Waits for this host's ranks through `await` (the shared-memory AND, or the leader's posted
@@ -302,23 +334,23 @@ class Engine {
   // inputs (ReduceHostInOneStep); any other algorithm ignores them.
   const Pending* LoneSmallAllreduce(size_t words) const;
   void PostBitsInSharedMemory(const std::vector<uint64_t>& mine);  // with that input, if there is one
-  // After this host's vectors for the cycle met: inputs_with_bits_ from them, if every local rank
-  // posted one for the same allreduce (else left empty).
-  void TakeInputsWithBits(size_t words);
+  // After this host's vectors for the cycle met: the inputs that came with them, if every local
+  // rank posted one for the same allreduce (else none).
+  InputsWithBits TakeInputsWithBits(size_t words);
   // The lone request's inputs, as the one-step path stages them (prescaled, end to end).
   AllreduceBatch InputsOf(const Pending& lone) const;
   // The small allreduce across hosts whose total rides the hierarchical plane (host_sums_in_tree.cc).
   // A leader, after its host's vectors met: its host's sum of the cycle's lone allreduce, if every
   // local rank's input came with the bits (or it is alone on its host with one); else none.
-  std::vector<HostSum> HostSumToCarry(size_t words);
+  std::vector<HostSum> HostSumToCarry(size_t words, const InputsWithBits& posted);
   // Rank 0: the total of every host's sum, reduced in host order, if every host sent one for the
   // same allreduce; else none.
   CarriedTotal TotalOfHostSums(std::vector<HostSum> sums) const;
   // Keeps the cycle's total for the execution: a leader's from the result message, the others'
   // from the host's result area.
-  void TakeTotalWithBits(CarriedTotal total);
-  void TakeTotalWithBitsFromHost(size_t words);
-  void NameTotalWithBits(uint32_t position, size_t bytes);  // throws if this rank's cache disagrees
+  TotalWithBits TakeTotalWithBits(CarriedTotal total);
+  TotalWithBits TakeTotalWithBitsFromHost(size_t words);
+  TotalWithBits NameTotalWithBits(uint32_t position, size_t bytes);  // throws if this rank's cache disagrees
   // Whether an allreduce of `bytes` in `set` may have its total carried: the whole world, the
   // host-sums exchange's layout (ops/herring/small_exchange.h), and every host's sum within one message.
   bool TotalMayRideTree(const ProcessSet& set, size_t bytes) const;
@@ -326,15 +358,14 @@ class Engine {
   std::vector<uint64_t> AwaitHostAnd(const std::vector<uint64_t>& mine);
   // The hierarchical plane (control_plane.cc): the host ANDs in shared memory, its leader combines
   // the hosts' ANDs in a binomial tree over TCP and posts the result for the host's other ranks.
-  std::vector<uint64_t> AgreeOnBitsAcrossHosts(const std::vector<uint64_t>& mine);
+  AgreedCycle AgreeOnBitsAcrossHosts(const std::vector<uint64_t>& mine);
   // The TCP part, over `tree` (the star, or the leaders' tree): invites the children that have not
   // contributed, ANDs their contributions into `mine`, sends the subtree's AND up and the result
   // down; the root adds PSLD's maps and membership announcements.
   void InviteChildren(const ControlTree& tree);
   // Host sums (the leaders' tree: HostSumToCarry) climb with the contributions unreduced; the
   // root's total of them (TotalOfHostSums) comes down with the result.
-  std::vector<uint64_t> AgreeInTree(const ControlTree& tree, std::vector<uint64_t> mine,
-                                    std::vector<HostSum> sums = {});
+  AgreedCycle AgreeInTree(const ControlTree& tree, std::vector<uint64_t> mine, std::vector<HostSum> sums = {});
   // The star over today's world (HERRING_CONTROL_PLANE=tcp and the combinations that need it).
   ControlTree StarTree() const;
   void AttachShmControlPlane(Deadline deadline);
@@ -384,8 +415,10 @@ class Engine {
   Status CheckAbort() const;
 
   // Execution (execution.cc).
-  void Execute(const std::vector<Response>& ready);
-  void ExecuteAllreduceBatch(const std::vector<const Response*>& responses, uint32_t unit);
+  // The cycle's responses, with what rode with its bit vectors (for the batch of its lone allreduce).
+  void Execute(const std::vector<Response>& ready, const CarriedWithBits& with_bits);
+  void ExecuteAllreduceBatch(const std::vector<const Response*>& responses, uint32_t unit,
+                             const CarriedWithBits& with_bits);
   void ServeAllreduceBatch(const std::vector<const Response*>& responses, uint32_t unit);
   void ExecuteOne(const Response& response, uint32_t unit);
   void ApplyProcessSetChange(const Response& response);
@@ -455,28 +488,6 @@ class Engine {
   int host_leader_ = -1;
   std::vector<int> host_ranks_;
   ControlTree leader_tree_;
-  // This cycle's inputs that came with the bit vectors (every rank posted one for the same
-  // cached allreduce), by rank; empty: none. Valid until the cycle ends.
-  struct InputsWithBits {
-    int32_t process_set = -1;
-    std::string name;
-    uint32_t position = 0;
-    std::vector<const void*> by_rank;
-  } inputs_with_bits_;
-  // This cycle's total of its lone small allreduce across hosts, when every host's sum rode the
-  // leaders' tree (host_sums_in_tree.cc); bytes 0: none. Valid until the cycle ends: a leader
-  // holds the result message's copy, the others read the host's result area.
-  struct TotalWithBits {
-    int32_t process_set = -1;
-    std::string name;
-    uint32_t position = 0;
-    size_t bytes = 0;
-    const uint8_t* in_host_area = nullptr;
-    std::string held;
-    const uint8_t* data() const {
-      return in_host_area ? in_host_area : reinterpret_cast<const uint8_t*>(held.data());
-    }
-  } total_with_bits_;
   // The cycle running now was started by a waiter (RunCycleForWaiter), not by the loop.
   bool waiter_cycle_ = false;
   // Who takes part: the workers, the world in negotiation, every rank's host, and rank 0's

@@ -34,10 +34,10 @@ bool Fusable(const Response& a, const Response& b) {
 
 ExecContext Engine::MakeContext(ProcessSet& set, uint32_t unit) {
   return ExecContext{cycle_config_, *transport_, set, topo_, rank(), MakeTagBase(cycle_, unit), counters_,
-                     [this] { return CheckAbort(); }, timeline_.get(), "", &faults_, {}, zero_copy_.get()};
+                     [this] { return CheckAbort(); }, timeline_.get(), "", &faults_, zero_copy_.get()};
 }
 
-void Engine::Execute(const std::vector<Response>& ready) {
+void Engine::Execute(const std::vector<Response>& ready, const CarriedWithBits& with_bits) {
   if (autotuner_) {
     for (const Response& r : ready) {
       const ProcessSet* set = sets_.Find(r.process_set);
@@ -81,7 +81,7 @@ void Engine::Execute(const std::vector<Response>& ready) {
       }
     }
     if (member) {
-      ExecuteAllreduceBatch(batch, unit);
+      ExecuteAllreduceBatch(batch, unit, with_bits);
     } else {
       ServeAllreduceBatch(batch, unit);
     }
@@ -171,7 +171,8 @@ bool Engine::HeldRequestAwaited(const Key& key) const {
   return false;
 }
 
-void Engine::ExecuteAllreduceBatch(const std::vector<const Response*>& responses, uint32_t unit) {
+void Engine::ExecuteAllreduceBatch(const std::vector<const Response*>& responses, uint32_t unit,
+                                   const CarriedWithBits& with_bits) {
   const Response& first = *responses.front();
   ProcessSet& set = *sets_.Find(first.process_set);
   AllreduceBatch& batch = fusion_batch_;
@@ -232,16 +233,23 @@ void Engine::ExecuteAllreduceBatch(const std::vector<const Response*>& responses
     LayOutAverageSplit(total, split, &executed);
     executed.label = batch.label;
   }
-  if (!split_average && responses.size() == 1 && !inputs_with_bits_.by_rank.empty() &&
-      first.process_set == inputs_with_bits_.process_set && first.name == inputs_with_bits_.name) {
-    for (int member : set.local_members()) ctx.posted_inputs.push_back(inputs_with_bits_.by_rank[set.ranks[member]]);
+  // What came with the cycle's bit vectors rides on the batch it belongs to (the fusion buffer is
+  // reused: each batch starts without them).
+  executed.posted_inputs.clear();
+  executed.total_with_bits = nullptr;
+  executed.observe_shard = nullptr;
+  const InputsWithBits& inputs = with_bits.inputs;
+  if (!split_average && responses.size() == 1 && !inputs.by_rank.empty() &&
+      first.process_set == inputs.process_set && first.name == inputs.name) {
+    for (int member : set.local_members()) executed.posted_inputs.push_back(inputs.by_rank[set.ranks[member]]);
   }
-  if (!split_average && responses.size() == 1 && total_with_bits_.bytes == batch.total_bytes() &&
-      first.process_set == total_with_bits_.process_set && first.name == total_with_bits_.name) {
-    ctx.total_with_bits = total_with_bits_.data();
+  const TotalWithBits& total = with_bits.total;
+  if (!split_average && responses.size() == 1 && total.bytes == batch.total_bytes() &&
+      first.process_set == total.process_set && first.name == total.name) {
+    executed.total_with_bits = total.data();
   }
   if (psld_->Measures(set.id)) {
-    ctx.observe_shard = [this](int shard, double seconds, double mib) { psld_->Observe(shard, seconds, mib); };
+    executed.observe_shard = [this](int shard, double seconds, double mib) { psld_->Observe(shard, seconds, mib); };
   }
   {
     std::vector<std::string> lanes;  // the timeline's names, only when it is on (the hot path pays nothing)

@@ -26,13 +26,13 @@ bool Engine::TotalMayRideTree(const ProcessSet& set, size_t bytes) const {
          bytes * set.hosts.size() <= ShmBitsExchange::kMaxInputBytes;
 }
 
-std::vector<HostSum> Engine::HostSumToCarry(size_t words) {
+std::vector<HostSum> Engine::HostSumToCarry(size_t words, const InputsWithBits& posted) {
   uint32_t position;
   std::vector<const void*> inputs;  // prescaled, by local member
   const Pending* lone = nullptr;
   if (shm_bits_) {
-    if (inputs_with_bits_.by_rank.empty()) return {};
-    position = inputs_with_bits_.position;
+    if (posted.by_rank.empty()) return {};
+    position = posted.position;
   } else {  // alone on its host: its lone request, as it would have posted it
     lone = LoneSmallAllreduce(words);
     if (lone == nullptr) return {};
@@ -48,7 +48,7 @@ std::vector<HostSum> Engine::HostSumToCarry(size_t words) {
     const AllreduceBatch batch = InputsOf(*lone);
     batch.GatherInputs(0, batch.total_count(), out, batch.prescale);
   } else {
-    for (int member : set->local_members()) inputs.push_back(inputs_with_bits_.by_rank[set->ranks[member]]);
+    for (int member : set->local_members()) inputs.push_back(posted.by_rank[set->ranks[member]]);
     ReduceInto(out, inputs.data(), inputs.size(), bytes / ElementSize(r.dtype), r.dtype, ExecutedOp(r.reduce_op));
   }
   return {std::move(sum)};
@@ -74,21 +74,23 @@ CarriedTotal Engine::TotalOfHostSums(std::vector<HostSum> sums) const {
   return total;
 }
 
-void Engine::TakeTotalWithBits(CarriedTotal total) {
-  if (total.bytes.empty()) return;
-  NameTotalWithBits(total.position, total.bytes.size());
-  total_with_bits_.held = std::move(total.bytes);
+Engine::TotalWithBits Engine::TakeTotalWithBits(CarriedTotal total) {
+  if (total.bytes.empty()) return {};
+  TotalWithBits taken = NameTotalWithBits(total.position, total.bytes.size());
+  taken.held = std::move(total.bytes);
+  return taken;
 }
 
-void Engine::TakeTotalWithBitsFromHost(size_t words) {
+Engine::TotalWithBits Engine::TakeTotalWithBitsFromHost(size_t words) {
   uint32_t position = 0, bytes = 0;
   const uint8_t* total = shm_bits_->ResultTotal(cycle_, words, &position, &bytes);
-  if (total == nullptr) return;
-  NameTotalWithBits(position, bytes);
-  total_with_bits_.in_host_area = total;
+  if (total == nullptr) return {};
+  TotalWithBits taken = NameTotalWithBits(position, bytes);
+  taken.in_host_area = total;
+  return taken;
 }
 
-void Engine::NameTotalWithBits(uint32_t position, size_t bytes) {
+Engine::TotalWithBits Engine::NameTotalWithBits(uint32_t position, size_t bytes) {
   // Every rank's cache holds what rank 0's does: a total for anything else is a corrupt result,
   // and a rank that ignored it would take another path than the rest.
   if (!cache_.occupied(position) || TensorBytes(cache_.at(position)) != bytes) {
@@ -97,10 +99,12 @@ void Engine::NameTotalWithBits(uint32_t position, size_t bytes) {
                                  ", which its cache does not hold at that size"));
   }
   const Response& r = cache_.at(position);
-  total_with_bits_.process_set = r.process_set;
-  total_with_bits_.name = r.name;
-  total_with_bits_.position = position;
-  total_with_bits_.bytes = bytes;
+  TotalWithBits named;
+  named.process_set = r.process_set;
+  named.name = r.name;
+  named.position = position;
+  named.bytes = bytes;
+  return named;
 }
 
 }  // namespace herring

@@ -12,7 +12,7 @@
 // input in the same half, after its vector, saying which cache position it is for. When every
 // rank posted one for the same position, that position is the cycle's only collective and every
 // rank already holds every input: the allreduce needs no second hand-off (ops/shm_staging.h,
-// ExecContext::posted_inputs). Otherwise the inputs are ignored and the allreduce stages its
+// AllreduceBatch::posted_inputs). Otherwise the inputs are ignored and the allreduce stages its
 // own. Either way all ranks decide alike, from the same posted headers.
 //
 // Across hosts (the hierarchical control plane) each host has its own exchange, whose members

@@ -48,11 +48,11 @@ void ReduceHostInOneStep(ExecContext& ctx, const AllreduceBatch& batch, uint8_t*
   const int64_t total = batch.total_count();
   const int local_size = static_cast<int>(ctx.set.local_members().size());
   if (ctx.faults) ctx.faults->At("gather", &ctx.net);
-  if (ctx.posted_inputs.size() == static_cast<size_t>(local_size)) {
+  if (batch.posted_inputs.size() == static_cast<size_t>(local_size)) {
     // Every member's input came with the bit vectors: nothing to stage or wait for. No member
     // numbers a staged buffer, so the sub-slots stay in step.
     if (ctx.faults) ctx.faults->At("shm", &ctx.net);
-    ReduceInto(sum, ctx.posted_inputs.data(), local_size, total, batch.dtype, batch.op);
+    ReduceInto(sum, batch.posted_inputs.data(), local_size, total, batch.dtype, batch.op);
     ctx.counters.inputs_with_bits++;
     return;
   }

@@ -35,17 +35,9 @@ struct ExecContext {
   Timeline* timeline = nullptr;  // null: timeline off
   std::string lane;              // the timeline lane of this execution (its tensor names)
   FaultInjector* faults = nullptr;
-  // Set on rank 0 when the load balancer runs: how long a shard took for `mib` MiB of one chunk.
-  std::function<void(int shard, double seconds, double mib)> observe_shard;
   // This process's zero-copy memory, as its owner handed it to the engine (null: none; its pool is
   // null until the first tensor is allocated there).
   const ZeroCopyMemory* zero_copy = nullptr;
-  // The members' inputs of this allreduce (by local index), already staged, prescaled, beside the
-  // cycle's bit vectors (engine/shm_bits_exchange.h); empty: the one-step path stages them.
-  std::vector<const void*> posted_inputs;
-  // The job's total of this allreduce (prescaled, not yet postscaled), when every host's sum rode
-  // the leaders' tree with the bit vectors (engine/host_sums_in_tree.cc); null: not this cycle.
-  const uint8_t* total_with_bits = nullptr;
 
   static constexpr int kSubTagBits = 20;
   uint64_t Tag(uint64_t sub) const;
@@ -105,6 +97,17 @@ struct AllreduceBatch {
   double postscale = 1.0;
   std::vector<ReduceEntry> entries;
   std::string label;  // tensor names, for errors
+  // What came with the negotiated cycle for this batch, so that an algorithm finds it in what it is
+  // asked to run (the engine sets it on a batch of the cycle's lone cached allreduce only):
+  // the members' inputs (by local index), already staged, prescaled, beside the cycle's bit
+  // vectors (engine/shm_bits_exchange.h); empty: the one-step path stages them;
+  std::vector<const void*> posted_inputs;
+  // the job's total (prescaled, not yet postscaled), when every host's sum rode the leaders' tree
+  // with the bit vectors (engine/host_sums_in_tree.cc); null: not this batch;
+  const uint8_t* total_with_bits = nullptr;
+  // on rank 0 when the load balancer times this batch's shards: how long a shard took for `mib`
+  // MiB of one chunk; empty: not measured.
+  std::function<void(int shard, double seconds, double mib)> observe_shard;
 
   int64_t total_count() const;
   size_t total_bytes() const { return total_count() * ElementSize(dtype); }

@@ -322,10 +322,10 @@ HerringAllreduce::PullWork HerringAllreduce::PushAndPostPull(ExecContext& ctx, c
 void HerringAllreduce::AwaitPull(ExecContext& ctx, const AllreduceBatch& batch, const PullWork& work) {
   if (ctx.faults) ctx.faults->At("pull", &ctx.net);
   WaitTransfers(work.transfers, ctx, "push/pull of '" + batch.label + "' with the server shards");
-  if (ctx.observe_shard) {
+  if (batch.observe_shard) {
     for (size_t i = 0; i < work.pull_index.size(); ++i) {
       double seconds = std::chrono::duration<double>(work.transfers[work.pull_index[i]]->finished_at() - work.posted).count();
-      ctx.observe_shard(work.pull_shard[i], seconds, work.pull_mib[i]);
+      batch.observe_shard(work.pull_shard[i], seconds, work.pull_mib[i]);
     }
   }
 }

@@ -51,11 +51,11 @@ void GatherHostSums(ExecContext& ctx, uint8_t* blocks, size_t bytes, const std::
 }  // namespace
 
 void HostSumsExchange::Execute(ExecContext& ctx, AllreduceBatch& batch) {
-  if (ctx.total_with_bits) {
+  if (batch.total_with_bits) {
     TimelinePhase phase(ctx.timeline, ctx.lane, "COPY_OUT");
     if (ctx.faults) ctx.faults->At("gather", &ctx.net);
-    if (!ctx.posted_inputs.empty()) ctx.counters.inputs_with_bits++;  // the host's sum came from them
-    ScatterWholeResult(ctx, batch, ctx.total_with_bits);
+    if (!batch.posted_inputs.empty()) ctx.counters.inputs_with_bits++;  // the host's sum came from them
+    ScatterWholeResult(ctx, batch, batch.total_with_bits);
     ctx.counters.totals_with_bits++;
     ctx.counters.host_sum_exchanges++;
     return;

@@ -33,7 +33,7 @@ class HostSumsExchange {
   // Reduces `batch` into its outputs: this host's sum (shared memory in one step, or this rank's
   // own input when it is alone on its host); on the host's first rank, gathered with every other
   // host's sum, all reduced in host order; postscaled into every rank's outputs. When the total
-  // came with the cycle's result (ExecContext::total_with_bits: the host sums rode the leaders'
+  // came with the cycle's result (AllreduceBatch::total_with_bits: the host sums rode the leaders'
   // tree, reduced the same way by rank 0), only the last step is left.
   void Execute(ExecContext& ctx, AllreduceBatch& batch);
 
