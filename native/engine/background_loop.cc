@@ -3,12 +3,11 @@
 // A cycle starts when this rank has new requests (at once if the engine was idle; a burst that
 // arrived during the last cycle waits for its pause, at most HOROVOD_CYCLE_TIME), or when rank 0
 // asks for it (kBegin) because another rank started one. Idle ranks block; nobody spins.
+// How the ranks agree on a cycle's bits, over shared memory or TCP, is control_plane.cc's.
 #include <algorithm>
 
 #include "common/logging.h"
 #include "engine/engine.h"
-#include "kernels/integer_average.h"
-#include "ops/shm_staging.h"
 
 namespace herring {
 
@@ -389,151 +388,6 @@ std::vector<uint64_t> Engine::ReadyBits(bool has_uncached, bool has_stale) const
     bits[layout.idle_word(p)] &= ~BitLayout::mask(p);
   }
   return bits;
-}
-
-void Engine::AttachShmControlPlane(Deadline deadline) {
-  // The same decision on every rank: it depends only on knobs (whose fingerprints must match)
-  // and on the topology everyone learned in the rendezvous.
-  // PSLD's samples, dedicated servers and elastic slots change who negotiates or what rank 0
-  // hears from each rank: they keep the TCP star (the knob's row in the README says so).
-  const bool extras = config_.psld_balancer || config_.dedicated_servers > 0 || config_.elastic_slots > 0;
-  const size_t words = BitLayout(cache_.capacity()).words();
-  if (!config_.shm_control_plane || world_size() < 2 || extras || !ShmBitsExchange::Fits(words)) return;
-  if (topo_.num_hosts() == 1) {
-    shm_bits_ = ShmBitsExchange::Attach(ArenaName(-1) /* no process set has id -1 */, rank(), world_size(), deadline,
-                                        [this] { return CheckAbort(); });
-    shm_bell_.store(shm_bits_.get(), std::memory_order_release);
-    return;
-  }
-  // Across hosts: each host's first rank leads it; the leaders' tree is rooted at rank 0, whose
-  // host comes first in the topology (hosts are numbered by their first rank).
-  std::vector<int> leaders;
-  for (int h = 0; h < topo_.num_hosts(); ++h) leaders.push_back(topo_.ranks_on_host(h).front());
-  if (leaders.front() != 0) return;  // cannot happen with hosts numbered by first rank; the star then
-  host_ranks_ = topo_.ranks_on_host(topo_.host_of(rank()));
-  host_leader_ = host_ranks_.front();
-  if (rank() == host_leader_) leader_tree_ = ControlTree::Binomial(leaders, rank());
-  hierarchical_ = true;
-  if (host_ranks_.size() > 1) {
-    shm_bits_ = ShmBitsExchange::AttachHost(ArenaName(-1), topo_.local_index(rank()), host_ranks_, words, deadline,
-                                            [this] { return CheckAbort(); });
-    shm_bell_.store(shm_bits_.get(), std::memory_order_release);
-  }
-}
-
-const Engine::Pending* Engine::LoneSmallAllreduce(size_t words) const {
-  // Across hosts too: the inputs spare the host's sum its own hand-off, before its leader trades
-  // the host sums with the other hosts' (ops/herring/small_exchange.h).
-  if (!config_.inputs_with_bits || joined_ || pending_.size() != 1) return nullptr;
-  const Pending& p = pending_.begin()->second;
-  if (p.state != RequestState::kCached || p.request.meta.type != OpType::kAllreduce) return nullptr;
-  const ProcessSet* set = sets_.Find(p.request.meta.process_set);
-  if (set == nullptr || set->size() != world_size()) return nullptr;
-  const Response& r = cache_.at(p.position);
-  // An integer Average is reduced as its int64 split (execution.cc), not as the posted inputs.
-  if (IsIntegerAverage(r.dtype, r.reduce_op)) return nullptr;
-  const size_t bytes = TensorBytes(r);
-  const int64_t one_step = OneStepAllreduceBytes(cycle_config_.small_message_bytes, set->arena.get());
-  const size_t limit = std::min<size_t>(ShmBitsExchange::InputCapacity(words), static_cast<size_t>(one_step));
-  return bytes > 0 && bytes <= limit ? &p : nullptr;
-}
-
-void Engine::MoveOffSharedCpu(size_t words) {
-  if (SpreadCpus() && shm_bits_->MoveOffSharedCpu(cycle_, words)) counters_.cpu_moves++;
-}
-
-void Engine::PostBitsInSharedMemory(const std::vector<uint64_t>& mine) {
-  MoveOffSharedCpu(mine.size());
-  const Pending* lone = LoneSmallAllreduce(mine.size());
-  if (lone == nullptr) {
-    shm_bits_->Post(cycle_, mine);
-    return;
-  }
-  // Staged as the one-step path stages it (prescaled, tensors end to end): the same bits.
-  const AllreduceBatch batch = InputsOf(*lone);
-  batch.GatherInputs(0, batch.total_count(), shm_bits_->InputArea(cycle_, mine.size()), batch.prescale);
-  shm_bits_->PostWithInput(cycle_, mine, lone->position, static_cast<uint32_t>(batch.total_bytes()));
-}
-
-AllreduceBatch Engine::InputsOf(const Pending& lone) const {
-  const Response& r = cache_.at(lone.position);
-  AllreduceBatch batch;
-  batch.dtype = r.dtype;
-  batch.op = ExecutedOp(r.reduce_op);
-  batch.prescale = r.prescale;
-  for (size_t t = 0; t < r.shapes.size(); ++t) {
-    batch.entries.push_back({lone.request.buffers[t].input, nullptr, NumElements(r.shapes[t])});
-  }
-  return batch;
-}
-
-std::vector<uint64_t> Engine::AwaitLocalRanks(
-    const std::function<Status(Deadline, std::vector<uint64_t>*)>& await) {
-  // Ranks that have not posted yet may be idle, blocked until something wakes them, so the late
-  // ones are invited. A waiter's cycle (a synchronous collective, which every rank calls) invites
-  // them only after a grace period: usually they are on their way, and an invitation then wakes
-  // their loop threads for nothing; each woken loop competes for the cores with the ranks the
-  // cycle waits for, and sometimes takes the next cycle from its application thread. Measured,
-  // 4 ranks on 2 cores, 4 KiB: 72-101 us per allreduce in most launches with invitations at once,
-  // 29-43 us in every launch with 20-50 us of grace. The loop's cycles (bursts of asynchronous
-  // requests, which the other ranks' loops batch) invite at once: the grace measured 2-6% slower
-  // on the 1000-tiny-tensor step.
-  bool invited = !waiter_cycle_;
-  if (invited) shm_bits_->InviteLate(cycle_);
-  const Deadline grace = Deadline::After(ShmBitsExchange::kInvitationGrace);
-  std::vector<uint64_t> agreed;
-  while (true) {
-    // Bounded by peer liveness, as over TCP: a second at a time, checking the world in between.
-    Status s = await(invited ? Deadline::AfterSeconds(1) : grace, &agreed);
-    if (s.ok()) break;
-    if (!invited && s.code() == StatusCode::kTimeout) {
-      shm_bits_->InviteLate(cycle_);
-      invited = true;
-      continue;
-    }
-    DrainControl();
-    Status world = WorldFailure();
-    if (!world.ok()) throw Error(world);  // the transport's account names the rank and the cause
-    if (s.code() != StatusCode::kTimeout) throw Error(s);
-  }
-  return agreed;
-}
-
-Engine::AgreedCycle Engine::AgreeOnBitsInSharedMemory(const std::vector<uint64_t>& mine) {
-  AgreedCycle agreed{AwaitHostAnd(mine), {}};
-  counters_.shm_negotiations++;
-  agreed.with_bits.inputs = TakeInputsWithBits(mine.size());
-  return agreed;
-}
-
-Engine::InputsWithBits Engine::TakeInputsWithBits(size_t words) {
-  uint32_t position = 0;
-  std::vector<const void*> inputs;
-  if (!shm_bits_->EveryonePostedInput(cycle_, words, &position, &inputs)) return {};
-  // Every local rank's only request is this one: its response is still at that position.
-  const std::vector<int>& ranks = shm_bits_->member_ranks();
-  std::vector<const void*> by_rank(*std::max_element(ranks.begin(), ranks.end()) + 1);
-  for (size_t i = 0; i < inputs.size(); ++i) by_rank[ranks[i]] = inputs[i];
-  return InputsWithBits{cache_.at(position).process_set, cache_.at(position).name, position, std::move(by_rank)};
-}
-
-std::vector<uint64_t> Engine::AwaitHostAnd(const std::vector<uint64_t>& mine) {
-  if (!shm_bits_) return mine;  // a host of one rank (the hierarchical plane)
-  PostBitsInSharedMemory(mine);
-  return AwaitLocalRanks([&](Deadline until, std::vector<uint64_t>* out) {
-    return shm_bits_->AwaitAnd(cycle_, mine.size(), until, out);
-  });
-}
-
-Engine::AgreedCycle Engine::AgreeOnBits(const std::vector<uint64_t>& mine) {
-  if (membership_.world().size() == 1) return AgreedCycle{mine, {}};
-  if (hierarchical_) return AgreeOnBitsAcrossHosts(mine);
-  if (shm_bits_) return AgreeOnBitsInSharedMemory(mine);
-  // The star (control_plane.cc): rank 0 invites the ranks that have not contributed yet, ANDs
-  // everything and answers everyone.
-  const ControlTree star = StarTree();
-  InviteChildren(star);
-  return AgreeInTree(star, mine);
 }
 
 void Engine::CoordinatorRound(const std::vector<RequestMeta>& uncached, const std::vector<uint32_t>& stale,

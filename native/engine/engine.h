@@ -289,6 +289,7 @@ class Engine {
   void RunCycleSteps();
   void TakeNewRequests(std::vector<RequestMeta>* uncached, std::vector<uint32_t>* stale);
   std::vector<uint64_t> ReadyBits(bool has_uncached, bool has_stale) const;
+  // How the ranks agree on the bits (control_plane.cc: shared memory and TCP in one place).
   // What rode with a cycle's bit vectors for its lone small allreduce: part of the negotiated
   // cycle's result, handed to the execution with the cycle's responses (Execute), never kept on the
   // engine. Valid until the cycle ends: the inputs live in the notice areas, the total in a
