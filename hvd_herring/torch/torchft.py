@@ -76,7 +76,7 @@ class _NotingWork(dist.Work):
         return self._work.result()
 
     def synchronize(self):
-        return self._work.synchronize()
+        return self._work.synchronize() if hasattr(self._work, "synchronize") else None
 
     def get_future(self):
         pg = self._pg
@@ -88,7 +88,16 @@ class _NotingWork(dist.Work):
                 pg._note_error(e)
                 raise
 
-        return self._work.get_future().then(noted)
+        fut = self._work.get_future()
+        if self._work.is_completed():
+            # c10d's Work hands a completed Work's future completed, so that callbacks chained on it
+            # run at once: torchft's _ManagedWork._set_future_callback relies on it (its callbacks
+            # read a loop variable). herring's settler completes it a moment later: wait for that.
+            try:
+                fut.wait()
+            except Exception:
+                pass  # its error is read through `noted`
+        return fut.then(noted)
 
 
 class ProcessGroupHerring(ProcessGroupWrapper):

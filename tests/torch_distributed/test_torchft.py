@@ -15,7 +15,8 @@ What differs from upstream, and why:
   herring's words beside gloo's in the error it expects (herring names the rank that is gone), and
   errored() checked to be set after a collective failed through the group (upstream only checks it
   says "aborted" if set; herring's says who left).
-- The gloo cases (NormalGlooMultiPgTest) run beside, as upstream has them (threads).
+- The gloo cases (NormalGlooMultiPgTest) run beside, as upstream has them (threads), but for two
+  resiliency cases gloo spends its 30 s timeout on (see the class).
 
 Upstream tests that cannot apply to herring, and why:
 - CUDA/NCCL/XCCL only: test_nccl_*, test_baby_nccl_*, BabyNcclMultiPgTest, NormalNcclMultiPgTest,
@@ -27,6 +28,7 @@ Upstream tests that cannot apply to herring, and why:
 - torchcomms tests: torchcomms is not installed (upstream skips them too).
 """
 
+import io
 import multiprocessing
 import os
 import sys
@@ -43,7 +45,6 @@ from parameterized import parameterized
 from torch.distributed import TCPStore
 from torchft import manager_integ_test as mit
 from torchft import process_group_test as pgt
-from torchft.process_group_test import NormalGlooMultiPgTest  # noqa: F401  (the gloo cases, beside)
 
 from hvd_herring.torch.torchft import ProcessGroupHerring
 
@@ -161,6 +162,21 @@ class HerringMultiPgTest(unittest.TestCase):
             print(f"rank {rank} after rank 2 died: {text.splitlines()[0]}")
 
 
+class NormalGlooMultiPgTest(pgt.NormalGlooMultiPgTest):
+    """Upstream's gloo cases, beside herring's, as upstream runs them; but for the two whose
+    lost rank gloo waits out for the full 30 s timeout (allreduce, allreduce_coalesced: 60 s of
+    this file's CI; herring's fail in 0.25 s naming the rank). HERRING_TORCHFT_GLOO_SLOW=1 runs them."""
+
+    # (upstream numbers its cases in set order, which changes from run to run: matched by suffix)
+    _slow = os.environ.get("HERRING_TORCHFT_GLOO_SLOW") != "1"
+    for _name, _test in list(vars(pgt.NormalGlooMultiPgTest).items()):
+        if _slow and _name.startswith("test_collective_with_resiliency_") and _name.endswith(
+                ("_allreduce", "_allreduce_coalesced")):
+            locals()[_name] = unittest.skip("gloo waits its 30 s timeout for the lost rank "
+                                            "(HERRING_TORCHFT_GLOO_SLOW=1 runs it)")(_test)
+    del _name, _test, _slow
+
+
 class HerringProcessGroupTest(unittest.TestCase):
     """torchft's ProcessGroupTest.test_gloo_apis / test_gloo_timeout with ProcessGroupHerring."""
 
@@ -206,7 +222,7 @@ class HerringManagerIntegTest(unittest.TestCase):
             lighthouse.shutdown()
         for replica_id, status, value, _, _ in results:
             self.assertEqual(status, "ok", f"replica {replica_id}: {value}")
-        state_dicts = [r[2] for r in results]
+        state_dicts = [torch.load(io.BytesIO(r[2]), weights_only=False) for r in results]
         for state_dict in state_dicts:
             torch.testing.assert_close(state_dict, state_dicts[0])
         return results
@@ -216,14 +232,19 @@ class HerringManagerIntegTest(unittest.TestCase):
         for replica_id, _, _, count, events in results:
             print(f"replica {replica_id}: configure() " + ", ".join(f"{t:.1f}" for t in events["configure_ms"])
                   + f" ms; failures {len(events['failures'])}")
-        failures = [t for r in results for t in r[4]["failures"]]
-        commits = sorted((t, step) for r in results for t, step, ok in r[4]["commits"] if ok)
         recovered = []
-        for failed in failures:
-            after = [t for t, _ in commits if t > failed]
-            if after:
-                recovered.append(after[0] - failed)
-                print(f"recovery: {after[0] - failed:.3f} s from the injected failure to the next committed step")
+        for replica_id, _, _, _, events in results:
+            # the failed replica group restarts in its process (Runner.run_replica's next attempt):
+            # from its failure to its first committed step after it, and to the next one of anyone
+            everyone = sorted(t for r in results for t, _, ok in r[4]["commits"] if ok)
+            for failed in events["failures"]:
+                own = [t for t, _, ok in events["commits"] if ok and t > failed]
+                any_ = [t for t in everyone if t > failed]
+                if own:
+                    recovered.append(own[0] - failed)
+                    print(f"recovery of replica {replica_id}: {(own[0] - failed) * 1e3:.0f} ms from the injected "
+                          f"failure to its first committed step after it (to the next commit of any replica: "
+                          f"{(any_[0] - failed) * 1e3:.0f} ms)")
         return recovered
 
     def test_ddp_healthy(self):

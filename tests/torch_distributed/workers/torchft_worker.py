@@ -8,6 +8,7 @@
   process, with ProcessGroupHerring in place of ProcessGroupGloo in ddp_train_loop, timing each
   configure() and each committed step."""
 
+import io
 import os
 import sys
 import time
@@ -33,6 +34,7 @@ def rank_main(rank, conn):
         what, args = message
         try:
             if what == "configure":
+                pg.set_timeout(timedelta(seconds=10))  # a resiliency case leaves it at 1 s
                 start = time.perf_counter()
                 pg.configure(*args)
                 result = (time.perf_counter() - start) * 1e3
@@ -153,8 +155,12 @@ def replica_main(replica_id, lighthouse_address, fail_steps, manager_args, out):
                         event_injector=injector, train_loop=mit.ddp_train_loop, manager_args=manager_args)
     try:
         state_dicts = runner.run_replica()
-        out.put((replica_id, "ok", state_dicts, dict(injector.count), events))
+        buf = io.BytesIO()  # as bytes: a tensor put on a queue is shared by a descriptor this exit closes
+        torch.save(state_dicts, buf)
+        out.put((replica_id, "ok", buf.getvalue(), dict(injector.count), events))
     except BaseException as e:
         out.put((replica_id, "error", f"{type(e).__name__}: {e}\n{traceback.format_exc()}", {}, events))
+    out.close()
+    out.join_thread()  # the queue's feeder thread has sent it
     sys.stdout.flush()
     os._exit(0)  # the lighthouse-facing threads of the finished manager need not be joined
