@@ -127,6 +127,8 @@ setup(
     # HOROVOD_WITHOUT_MXNET=1 pip install 'hvd-herring[horovod]'.
     extras_require={
         "torch": ["torch==2.13.0"],
+        # hvd_herring.torch.torchft.ProcessGroupHerring: torchft's process group on herring
+        "torchft": ["torch==2.13.0", "torchft==0.2.0"],
         "tensorflow": ["tensorflow-cpu==2.21.0"],
         "keras2": ["tensorflow-cpu==2.21.0", "tf_keras==2.21.0"],
         "horovod": ["horovod==0.28.1"],
