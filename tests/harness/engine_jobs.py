@@ -55,3 +55,15 @@ def assert_close(weights, reference, what):
     assert len(weights) == len(reference), f"{what}: {len(weights)} weights, reference has {len(reference)}"
     worst = max(abs(a - b) for a, b in zip(weights, reference))
     assert worst < 1e-5, f"{what}: differs from the single-process reference by up to {worst}"
+
+
+def assert_ranks_trained(job, what, reference, in_rank_order=False):
+    """A two-rank training job returned without error: the results of ranks 0 and 1 of 2 (sorted by
+    rank first when in_rank_order, for runners that return them in any order), each with weights
+    equal to `reference`. Returns the ranks' results."""
+    assert "error" not in job, job
+    ranks = sorted(job["result"], key=lambda r: r["rank"]) if in_rank_order else job["result"]
+    assert [(r["rank"], r["size"]) for r in ranks] == [(0, 2), (1, 2)], ranks
+    for r in ranks:
+        assert_close(r["weights"], reference, f"{what} rank {r['rank']}")
+    return ranks

@@ -14,7 +14,7 @@ import uuid
 
 import pytest
 
-from engine_jobs import WORKERS, assert_close, processes_tagged, run_driver
+from engine_jobs import WORKERS, assert_close, assert_ranks_trained, processes_tagged, run_driver
 from launch import herring_env
 from tools.simcluster import cluster
 
@@ -32,14 +32,8 @@ def ray_jobs(tmp_path_factory):
 
 def test_ray_executor_returns_every_ranks_result(ray_jobs):
     results, _, leftovers = ray_jobs
-    job = results["exec"]
-    assert "error" not in job, job
-    ranks = job["result"]
-    assert [r["rank"] for r in ranks] == [0, 1] and all(r["size"] == 2 for r in ranks), ranks
+    ranks = assert_ranks_trained(results["exec"], "RayExecutor", engine_training.reference_weights())
     assert all(r["module"] == "hvd_herring.torch" for r in ranks), "horovod.torch was not ours in the actors"
-    reference = engine_training.reference_weights()
-    for r in ranks:
-        assert_close(r["weights"], reference, f"RayExecutor rank {r['rank']}")
     assert not leftovers, f"processes left running after ray.shutdown(): {leftovers}"
 
 
@@ -48,14 +42,9 @@ def test_elastic_ray_executor_returns_every_ranks_result(ray_jobs):
     actor with a fixed 10 s deadline (horovod/ray/elastic.py): an actor that starts slower than that on
     a loaded machine fails the job, under any backend."""
     results, _, _ = ray_jobs
-    job = results["elastic"]
-    assert "error" not in job, job
-    ranks = sorted(job["result"], key=lambda r: r["rank"])
-    assert [(r["rank"], r["size"]) for r in ranks] == [(0, 2), (1, 2)], ranks
+    ranks = assert_ranks_trained(results["elastic"], "ElasticRayExecutor", engine_training.reference_weights(),
+                                 in_rank_order=True)
     assert all(r["module"] == "hvd_herring.torch" for r in ranks), "horovod.torch was not ours in the actors"
-    reference = engine_training.reference_weights()
-    for r in ranks:
-        assert_close(r["weights"], reference, f"ElasticRayExecutor rank {r['rank']}")
 
 
 def test_ray_train_herring_trains_like_gloo(ray_jobs):

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from engine_jobs import assert_close, run_driver
+from engine_jobs import assert_close, assert_ranks_trained, run_driver
 from launch import Run
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "workers"))
@@ -53,27 +53,16 @@ def spark_jobs(tmp_path_factory):
 
 def test_horovod_spark_run_returns_every_ranks_result(spark_jobs):
     results, _, leftovers = spark_jobs
-    job = results["hvd_run"]
-    assert "error" not in job, job
-    ranks = job["result"]
-    assert [r["rank"] for r in ranks] == [0, 1] and all(r["size"] == 2 for r in ranks), ranks
+    ranks = assert_ranks_trained(results["hvd_run"], "horovod.spark.run", engine_training.reference_weights())
     assert all(r["module"] == "hvd_herring.torch" for r in ranks), "horovod.torch was not ours in the executors"
     assert ranks[0]["pid"] != ranks[1]["pid"]
-    reference = engine_training.reference_weights()
-    for r in ranks:
-        assert_close(r["weights"], reference, f"horovod.spark.run rank {r['rank']}")
     assert not leftovers, f"processes left running after the application: {leftovers}"
 
 
 def test_horovod_spark_run_elastic_returns_every_ranks_result(spark_jobs):
     results, _, _ = spark_jobs
-    job = results["hvd_elastic"]
-    assert "error" not in job, job
-    ranks = sorted(job["result"], key=lambda r: r["rank"])
-    assert [r["rank"] for r in ranks] == [0, 1] and all(r["size"] == 2 for r in ranks), ranks
-    reference = engine_training.reference_weights()
-    for r in ranks:
-        assert_close(r["weights"], reference, f"horovod.spark.run_elastic rank {r['rank']}")
+    assert_ranks_trained(results["hvd_elastic"], "horovod.spark.run_elastic", engine_training.reference_weights(),
+                         in_rank_order=True)
 
 
 def test_torch_distributor_herring_trains_like_gloo(spark_jobs):

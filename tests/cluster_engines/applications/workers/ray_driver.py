@@ -25,7 +25,6 @@ import os
 import shutil
 import sys
 import tempfile
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -38,20 +37,9 @@ NUM_PROC = int(os.environ.get("ENGINE_TEST_NUM_PROC", "2"))
 
 
 def ray_train_loop(config):
-    import torch
-    import torch.distributed as dist
-    from engine_training import LR, STEPS, data, model, weights, write_json
-    rank, size = dist.get_rank(), dist.get_world_size()
-    m, (x, y) = model(), data()
-    ddp = torch.nn.parallel.DistributedDataParallel(m)
-    opt = torch.optim.SGD(ddp.parameters(), lr=LR)
-    xs, ys = x[rank::size], y[rank::size]
-    for _ in range(STEPS):
-        opt.zero_grad()
-        torch.nn.functional.mse_loss(ddp(xs), ys).backward()
-        opt.step()
-    write_json(os.path.join(config["out_dir"], f"rank{rank}.json"),
-               {"rank": rank, "size": size, "backend": dist.get_backend(), "weights": weights(m)})
+    from engine_training import ddp_training, write_json
+    out = ddp_training()
+    write_json(os.path.join(config["out_dir"], f"rank{out['rank']}.json"), out)
 
 
 def run_scenario(name, work_dir):
@@ -116,19 +104,19 @@ def main():
     own = {} if address else {"num_cpus": NUM_PROC + 1, "include_dashboard": False}
     ray.init(address=address or "local", log_to_driver=True,
              runtime_env={"worker_process_setup_hook": "hvd_herring.torch.distributed.register"}, **own)
-    results = {}
+    work_dirs = {}
+
+    def run(name):
+        work_dirs[name] = tempfile.mkdtemp(prefix=f"ray_{name}_")
+        return run_scenario(name, work_dirs[name])
+
+    def finish(name, entry):
+        if name in work_dirs:
+            entry["engine_errors"] = engine_errors(work_dirs[name])
+            shutil.rmtree(work_dirs[name], ignore_errors=True)
+
     try:
-        for name in scenarios:
-            t0 = time.time()
-            work_dir = tempfile.mkdtemp(prefix=f"ray_{name}_")
-            try:
-                results[name] = {"result": run_scenario(name, work_dir)}
-            except Exception as e:  # the test judges the message
-                results[name] = {"error": f"{type(e).__name__}: {e}"}
-            results[name]["engine_errors"] = engine_errors(work_dir)
-            shutil.rmtree(work_dir, ignore_errors=True)
-            results[name]["seconds"] = time.time() - t0
-            print(f"[ray_driver] {name}: {time.time() - t0:.1f} s", flush=True)
+        results = engine_training.run_scenarios("ray_driver", scenarios, run, finish)
     finally:
         ray.shutdown()
     engine_training.write_json(out_path, results)

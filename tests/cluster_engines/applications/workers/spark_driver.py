@@ -98,25 +98,12 @@ def horovod_elastic_train(kill_rank=-1, kill_step=-1, kill_marker=None, kill_hos
 
 
 def ddp_train(backend, kill_rank=-1, kill_step=-1):
-    import signal
-    import torch
     import torch.distributed as dist
-    from engine_training import LR, STEPS, data, model, weights
+    from engine_training import ddp_training
     if backend == "herring":
         import hvd_herring.torch.distributed  # noqa: F401  registers the backend
     dist.init_process_group(backend)
-    rank, size = dist.get_rank(), dist.get_world_size()
-    m, (x, y) = model(), data()
-    ddp = torch.nn.parallel.DistributedDataParallel(m)
-    opt = torch.optim.SGD(ddp.parameters(), lr=LR)
-    xs, ys = x[rank::size], y[rank::size]
-    for step in range(STEPS):
-        if rank == kill_rank and step == kill_step:
-            os.kill(os.getpid(), signal.SIGKILL)
-        opt.zero_grad()
-        torch.nn.functional.mse_loss(ddp(xs), ys).backward()
-        opt.step()
-    out = {"rank": rank, "size": size, "backend": dist.get_backend(), "weights": weights(m)}
+    out = ddp_training(kill_rank, kill_step)
     dist.destroy_process_group()
     return out
 
@@ -153,16 +140,9 @@ def main():
     from pyspark.sql import SparkSession
     spark = (SparkSession.builder.master(f"local-cluster[{NUM_PROC},1,1024]").appName("hvd_herring-test")
              .config("spark.ui.enabled", "false").config("spark.task.maxFailures", os.environ.get("ENGINE_TEST_TASK_MAX_FAILURES", "1")).getOrCreate())
-    results = {}
+    out_dir = os.path.dirname(os.path.abspath(out_path))
     try:
-        for name in scenarios:
-            t0 = time.time()
-            try:
-                results[name] = {"result": run_scenario(name, spark, os.path.dirname(os.path.abspath(out_path)))}
-            except Exception as e:  # the test judges the message
-                results[name] = {"error": f"{type(e).__name__}: {e}"}
-            results[name]["seconds"] = time.time() - t0
-            print(f"[spark_driver] {name}: {time.time() - t0:.1f} s", flush=True)
+        results = engine_training.run_scenarios("spark_driver", scenarios, lambda name: run_scenario(name, spark, out_dir))
     finally:
         spark.stop()
     engine_training.write_json(out_path, results)
