@@ -204,11 +204,12 @@ class HerringManagerIntegTest(unittest.TestCase):
     """manager_integ_test's test_ddp_healthy and test_ddp_recovery (async and sync quorum) with
     ProcessGroupHerring, each replica group a process."""
 
-    def _run(self, fail_steps_of_replica, manager_args):
+    def _run(self, fail_steps_of_replica, manager_args, process_group="herring"):
         lighthouse = mit.LighthouseServer(bind="[::]:0", min_replicas=2)
         out = _CTX.Queue()
         procs = [_CTX.Process(target=torchft_worker.replica_main,
-                              args=(replica_id, lighthouse.address(), fail_steps, manager_args, out), daemon=True)
+                              args=(replica_id, lighthouse.address(), fail_steps, manager_args, out, process_group),
+                              daemon=True)
                  for replica_id, fail_steps in enumerate(fail_steps_of_replica)]
         for p in procs:
             p.start()
@@ -228,7 +229,8 @@ class HerringManagerIntegTest(unittest.TestCase):
         return results
 
     @staticmethod
-    def _report(results):
+    def _report(results, process_group="herring"):
+        print(f"-- {process_group}")
         for replica_id, _, _, count, events in results:
             print(f"replica {replica_id}: configure() " + ", ".join(f"{t:.1f}" for t in events["configure_ms"])
                   + f" ms; failures {len(events['failures'])}")
@@ -256,3 +258,9 @@ class HerringManagerIntegTest(unittest.TestCase):
         self.assertEqual(results[1][3].get(mit.EventInjectorEvent.Failure), 1)
         recovered = self._report(results)
         self.assertEqual(len(recovered), 1)
+
+    def test_ddp_recovery_gloo_beside(self):
+        """The same recovery on upstream's ProcessGroupGloo, timed the same way (the figure beside
+        herring's in docs/fault_tolerance.md)."""
+        results = self._run([[], [2]], {"use_async_quorum": False}, process_group="gloo")
+        self.assertEqual(len(self._report(results, "gloo")), 1)

@@ -5,8 +5,8 @@
   process, so its ranks cannot be the threads torchft's test uses): it holds that rank's
   ProcessGroupHerring and runs what the parent sends it through a pipe.
 - `replica_main`: one replica group of torchft's manager_integ_test (Runner.run_replica) in its own
-  process, with ProcessGroupHerring in place of ProcessGroupGloo in ddp_train_loop, timing each
-  configure() and each committed step."""
+  process, with ProcessGroupHerring in place of ProcessGroupGloo in ddp_train_loop (or gloo's,
+  timed the same way, for comparison), timing each configure() and each committed step."""
 
 import io
 import os
@@ -117,7 +117,7 @@ def crash(pg, rank):
     os._exit(3)
 
 
-def replica_main(replica_id, lighthouse_address, fail_steps, manager_args, out):
+def replica_main(replica_id, lighthouse_address, fail_steps, manager_args, out, process_group="herring"):
     _quiet()
     import torch
     from torchft import manager_integ_test as mit
@@ -126,7 +126,9 @@ def replica_main(replica_id, lighthouse_address, fail_steps, manager_args, out):
 
     events = {"configure_ms": [], "commits": [], "failures": []}
 
-    class TimedProcessGroupHerring(ProcessGroupHerring):
+    base = ProcessGroupHerring if process_group == "herring" else mit.ProcessGroupGloo
+
+    class TimedProcessGroupHerring(base):
         def configure(self, *args, **kwargs):
             start = time.perf_counter()
             super().configure(*args, **kwargs)
@@ -146,7 +148,7 @@ def replica_main(replica_id, lighthouse_address, fail_steps, manager_args, out):
                 events["failures"].append(time.time())
                 raise
 
-    mit.ProcessGroupGloo = TimedProcessGroupHerring  # ddp_train_loop's `pg = ProcessGroupGloo()`
+    mit.ProcessGroupGloo = TimedProcessGroupHerring  # ddp_train_loop's `pg = ProcessGroupGloo()` (timed)
     mit.Manager = TimedManager
     injector = TimedInjector()
     for step in fail_steps:
