@@ -135,8 +135,15 @@ class ProcessGroupHerring(ProcessGroupWrapper):
 
     def _create_pg(self, store, rank: int, world_size: int):
         self._configurations += 1
+        if front.is_initialized() and not self._ours() and dist.is_initialized() and \
+                dist.get_backend() == "herring":
+            raise RuntimeError(
+                f"herring: rank {front.rank()}: this process's herring engine runs torch.distributed's default "
+                "group (init_process_group('herring')); a process runs one engine, so ProcessGroupHerring "
+                "cannot have its own here: use ProcessGroupGloo for torchft, or gloo for the default group")
         if front.is_initialized():
-            # An engine this group did not start (or one left over): one engine per process.
+            # One left over (another ProcessGroupHerring of this process, e.g. torchft's replica
+            # restarted in the same process): one engine per process.
             front.abort(f"rank {front.rank()}: torchft ProcessGroupHerring (replica {self._replica_id}) "
                         f"reconfigured this process for quorum {self._quorum_id}")
         seconds = self._timeout.total_seconds()

@@ -200,6 +200,19 @@ class HerringProcessGroupTest(unittest.TestCase):
             pg.configure(f"localhost:{store.port}/prefix", "0", 0, 2)
 
 
+    def test_refused_beside_a_herring_default_group(self):
+        import torch.distributed as dist
+        import hvd_herring.torch.distributed  # noqa: F401  (registers "herring")
+
+        store = TCPStore(host_name="localhost", port=0, is_master=True, wait_for_workers=False)
+        dist.init_process_group("herring", store=dist.HashStore(), rank=0, world_size=1)
+        try:
+            with self.assertRaisesRegex(RuntimeError, "runs torch.distributed's default group"):
+                ProcessGroupHerring().configure(f"localhost:{store.port}/prefix", "0", 0, 1)
+        finally:
+            dist.destroy_process_group()
+
+
 class HerringManagerIntegTest(unittest.TestCase):
     """manager_integ_test's test_ddp_healthy and test_ddp_recovery (async and sync quorum) with
     ProcessGroupHerring, each replica group a process."""
