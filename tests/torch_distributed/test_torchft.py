@@ -160,6 +160,11 @@ class HerringMultiPgTest(unittest.TestCase):
             self.assertEqual(status, "error", text)
             self.assertRegex(text.splitlines()[0], r"rank 2\b")
             print(f"rank {rank} after rank 2 died: {text.splitlines()[0]}")
+            self.ranks.conns[rank].send(("errored", ()))
+            self.assertTrue(self.ranks.conns[rank].poll(_REPLY_SECONDS))
+            status, err = self.ranks.conns[rank].recv()
+            self.assertEqual(status, "ok", err)
+            self.assertRegex(err or "", r"rank 2\b")  # errored() is the collective's error
 
 
 class NormalGlooMultiPgTest(pgt.NormalGlooMultiPgTest):

@@ -113,6 +113,11 @@ def abort_in_flight(pg, rank, store_addr, world_size):
     raise AssertionError("the Work in flight completed after abort()")
 
 
+def errored(pg, rank):
+    err = pg.errored()
+    return None if err is None else str(err).splitlines()[0]
+
+
 def crash(pg, rank):
     os._exit(3)
 
