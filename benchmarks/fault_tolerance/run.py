@@ -34,6 +34,7 @@ import argparse
 import glob
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -88,14 +89,14 @@ def run_shrink(results, env):
     procs = []
     for r in range(NP):
         e = dict(env, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(r), WORLD_SIZE=str(NP))
-        procs.append(subprocess.Popen([sys.executable, os.path.join(WORKERS_DIR, "ft_shrink.py")], env=e))
+        procs.append(subprocess.Popen([sys.executable, os.path.join(WORKERS_DIR, "ft_shrink.py")], env=e, start_new_session=True))
     return wait_all(procs)
 
 
 def run_torchrun(results, env, restarts):
     argv = [os.path.join(BIN, "torchrun"), "--standalone", "--nproc-per-node", str(NP),
             "--max-restarts", str(restarts), os.path.join(WORKERS_DIR, "ft_torchrun.py")]
-    return wait_all([subprocess.Popen(argv, env=env)])
+    return wait_all([subprocess.Popen(argv, env=env, start_new_session=True)])
 
 
 def run_torchft(results, env, pg):
@@ -106,7 +107,7 @@ def run_torchft(results, env, pg):
         procs = []
         for r in range(NP):
             e = dict(env, RANK=str(r), WORLD_SIZE=str(NP), FT_PG=pg, FT_LIGHTHOUSE=lighthouse.address())
-            procs.append(subprocess.Popen([sys.executable, os.path.join(WORKERS_DIR, "ft_torchft.py")], env=e))
+            procs.append(subprocess.Popen([sys.executable, os.path.join(WORKERS_DIR, "ft_torchft.py")], env=e, start_new_session=True))
         return wait_all(procs)
     finally:
         lighthouse.shutdown()
@@ -119,7 +120,7 @@ def wait_all(procs):
         try:
             codes.append(p.wait(timeout=max(1, deadline - time.monotonic())))
         except subprocess.TimeoutExpired:
-            p.kill()
+            os.killpg(p.pid, signal.SIGKILL)  # with its children (ProcessGroupBabyGloo's, torchrun's)
             codes.append(p.wait())
     return codes
 
