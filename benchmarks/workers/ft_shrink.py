@@ -1,7 +1,7 @@
 """(a) of the fault-tolerance benchmark: DDP on herring in plain processes (env:// init, started
 by the driver; no launcher that would stop the survivors). A victim SIGKILLs itself at its step;
 the survivors' backward fails with dist.DistBackendError, they call
-dist.shrink_group(err.lost_ranks), wrap the model in DDP again on the new default group and redo
+dist.shrink_group(lost_ranks_of(err)), wrap the model in DDP again on the new default group and redo
 the step among themselves. RANK/WORLD_SIZE/MASTER_* from the driver; FT_* as in ft_common."""
 
 import os
@@ -12,28 +12,10 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-import hvd_herring.torch.distributed  # noqa: F401  (registers "herring")
+import hvd_herring.torch.distributed  # registers "herring"; lost_ranks_of
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import ft_common as ft  # noqa: E402
-
-
-def lost_ranks(err):
-    """err.lost_ranks; DDP's backward re-raises the collective's error as a RuntimeError ("Cannot
-    extract tensors from value: DistBackendError: ...") without it, so then one more collective on
-    the failed group gives the DistBackendError that carries it (it fails at once)."""
-    lost = getattr(err, "lost_ranks", None)
-    if lost:
-        return lost
-    if "DistBackendError" not in str(err):
-        raise err
-    try:
-        dist.all_reduce(torch.zeros(1))
-    except dist.DistBackendError as probe:
-        if probe.lost_ranks:
-            return probe.lost_ranks
-        raise
-    raise err
 
 
 def main():
@@ -53,7 +35,11 @@ def main():
         try:
             ft.loss_fn(ddp(x), y).backward()
         except (dist.DistBackendError, RuntimeError) as err:
-            lost = lost_ranks(err)
+            # DDP's backward re-raises the collective's DistBackendError as a RuntimeError that
+            # quotes it: lost_ranks_of reads the lost ranks from either.
+            lost = hvd_herring.torch.distributed.lost_ranks_of(err)
+            if not lost:
+                raise
             dist.shrink_group(lost)
             members = [m for i, m in enumerate(members) if i not in lost]
             ddp = DDP(model)  # on the new default group

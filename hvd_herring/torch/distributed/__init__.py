@@ -59,4 +59,8 @@ def register():
 
 register()
 
-__all__ = ["BACKEND", "HerringProcessGroup", "average_hook", "register"]
+# The ranks an error lost, for any error that carries herring's failure: DistBackendError has it as
+# err.lost_ranks; DDP's backward re-raises it as a RuntimeError, which cannot take a property.
+lost_ranks_of = lost_ranks.of
+
+__all__ = ["BACKEND", "HerringProcessGroup", "average_hook", "lost_ranks_of", "register"]

@@ -34,14 +34,17 @@ def attach(error, ranks):
 
 
 def of(error):
-    ranks = error.__dict__.get(_ATTRIBUTE)
+    """The ranks `error` lost: herring's own error, torch's copy of it, or an error that quotes it
+    (DDP's backward re-raises a collective's failure as a RuntimeError "Cannot extract tensors from
+    value: DistBackendError: <herring's message>"). None for an error that does not come from one."""
+    ranks = getattr(error, "__dict__", {}).get(_ATTRIBUTE)
     if ranks is not None:
         return list(ranks)
     text = str(error)
     with _lock:
         ranks = _by_message.get(text)
         if ranks is None:
-            ranks = next((r for m, r in reversed(_by_message.items()) if text.startswith(m)), None)
+            ranks = next((r for m, r in reversed(_by_message.items()) if m in text), None)
     return None if ranks is None else list(ranks)
 
 

@@ -26,7 +26,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-import hvd_herring.torch.distributed  # noqa: F401  (registers "herring")
+import hvd_herring.torch.distributed  # registers "herring"; lost_ranks_of
 
 TIMEOUT_SECONDS = float(os.environ.get("HERRING_TEST_TIMEOUT", "60"))
 MORE_STEPS = 20
@@ -72,6 +72,11 @@ def survive_and_shrink(results, figures, group, lost, group_rank_of, contributor
     def error_exposes_the_lost_rank():
         assert getattr(error, "lost_ranks", None) == [lost], (getattr(error, "lost_ranks", None), str(error))
         assert f"rank {lost}" in str(error), str(error)
+        # DDP's backward quotes the collective's error in a RuntimeError of its own (the text
+        # torch 2.13 gives it), which cannot carry the property: lost_ranks_of reads both.
+        quoted = RuntimeError(f"Cannot extract tensors from value: DistBackendError: {error}")
+        assert hvd_herring.torch.distributed.lost_ranks_of(quoted) == [lost], str(quoted)
+        assert hvd_herring.torch.distributed.lost_ranks_of(RuntimeError("unrelated")) is None
 
     run(results, "error_exposes_the_lost_rank_as_data", error_exposes_the_lost_rank)
     shrunk = {}
