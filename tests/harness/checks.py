@@ -156,6 +156,17 @@ def assert_check_passed(name, check, run, per_rank):
         assert data["results"][check] == "ok", f"{name}: rank {r}: {data['results'][check]}"
 
 
+def assert_checks_per_rank(run, per_rank, expected):
+    """expected: {rank: [checks]}: exactly these ranks reported, each ran exactly its checks, and
+    every one passed (for workers whose ranks run different checks, as in a departure scenario)."""
+    assert sorted(per_rank) == sorted(expected), f"ranks reported {sorted(per_rank)}\n{run.output[-5000:]}"
+    for r, checks in sorted(expected.items()):
+        got = per_rank[r]["results"]
+        assert sorted(got) == sorted(checks), (r, sorted(got), run.output[-3000:])
+        bad = {c: got[c] for c in checks if got[c] != "ok"}
+        assert not bad, f"rank {r}:\n" + "\n".join(f"--- {c}\n{t}" for c, t in bad.items())
+
+
 def launch_tests(check_names, reporting_ranks=lambda name, np: range(np)):
     """The two tests of a file whose module fixture `launched` gives (name, np, run, per_rank) for a
     launch of a worker, to take as its own:

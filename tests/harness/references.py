@@ -118,3 +118,14 @@ def fewest_buffers_of_a_burst(submit_burst, attempts=3):
         buffers = counters()["fused_buffers"] - before
         fewest = buffers if fewest is None else min(fewest, buffers)
     return fewest, outs
+
+
+def allreduce_checked(rank, group, contributors, steps):
+    """`steps` torch.distributed all_reduces of (rank + 1) * (step + 1) in `group`, each sum checked
+    against the contributors' (their global ranks in the original job)."""
+    import torch.distributed as dist
+    for step in range(steps):
+        t = torch.full((1000,), float(rank + 1)) * (step + 1)
+        dist.all_reduce(t, group=group)
+        expected = sum(r + 1 for r in contributors) * (step + 1)
+        assert torch.all(t == expected), (step, t[:3].tolist(), expected)

@@ -8,6 +8,7 @@ import shutil
 
 import pytest
 
+from checks import assert_checks_per_rank
 import launch
 
 WORKER = "tests/torch_distributed/workers/torch_departure_worker.py"
@@ -27,16 +28,6 @@ def launch_scenario(scenario, np, launcher="torchrun"):
     return run, per_rank
 
 
-def assert_checks(run, per_rank, expected):
-    """expected: {rank: [checks]}; every one ran and passed on that rank."""
-    assert sorted(per_rank) == sorted(expected), f"ranks reported {sorted(per_rank)}\n{run.output[-5000:]}"
-    for r, checks in sorted(expected.items()):
-        got = per_rank[r]["results"]
-        assert sorted(got) == sorted(checks), (r, sorted(got))
-        bad = {c: got[c] for c in checks if got[c] != "ok"}
-        assert not bad, f"rank {r}:\n" + "\n".join(f"--- {c}\n{t}" for c, t in bad.items())
-
-
 ANY_SOURCE_CHECKS = [
     "any_source_takes_buffered_messages_in_each_senders_order",
     "any_source_receives_posted_first_take_the_first_arrivals",
@@ -48,7 +39,7 @@ ANY_SOURCE_CHECKS = [
 
 def test_receives_from_any_source_name_the_sender_and_keep_each_senders_order():
     run, per_rank = launch_scenario("any_source", 3)
-    assert_checks(run, per_rank, {r: ANY_SOURCE_CHECKS for r in range(3)})
+    assert_checks_per_rank(run, per_rank, {r: ANY_SOURCE_CHECKS for r in range(3)})
     assert run.returncode == 0, run.output[-5000:]
 
 
@@ -57,7 +48,7 @@ def test_ranks_that_leave_in_order_do_not_fail_the_groups_without_them():
     survivors = ["subgroup_goes_on_after_rank_3_left", "world_collective_fails_naming_rank_3",
                  "world_barrier_fails_naming_rank_3", "subgroup_allgather_after_rank_3_left"]
     pair = ["pair_goes_on_after_rank_2_left", "subgroup_collective_fails_naming_rank_2", "pair_still_goes_on"]
-    assert_checks(run, per_rank, {
+    assert_checks_per_rank(run, per_rank, {
         0: survivors + pair + ["message_sent_before_leaving_is_received", "receive_from_rank_3_fails_naming_it"],
         1: survivors + pair,
         2: survivors + ["rank_2_leaves_by_exiting"],
@@ -69,10 +60,10 @@ def test_ranks_that_leave_in_order_do_not_fail_the_groups_without_them():
 
 def test_a_killed_rank_still_fails_the_groups_without_it():
     run, per_rank = launch_scenario("kill", 4, launcher="spawn")
-    assert_checks(run, per_rank, {r: ["subgroup_collective_fails_naming_killed_rank_3"] for r in range(3)})
+    assert_checks_per_rank(run, per_rank, {r: ["subgroup_collective_fails_naming_killed_rank_3"] for r in range(3)})
 
 
 def test_abort_fails_every_work_in_flight_at_once_naming_it():
     run, per_rank = launch_scenario("abort", 2, launcher="spawn")
     checks = ["work_in_flight_fails_naming_the_abort", "engine_is_gone_after_the_abort"]
-    assert_checks(run, per_rank, {0: checks, 1: checks})
+    assert_checks_per_rank(run, per_rank, {0: checks, 1: checks})

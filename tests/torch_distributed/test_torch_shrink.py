@@ -8,6 +8,7 @@ import shutil
 
 import pytest
 
+from checks import assert_checks_per_rank
 import launch
 
 WORKER = "tests/torch_distributed/workers/torch_shrink_worker.py"
@@ -25,16 +26,6 @@ def launch_scenario(scenario, np):
     return run, per_rank
 
 
-def assert_checks(run, per_rank, expected):
-    """expected: {rank: [checks]}; every one ran and passed on that rank."""
-    assert sorted(per_rank) == sorted(expected), f"ranks reported {sorted(per_rank)}\n{run.output[-5000:]}"
-    for r, checks in sorted(expected.items()):
-        got = per_rank[r]["results"]
-        assert sorted(got) == sorted(checks), (r, sorted(got), run.output[-3000:])
-        bad = {c: got[c] for c in checks if got[c] != "ok"}
-        assert not bad, f"rank {r}:\n" + "\n".join(f"--- {c}\n{t}" for c, t in bad.items())
-
-
 def figures(per_rank):
     return {r: {k: v for k, v in data["figures"].items() if k != "error_text"} for r, data in per_rank.items()}
 
@@ -46,7 +37,7 @@ def test_survivors_of_a_crash_shrink_the_world_and_go_on(how):
     first collective within 2 s), then make a group with new_group on the shrunk world."""
     run, per_rank = launch_scenario(f"crash_{how}", 3)
     checks = SURVIVOR_CHECKS + ["new_group_works_on_the_shrunk_world"]
-    assert_checks(run, per_rank, {0: checks, 1: checks})
+    assert_checks_per_rank(run, per_rank, {0: checks, 1: checks})
     print(f"\nshrink figures ({how}): {figures(per_rank)}")
 
 
@@ -55,12 +46,12 @@ def test_survivors_of_a_crash_shrink_a_subgroup():
     new_group([0, 1, 2]) and go on in it; the groups of the replaced engine refuse, naming it."""
     run, per_rank = launch_scenario("subgroup", 4)
     checks = SURVIVOR_CHECKS + ["groups_of_the_replaced_engine_refuse_naming_the_shrink"]
-    assert_checks(run, per_rank, {0: checks, 1: checks, 3: []})
+    assert_checks_per_rank(run, per_rank, {0: checks, 1: checks, 3: []})
     print(f"\nshrink figures (subgroup): {figures(per_rank)}")
 
 
 def test_shrink_abort_fails_work_in_flight_and_the_excluded_rank_gets_torchs_error():
     run, per_rank = launch_scenario("voluntary", 3)
     survivors = ["in_flight_work_fails_at_once_naming_the_shrink", "survivors_reduce_after_a_shrink_without_a_death"]
-    assert_checks(run, per_rank, {0: survivors, 1: survivors, 2: ["excluded_rank_gets_torchs_error"]})
+    assert_checks_per_rank(run, per_rank, {0: survivors, 1: survivors, 2: ["excluded_rank_gets_torchs_error"]})
     assert "exit codes by rank: [0, 0, 0]" in run.output, run.output[-3000:]

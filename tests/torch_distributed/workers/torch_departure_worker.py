@@ -15,6 +15,7 @@ import torch
 import torch.distributed as dist
 
 import hvd_herring.torch.distributed  # noqa: F401  (registers "herring")
+from references import allreduce_checked
 
 TIMEOUT_SECONDS = float(os.environ.get("HERRING_TEST_TIMEOUT", "60"))
 R = N = None
@@ -175,14 +176,6 @@ def expect_failure_naming(fn, text):
     return got
 
 
-def allreduce_checked(group, ranks, steps):
-    for step in range(steps):
-        t = torch.full((1000,), float(R + 1)) * (step + 1)
-        dist.all_reduce(t, group=group)
-        expected = sum(r + 1 for r in ranks) * (step + 1)
-        assert torch.all(t == expected), (step, t[:3].tolist(), expected)
-
-
 def departures(results):
     """Rank 3 leaves with destroy_process_group, rank 2 by the end of its process (no
     destroy_process_group: the engine's exit handler). After each, the ranks of the groups
@@ -190,13 +183,13 @@ def departures(results):
     naming it; a message it sent before leaving is still received."""
     sub = dist.new_group([0, 1, 2])
     pair = dist.new_group([0, 1])
-    allreduce_checked(None, range(N), 3)
+    allreduce_checked(R, None, range(N), 3)
     if R == 3:
         dist.send(message(3, 0), dst=0, tag=3)
         dist.destroy_process_group()
         results["rank_3_left"] = "ok"
         return
-    results["subgroup_goes_on_after_rank_3_left"] = run(allreduce_checked, sub, [0, 1, 2], 20)
+    results["subgroup_goes_on_after_rank_3_left"] = run(allreduce_checked, R, sub, [0, 1, 2], 20)
 
     def world_allreduce():
         dist.all_reduce(torch.ones(8))
@@ -224,13 +217,13 @@ def departures(results):
     if R == 2:
         results["rank_2_leaves_by_exiting"] = "ok"
         return  # main() exits without destroy_process_group
-    results["pair_goes_on_after_rank_2_left"] = run(allreduce_checked, pair, [0, 1], 20)
+    results["pair_goes_on_after_rank_2_left"] = run(allreduce_checked, R, pair, [0, 1], 20)
 
     def subgroup_allreduce():
         dist.all_reduce(torch.ones(8), group=sub)
     results["subgroup_collective_fails_naming_rank_2"] = run(expect_failure_naming, subgroup_allreduce,
                                                              "rank 2 left the job")
-    results["pair_still_goes_on"] = run(allreduce_checked, pair, [0, 1], 3)
+    results["pair_still_goes_on"] = run(allreduce_checked, R, pair, [0, 1], 3)
     dist.destroy_process_group()
 
 
@@ -239,7 +232,7 @@ def killed_rank_fails_everyone(results):
     it is not even in fail, naming it, as before."""
     sub = dist.new_group([0, 1, 2])
     if R != 3:
-        allreduce_checked(sub, [0, 1, 2], 2)
+        allreduce_checked(R, sub, [0, 1, 2], 2)
     dist.barrier()
     if R == 3:
         os.kill(os.getpid(), signal.SIGKILL)
@@ -256,7 +249,7 @@ def abort_fails_the_works_in_flight(results):
     """c10d's abort (torch's _abort_process_group, what torchft calls): rank 0 aborts while a
     collective of its own is in flight that rank 1 never issues, and rank 1 waits on one rank 0
     never issues. Both Works fail at once, naming the abort, instead of waiting for the timeout."""
-    allreduce_checked(None, range(N), 2)
+    allreduce_checked(R, None, range(N), 2)
     mine = dist.all_reduce(torch.ones(8 + R), async_op=True)  # the ranks' shapes differ: never matched
     if R == 0:
         time.sleep(0.5)

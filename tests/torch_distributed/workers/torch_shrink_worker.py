@@ -27,6 +27,7 @@ import torch
 import torch.distributed as dist
 
 import hvd_herring.torch.distributed  # registers "herring"; lost_ranks_of
+from references import allreduce_checked
 
 TIMEOUT_SECONDS = float(os.environ.get("HERRING_TEST_TIMEOUT", "60"))
 MORE_STEPS = 20
@@ -39,16 +40,6 @@ def run(results, name, fn, *args):
         results[name] = "ok"
     except Exception:  # noqa: BLE001  (the traceback is the report)
         results[name] = traceback.format_exc()
-
-
-def allreduce_checked(group, contributors, steps):
-    """`steps` all_reduces of (rank + 1) * (step + 1) on every contributor (global ranks of the
-    original job), each sum checked."""
-    for step in range(steps):
-        t = torch.full((1000,), float(R + 1)) * (step + 1)
-        dist.all_reduce(t, group=group)
-        expected = sum(r + 1 for r in contributors) * (step + 1)
-        assert torch.all(t == expected), (step, t[:3].tolist(), expected)
 
 
 def reduce_until_it_fails(group):
@@ -105,7 +96,7 @@ def survive_and_shrink(results, figures, group, lost, group_rank_of, contributor
             assert dist.get_world_size() == len(contributors), dist.get_world_size()
             assert dist.get_rank() == contributors.index(R), dist.get_rank()
         start = time.monotonic()
-        allreduce_checked(g, contributors, MORE_STEPS)
+        allreduce_checked(R, g, contributors, MORE_STEPS)
         figures["more_allreduces_seconds"] = time.monotonic() - start
 
     run(results, "twenty_more_allreduces_with_right_sums", twenty_more_allreduces)
@@ -120,7 +111,7 @@ def write_death_time(path):
 def crash(results, figures, how):
     """3 ranks; rank 2 dies while everyone reduces."""
     died_at = os.path.join(os.environ["HERRING_TEST_RESULTS"], "died_at")
-    allreduce_checked(None, range(N), 3)
+    allreduce_checked(R, None, range(N), 3)
     dist.barrier()
     if R == 2:
         time.sleep(0.3)  # the others are reducing by now
@@ -132,10 +123,10 @@ def crash(results, figures, how):
 
     def new_group_on_the_shrunk_world():
         pair = dist.new_group([0, 1])
-        allreduce_checked(pair, [0, 1], 3)
+        allreduce_checked(R, pair, [0, 1], 3)
         # Groups smaller than the world are process sets, made by every rank of the new engine.
         singles = [dist.new_group([r]) for r in range(dist.get_world_size())]
-        allreduce_checked(singles[dist.get_rank()], [R], 2)
+        allreduce_checked(R, singles[dist.get_rank()], [R], 2)
 
     run(results, "new_group_works_on_the_shrunk_world", new_group_on_the_shrunk_world)
 
@@ -148,7 +139,7 @@ def subgroup(results, figures):
     if R == 3:
         dist.destroy_process_group()
         return
-    allreduce_checked(sub, [0, 1, 2], 3)
+    allreduce_checked(R, sub, [0, 1, 2], 3)
     dist.barrier(group=sub)
     if R == 2:
         time.sleep(0.3)
@@ -172,7 +163,7 @@ def subgroup(results, figures):
 def voluntary(results, figures):
     """Nobody dies: ranks 0 and 1 shrink rank 2 out with SHRINK_ABORT while an allreduce of theirs
     is in flight (never matched: the shapes differ, rank 2 never issues it)."""
-    allreduce_checked(None, range(N), 3)
+    allreduce_checked(R, None, range(N), 3)
     dist.barrier()
     if R == 2:
         def excluded_rank_gets_torchs_error():
@@ -210,7 +201,7 @@ def voluntary(results, figures):
 
     def survivors_reduce():
         assert new.size() == 2 and dist.get_world_size() == 2
-        allreduce_checked(None, [0, 1], MORE_STEPS)
+        allreduce_checked(R, None, [0, 1], MORE_STEPS)
 
     run(results, "survivors_reduce_after_a_shrink_without_a_death", survivors_reduce)
 
