@@ -3,7 +3,8 @@
 // A cycle starts when this rank has new requests (at once if the engine was idle; a burst that
 // arrived during the last cycle waits for its pause, at most HOROVOD_CYCLE_TIME), or when rank 0
 // asks for it (kBegin) because another rank started one. Idle ranks block; nobody spins.
-// How the ranks agree on a cycle's bits, over shared memory or TCP, is control_plane.cc's.
+// How the ranks agree on a cycle's bits, over shared memory or TCP, and the coordinator's round
+// for the requests the cache could not settle are control_plane.cc's.
 #include <algorithm>
 
 #include "common/logging.h"
@@ -388,44 +389,6 @@ std::vector<uint64_t> Engine::ReadyBits(bool has_uncached, bool has_stale) const
     bits[layout.idle_word(p)] &= ~BitLayout::mask(p);
   }
   return bits;
-}
-
-void Engine::CoordinatorRound(const std::vector<RequestMeta>& uncached, const std::vector<uint32_t>& stale,
-                              std::vector<Response>* responses, std::vector<uint32_t>* evict) {
-  if (hierarchical_) {
-    CoordinatorRoundAcrossHosts(uncached, stale, responses, evict);
-    return;
-  }
-  if (rank() != 0) {
-    SendNegotiation(0, kUncachedMessage, EncodeUncached(cycle_, uncached, stale));
-    uint64_t c;
-    DecodeResponses(AwaitControl(0, kResponsesMessage).payload, &c, responses, evict);
-    return;
-  }
-  std::set<uint32_t> evicted(stale.begin(), stale.end());
-  for (const auto& q : uncached) {
-    coordinator_->Submit(q);
-    if (timeline_) timeline_->NegotiateRankReady(OpTypeName(q.type), q.name, q.rank);
-  }
-  for (int r : membership_.world()) {
-    if (r == 0) continue;
-    uint64_t c;
-    std::vector<RequestMeta> theirs;
-    std::vector<uint32_t> their_stale;
-    DecodeUncached(AwaitControl(r, kUncachedMessage).payload, &c, &theirs, &their_stale);
-    for (auto& q : theirs) {
-      q.rank = r;  // trust the connection, not the payload
-      coordinator_->Submit(q);
-      if (timeline_) timeline_->NegotiateRankReady(OpTypeName(q.type), q.name, q.rank);
-    }
-    evicted.insert(their_stale.begin(), their_stale.end());
-  }
-  *responses = coordinator_->TakeReady();
-  evict->assign(evicted.begin(), evicted.end());
-  const std::string message = EncodeResponses(cycle_, *responses, *evict);
-  for (int r : membership_.world()) {
-    if (r != 0) SendNegotiation(r, kResponsesMessage, message);
-  }
 }
 
 ControlMessage Engine::AwaitControl(int from, uint32_t type) {

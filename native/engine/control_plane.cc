@@ -268,6 +268,46 @@ Engine::AgreedCycle Engine::AgreeOnBitsAcrossHosts(const std::vector<uint64_t>& 
   return agreed;
 }
 
+// The coordinator's round for what the cache could not settle: the star (every rank's uncached
+// requests to rank 0, its responses back), or across hosts through the leaders' tree.
+void Engine::CoordinatorRound(const std::vector<RequestMeta>& uncached, const std::vector<uint32_t>& stale,
+                              std::vector<Response>* responses, std::vector<uint32_t>* evict) {
+  if (hierarchical_) {
+    CoordinatorRoundAcrossHosts(uncached, stale, responses, evict);
+    return;
+  }
+  if (rank() != 0) {
+    SendNegotiation(0, kUncachedMessage, EncodeUncached(cycle_, uncached, stale));
+    uint64_t c;
+    DecodeResponses(AwaitControl(0, kResponsesMessage).payload, &c, responses, evict);
+    return;
+  }
+  std::set<uint32_t> evicted(stale.begin(), stale.end());
+  for (const auto& q : uncached) {
+    coordinator_->Submit(q);
+    if (timeline_) timeline_->NegotiateRankReady(OpTypeName(q.type), q.name, q.rank);
+  }
+  for (int r : membership_.world()) {
+    if (r == 0) continue;
+    uint64_t c;
+    std::vector<RequestMeta> theirs;
+    std::vector<uint32_t> their_stale;
+    DecodeUncached(AwaitControl(r, kUncachedMessage).payload, &c, &theirs, &their_stale);
+    for (auto& q : theirs) {
+      q.rank = r;  // trust the connection, not the payload
+      coordinator_->Submit(q);
+      if (timeline_) timeline_->NegotiateRankReady(OpTypeName(q.type), q.name, q.rank);
+    }
+    evicted.insert(their_stale.begin(), their_stale.end());
+  }
+  *responses = coordinator_->TakeReady();
+  evict->assign(evicted.begin(), evicted.end());
+  const std::string message = EncodeResponses(cycle_, *responses, *evict);
+  for (int r : membership_.world()) {
+    if (r != 0) SendNegotiation(r, kResponsesMessage, message);
+  }
+}
+
 void Engine::CoordinatorRoundAcrossHosts(const std::vector<RequestMeta>& uncached, const std::vector<uint32_t>& stale,
                                          std::vector<Response>* responses, std::vector<uint32_t>* evict) {
   if (rank() != host_leader_) {

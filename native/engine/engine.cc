@@ -123,7 +123,9 @@ std::string Engine::MustMatchFingerprint() const {
 void Engine::Rendezvous(const EngineOptions& options, Deadline deadline) {
   const std::string ip =
       AdvertisedAddress(!config_.iface.empty() ? config_.iface : launch_.iface,
-                        launch_.local_size == launch_.size || launch_.launcher == Launcher::kSingle);
+                        launch_.local_size == launch_.size || launch_.launcher == Launcher::kSingle,
+                        std::string(LauncherName(launch_.launcher)) + " gives this rank a local size of " +
+                            std::to_string(launch_.local_size) + " of " + std::to_string(launch_.size) + " ranks");
   RankRecord mine;
   mine.hostname = config_.hostname.empty() ? launch_.hostname : config_.hostname;
   mine.ip = ip;

@@ -121,11 +121,17 @@ JobCredentials JobCredentialsFrom(const RankRecord& rank0, const std::string& co
   return c;
 }
 
-std::string AdvertisedAddress(const std::string& iface, bool all_on_this_host) {
+std::string AdvertisedAddress(const std::string& iface, bool all_on_this_host, const std::string& placement) {
   if (!iface.empty()) return InterfaceAddress(iface);
   if (all_on_this_host) return "127.0.0.1";
+  // The launcher's numbers say only that the ranks are not all known to share this host: Spark's
+  // local-cluster executors and TorchDistributor(local_mode=False) make each rank a node of its
+  // own on one machine, so the message must not claim several hosts.
   throw Error(Status::InvalidArgument(
-      "ranks run on several hosts: set HERRING_IFACE to the network interface they share (e.g. eth0)"));
+      (placement.empty() ? std::string("the launcher does not place every rank on this host")
+                         : placement) +
+      ", so the ranks cannot meet on 127.0.0.1: set HERRING_IFACE to the network interface they share "
+      "(lo when every rank runs on this machine, e.g. eth0 across machines)"));
 }
 
 std::vector<RankRecord> ExchangeRecords(const RankRecord& mine, const RecordExchange& exchange,

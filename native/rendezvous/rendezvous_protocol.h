@@ -68,8 +68,9 @@ JobCredentials IssueJobCredentials(const std::string& configured_secret, RankRec
 JobCredentials JobCredentialsFrom(const RankRecord& rank0, const std::string& configured_secret);
 
 // The IPv4 address to listen on and advertise: the interface's when one is named; loopback when
-// the job runs on this machine alone; otherwise an error asking for HERRING_IFACE.
-std::string AdvertisedAddress(const std::string& iface, bool all_on_this_host);
+// the job runs on this machine alone; otherwise an error asking for HERRING_IFACE that starts
+// with `placement` (what the launcher said about where the ranks are).
+std::string AdvertisedAddress(const std::string& iface, bool all_on_this_host, const std::string& placement = "");
 
 // Init: publishes `mine` and returns every launched process's record, by rank, checked (one per
 // process, readable, fingerprints agreeing with rank 0's). `exchange` (the front end's, e.g. over

@@ -999,6 +999,12 @@ TEST(Rendezvous, RendezvousProtocolAddress) {
   Status s = StatusOf([] { AdvertisedAddress("", false); });
   EXPECT_TRUE(s.code() == StatusCode::kInvalidArgument);
   EXPECT_TRUE(Contains(s.message(), "HERRING_IFACE"));
+  // One machine can look like several nodes (Spark's local-cluster executors): the message says
+  // what the launcher said, and that lo serves when every rank is on this machine.
+  s = StatusOf([] { AdvertisedAddress("", false, "torchrun gives this rank a local size of 1 of 2 ranks"); });
+  EXPECT_TRUE(Contains(s.message(), "local size of 1 of 2")) << s.message();
+  EXPECT_TRUE(Contains(s.message(), "lo when every rank runs on this machine")) << s.message();
+  EXPECT_FALSE(Contains(s.message(), "several hosts")) << s.message();
 }
 
 TEST(Rendezvous, RendezvousProtocolRunningJobThroughTheStore) {
