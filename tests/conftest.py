@@ -43,7 +43,8 @@ SEPARATE_TIERS = {
 # fresh-clone run of 2026-12-07. The `exclusive` files go before them all: each runs alone, so
 # they take their turns while the other worker has nothing long under way.
 LONGEST_FIRST = ["elastic/test_elastic_workers.py", "horovod_api/test_horovod_suites.py",
-                 "torch_distributed/test_torch_distributed.py", "cluster/test_eflops.py",
+                 "torch_distributed/test_torch_distributed.py", "reliability/test_reliability.py",
+                 "cluster/test_eflops.py",
                  "reliability/test_control_plane.py", "horovod_api/test_collectives.py",
                  "ops/test_peer_tensor_reads.py", "torch_distributed/test_torch_backend_suite.py",
                  "torch_distributed/test_torch_distributed_launchers.py", "packaging/test_wheel.py"]

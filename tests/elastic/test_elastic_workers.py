@@ -97,7 +97,7 @@ class Outcome:
         return history
 
 
-def elastic_launch(framework, scenario, np_, hosts, min_np, max_np, extra=(), env=None):
+def elastic_launch(framework, scenario, np_, hosts, min_np, max_np, extra=(), env=None, private_shm=False):
     results = launch.scratch_dir(f"herring-elastic-{scenario}-")
     hosts_file, discover = common.write_discovery(results, hosts)
     # --network-interface: without it the driver waits for two hosts to compare interfaces.
@@ -107,8 +107,9 @@ def elastic_launch(framework, scenario, np_, hosts, min_np, max_np, extra=(), en
     env = launch.herring_env(HERRING_TEST_RESULTS=results, HERRING_TEST_SCENARIO=scenario,
                              HERRING_TEST_HOSTS_FILE=hosts_file, HOROVOD_DYNAMIC_PROCESS_SETS=1,
                              PYTHONPATH=os.pathsep.join(launch.import_path()), **FRAMEWORK_ENV.get(framework, {}), **(env or {}))
-    shm_before = common.herring_shm_names()
-    return Outcome(launch._run(cmd, env, TIMEOUT), results, scenario, shm_before)
+    # A job with a /dev/shm of its own (launch.PRIVATE_SHM_SCRIPT) starts with none of herring's names.
+    shm_before = [] if private_shm else common.herring_shm_names()
+    return Outcome(launch._run(cmd, env, TIMEOUT, private_shm), results, scenario, shm_before)
 
 
 _cache = {}
@@ -134,11 +135,17 @@ LAUNCHES = {
                          extra=("--elastic-timeout", "8")),
     "blacklist_cooldown": dict(np_=4, hosts=[f"{A}:2", f"{B}:2"], min_np=2, max_np=4,
                                extra=("--blacklist-cooldown-range", "1", "2")),
-    "many_resets": dict(np_=2, hosts=[f"{A}:2"], min_np=1, max_np=2),
+    "many_resets": dict(np_=2, hosts=[f"{A}:2"], min_np=1, max_np=2, private_shm=True),
     "grow_from_one": dict(np_=1, hosts=[f"{A}:1"], min_np=1, max_np=3),
 }
 
 FRAMEWORKS = ["torch", "tf"]
+# Scenarios decided by Horovod's elastic driver alone (every worker failing, the reset limit, too
+# few hosts until the elastic timeout, a blacklisted host's cooldown): what the workers do in them
+# (raise at a collective, restore the last commit, train on) is what the scenarios above check
+# under both frameworks, so they run with the torch worker only (a TF launch costs 5 s of CPU
+# per rank start).
+DRIVER_SCENARIO_FRAMEWORKS = ["torch"]
 # model.fit with Horovod's elastic callbacks, in the scenarios that change the membership both
 # ways: a host added (HostsUpdatedInterrupt at a commit, the state broadcast to the newcomers) and
 # removed, and a worker killed mid-step (HorovodInternalError, restore) with a replacement.
@@ -212,7 +219,7 @@ def test_rank0_killed(framework):
     o.check_weights()
 
 
-@pytest.mark.parametrize("framework", FRAMEWORKS)
+@pytest.mark.parametrize("framework", DRIVER_SCENARIO_FRAMEWORKS)
 def test_every_worker_fails(framework):
     o = outcome(framework, "all_fail")
     assert o.run.returncode != 0
@@ -221,7 +228,7 @@ def test_every_worker_fails(framework):
     assert o.final is None
 
 
-@pytest.mark.parametrize("framework", FRAMEWORKS)
+@pytest.mark.parametrize("framework", DRIVER_SCENARIO_FRAMEWORKS)
 def test_reset_limit_reached(framework):
     o = outcome(framework, "reset_limit")
     assert o.run.returncode != 0
@@ -230,7 +237,7 @@ def test_reset_limit_reached(framework):
     assert o.final is None
 
 
-@pytest.mark.parametrize("framework", FRAMEWORKS)
+@pytest.mark.parametrize("framework", DRIVER_SCENARIO_FRAMEWORKS)
 def test_fewer_hosts_than_min_np_until_timeout(framework):
     o = outcome(framework, "below_min_np")
     assert o.run.returncode != 0
@@ -241,7 +248,7 @@ def test_fewer_hosts_than_min_np_until_timeout(framework):
     assert o.final is None
 
 
-@pytest.mark.parametrize("framework", FRAMEWORKS)
+@pytest.mark.parametrize("framework", DRIVER_SCENARIO_FRAMEWORKS)
 def test_blacklisted_host_readmitted_after_cooldown(framework):
     o = outcome(framework, "blacklist_cooldown")
     assert o.run.returncode == 0, o.output[-5000:]

@@ -32,6 +32,15 @@ class Run:
     returncode: int
     output: str
     seconds: float
+    shm_left: list = None  # what a private_shm launch left in its /dev/shm (names); None otherwise
+
+
+# A job in a mount namespace of its own whose /dev/shm is a fresh tmpfs: what it leaves in shared
+# memory is its alone, listed when it ends, so a test that checks for leaks needs no machine to
+# itself (a job beside it neither adds names nor sees these). The launcher and its ranks all run
+# inside, as the processes of one host do; `sh` passes the job's exit status on.
+PRIVATE_SHM_SCRIPT = ('mount -t tmpfs -o mode=1777 herring-test-shm /dev/shm || exit 125; '
+                      '"$@"; status=$?; ls -A /dev/shm > "$0"; exit $status')
 
 
 def herring_env(**extra):
@@ -48,8 +57,11 @@ def herring_env(**extra):
     return env
 
 
-def _run(cmd, env, timeout):
+def _run(cmd, env, timeout, private_shm=False):
     import time
+    if private_shm:
+        listing = os.path.join(scratch_dir("herring-shm-left-"), "names")
+        cmd = ["unshare", "--mount", "--propagation", "private", "sh", "-c", PRIVATE_SHM_SCRIPT, listing, *cmd]
     start = time.monotonic()
     proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, start_new_session=True)
@@ -60,14 +72,20 @@ def _run(cmd, env, timeout):
         os.killpg(proc.pid, signal.SIGKILL)
         out, _ = proc.communicate()
         raise AssertionError(f"{' '.join(cmd)} did not finish within {timeout} s; output:\n{out}")
-    return Run(proc.returncode, out, time.monotonic() - start)
+    run = Run(proc.returncode, out, time.monotonic() - start)
+    if private_shm:
+        assert os.path.exists(listing), f"the job's private /dev/shm was not listed (exit {run.returncode}):\n{out[-3000:]}"
+        with open(listing) as f:
+            run.shm_left = f.read().split()
+    return run
 
 
-def horovodrun(np, script_args, timeout=240, options=(), **env):
-    """horovodrun --gloo -np N -H localhost:N <options...> python <script_args...>"""
+def horovodrun(np, script_args, timeout=240, options=(), private_shm=False, **env):
+    """horovodrun --gloo -np N -H localhost:N <options...> python <script_args...>; with
+    private_shm, in a /dev/shm of its own (PRIVATE_SHM_SCRIPT: Run.shm_left)."""
     cmd = [os.path.join(BIN, "horovodrun"), "--gloo", "-np", str(np), "-H", f"localhost:{np}",
            *options, sys.executable] + list(script_args)
-    return _run(cmd, herring_env(**env), timeout)
+    return _run(cmd, herring_env(**env), timeout, private_shm)
 
 
 def mpirun(np, script_args, timeout=240, **env):

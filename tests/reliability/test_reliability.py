@@ -1,8 +1,8 @@
 """Faults in every phase, the stall inspector and HERRING_VERIFY: every survivor raises within
 the deadline with a message naming the rank, nothing hangs, the launcher exits non-zero, and
-nothing is left in /dev/shm."""
+nothing is left in /dev/shm (each fault's job has a /dev/shm of its own: launch.PRIVATE_SHM_SCRIPT,
+so the file runs beside others)."""
 
-import glob
 import json
 import os
 
@@ -11,20 +11,18 @@ import pytest
 import launch
 
 WORKERS = os.path.join("tests", "reliability", "workers")
-# Exclusive: every fault's check compares /dev/shm before and after the job, where a neighbouring
-# file's jobs would add their segments meanwhile.
-pytestmark = pytest.mark.exclusive
 
 
-def herring_segments():
-    return set(glob.glob("/dev/shm/herring.*"))
+def herring_segments_left(run):
+    """herring's names the job left in its own /dev/shm."""
+    return [name for name in run.shm_left if name.startswith("herring.")]
 
 
 def run_fault(spec, np=4, hosts=2, **env):
     """Runs the phase-fault worker with HERRING_FAULT=spec on `hosts` simulated hosts."""
     results = launch.scratch_dir("herring-fault-")
     args = launch.on_simulated_hosts(np // hosts if hosts > 1 else None, os.path.join(WORKERS, "phase_fault_worker.py"))
-    run = launch.horovodrun(np, args, timeout=180, HERRING_TEST_RESULTS=results, HERRING_FAULT=spec,
+    run = launch.horovodrun(np, args, timeout=180, private_shm=True, HERRING_TEST_RESULTS=results, HERRING_FAULT=spec,
                             HERRING_TIMEOUT_SECONDS=env.pop("HERRING_TIMEOUT_SECONDS", 5), **env)
     outcomes = launch.rank_results(results, np)
     return run, outcomes
@@ -85,7 +83,6 @@ def test_fault_in_a_cross_memory_allreduce(spec, victim, needle):
 
 
 def check_fault(spec, victim, needle, hosts, **env):
-    before = herring_segments()
     run, outcomes = run_fault(spec, hosts=hosts, **env)
     assert run.returncode != 0, run.output[-3000:]
     survivors = [r for r in range(4) if r != victim]
@@ -97,7 +94,7 @@ def check_fault(spec, victim, needle, hosts, **env):
         # HERRING_TIMEOUT_SECONDS=5: a stopped peer is detected by silence, a dead one at once.
         assert o["seconds_to_error"] < 5 + 5, o
     assert run.seconds < 120, run.seconds
-    assert herring_segments() <= before, "shared-memory segments left behind"
+    assert not herring_segments_left(run), f"shared-memory segments left behind: {herring_segments_left(run)}"
     return {r: outcomes[r] for r in survivors}
 
 

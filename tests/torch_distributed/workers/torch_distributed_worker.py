@@ -37,7 +37,7 @@ import hvd_herring.torch.distributed  # noqa: F401,E402  (registers "herring")
 from hvd_herring.engine_front import front  # noqa: E402
 
 import references  # noqa: E402
-from checks import CHECKS, check, run_and_report, selected  # noqa: E402
+from checks import CHECKS, check, progress, run_and_report, selected  # noqa: E402
 from references import reduce_reference  # noqa: E402
 
 DTYPES = references.ALL_DTYPES
@@ -648,7 +648,8 @@ def main():
     assert front.rank() == R and front.size() == N, (front.rank(), R, front.size(), N)
     scenario = os.environ.get("HERRING_TORCH_SCENARIO", "checks")
     checks = [SCENARIOS[scenario]] if scenario in SCENARIOS else CHECKS
-    status = run_and_report(R, selected(checks), report=lambda: {"size": N, "launcher": front.engine().launcher})
+    status = run_and_report(R, selected(checks), report=lambda: {"size": N, "launcher": front.engine().launcher},
+                            after_each=progress(R))
     sys.stdout.flush()
     sys.stderr.flush()
     if scenario in SCENARIOS:
