@@ -160,8 +160,14 @@ def main():
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(result, f, indent=1)
+    ray_section = ""   # ray_train_steps.py's rows, kept when this table is rewritten
+    if os.path.exists(args.doc):
+        with open(args.doc) as f:
+            old = f.read()
+        if "<!-- ray_train:begin -->" in old:
+            ray_section = "\n" + old[old.index("<!-- ray_train:begin -->"):]
     with open(args.doc, "w") as f:
-        f.write(report(result))
+        f.write(report(result) + ray_section)
 
 
 def report(r):

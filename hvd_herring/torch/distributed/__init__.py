@@ -6,6 +6,9 @@
 Every collective of every group runs on this process's one engine (the one Horovod's API uses
 too); groups from new_group are process sets. CPU tensors only."""
 
+import os
+
+import torch
 import torch.distributed as dist
 
 from hvd_herring.engine_front import front
@@ -14,6 +17,27 @@ from hvd_herring.torch.distributed.hooks import average_hook
 from hvd_herring.torch.distributed.process_group import HerringProcessGroup
 
 BACKEND = "herring"
+
+# OMP_NUM_THREADS and torch's intra-op threads when this module was first imported. Ray's
+# worker_process_setup_hook (docs/ray.md) imports it when a worker process starts, before Ray sets
+# OMP_NUM_THREADS to the CPUs of the task or actor the worker runs: torch, imported here, then sized
+# its pool to every core of the machine, and every rank of a host ran that many OpenMP threads
+# (`_threads_the_environment_asked_for`).
+_OMP_AT_IMPORT = os.environ.get("OMP_NUM_THREADS")
+_THREADS_AT_IMPORT = torch.get_num_threads()
+
+
+def _threads_the_environment_asked_for():
+    """The intra-op threads OMP_NUM_THREADS asks for, where it was set after torch sized its pool
+    (unset when this module imported torch) and nobody has set torch's threads since; else None.
+    torch reads the variable only when it starts: set later, it would be ignored."""
+    if _OMP_AT_IMPORT is not None or torch.get_num_threads() != _THREADS_AT_IMPORT:
+        return None
+    try:
+        wanted = int(os.environ.get("OMP_NUM_THREADS", ""))
+    except ValueError:
+        return None
+    return wanted if 0 < wanted != _THREADS_AT_IMPORT else None
 
 
 def _create_process_group(options, backend_options=None):
@@ -24,6 +48,9 @@ def _create_process_group(options, backend_options=None):
         # The default group (torchrun, tcp://, file://, store=, mp.spawn): the engine takes the rank and
     # size torch hands it, and exchanges its endpoints through torch's Store.
         rendezvous.prepare_engine_environment()
+        threads = _threads_the_environment_asked_for()
+        if threads is not None:
+            torch.set_num_threads(threads)
         front.start(exchange=rendezvous.store_exchange(options.store, rank, size, timeout),
                     env=rendezvous.launch_environment(rank, size, options.store))
         front.leaves_at_exit = True  # torch's ranks finish one at a time (engine/departures.cc)

@@ -38,7 +38,11 @@ NUM_PROC = int(os.environ.get("ENGINE_TEST_NUM_PROC", "2"))
 
 def ray_train_loop(config):
     from engine_training import ddp_training, write_json
+    import torch
     out = ddp_training()
+    # The hook imported torch before Ray set OMP_NUM_THREADS for this actor (the test checks that
+    # herring's backend applied it anyway).
+    out.update(torch_threads=torch.get_num_threads(), omp_num_threads=os.environ.get("OMP_NUM_THREADS"))
     write_json(os.path.join(config["out_dir"], f"rank{out['rank']}.json"), out)
 
 
