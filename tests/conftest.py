@@ -40,14 +40,14 @@ SEPARATE_TIERS = {
 # The files that take longest go first: scripts/test.sh runs the files in two workers (pytest-xdist,
 # one file at a time each, in this order), and a long file left to the end would keep one worker busy
 # alone. Seconds per file are printed at the end of every run (below); these were the longest of the
-# fresh-clone run of 2026-12-07. The `exclusive` files go before them all: each runs alone, so
+# fresh-clone run of 2026-12-07 14:21 UTC. The `exclusive` files go before them all: each runs alone, so
 # they take their turns while the other worker has nothing long under way.
-LONGEST_FIRST = ["elastic/test_elastic_workers.py", "horovod_api/test_horovod_suites.py",
-                 "torch_distributed/test_torch_distributed.py", "reliability/test_reliability.py",
-                 "cluster/test_eflops.py",
-                 "reliability/test_control_plane.py", "horovod_api/test_collectives.py",
-                 "ops/test_peer_tensor_reads.py", "torch_distributed/test_torch_backend_suite.py",
-                 "torch_distributed/test_torch_distributed_launchers.py", "packaging/test_wheel.py"]
+LONGEST_FIRST = ["horovod_api/test_horovod_suites.py", "elastic/test_elastic_workers.py",
+                 "reliability/test_reliability.py", "torch_distributed/test_torch_distributed.py",
+                 "ops/test_peer_tensor_reads.py", "cluster/test_eflops.py", "horovod_api/test_collectives.py",
+                 "horovod_api/test_adasum.py", "engine/test_small_messages.py",
+                 "torch_distributed/test_torch_c10d_suites.py", "reliability/test_control_plane.py",
+                 "torch_distributed/test_torch_backend_suite.py", "packaging/test_wheel.py"]
 
 
 def pytest_addoption(parser):
