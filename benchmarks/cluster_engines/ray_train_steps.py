@@ -22,7 +22,8 @@ import sys
 import tempfile
 import time
 
-from benchmarks.cluster_engines.spark_steps import WARMUP, _batch, _mlp, _spark, _timed_steps, ddp_steps, summary
+from benchmarks.cluster_engines.spark_steps import (WARMUP, _batch, _mlp, _spark, _timed_steps, ddp_steps, step_table,
+                                                    summary)
 
 BEGIN, END = "<!-- ray_train:begin -->", "<!-- ray_train:end -->"
 
@@ -124,13 +125,7 @@ def report(r):
              f"(`local-cluster[{r['np']},1,1024]`) with both. Same job as above ({r['model_parameters'] / 1e6:.1f} M "
              f"parameters, {r['rows_per_rank']} rows per rank, {r['warmup_steps']} warm-up steps, slowest rank's "
              "median); raw numbers in benchmarks/results/cluster_engines_ray_train.json.", "",
-             "| launch path | backend | median step (ms), slowest rank | per rank | steps | job wall time (s) |",
-             "| --- | --- | --- | --- | --- | --- |"]
-    for name, run in r["runs"].items():
-        path, backend = name.rsplit(" ", 1)
-        per_rank = ", ".join(f"{m:.2f}" for m in run["median_step_ms_per_rank"])
-        lines.append(f"| `{path}` | {backend} | {run['median_step_ms_slowest_rank']:.2f} | {per_rank} | "
-                     f"{run['steps']} | {run['wall_seconds']:.0f} |")
+             *step_table(r["runs"])]
     runs = r["runs"]
     ms = {name: run["median_step_ms_slowest_rank"] for name, run in runs.items()}
     lines += ["", f"Ray Train herring / TorchDistributor herring: {ms['Ray Train herring'] / ms['TorchDistributor herring']:.2f}x; "

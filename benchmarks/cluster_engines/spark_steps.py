@@ -170,6 +170,18 @@ def main():
         f.write(report(result) + ray_section)
 
 
+def step_table(runs):
+    """The markdown table of runs ({"<launch path> <backend>": summary(...) + steps, wall_seconds})."""
+    lines = ["| launch path | backend | median step (ms), slowest rank | per rank | steps | job wall time (s) |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    for name, run in runs.items():
+        path, backend = name.rsplit(" ", 1)
+        per_rank = ", ".join(f"{m:.2f}" for m in run["median_step_ms_per_rank"])
+        lines.append(f"| `{path}` | {backend} | {run['median_step_ms_slowest_rank']:.2f} | {per_rank} | "
+                     f"{run['steps']} | {run['wall_seconds']:.0f} |")
+    return lines
+
+
 def report(r):
     lines = ["# Training under Spark's launch paths: step time", "",
              f"One Spark application (`local-cluster[{r['np']},1,1024]`: {r['np']} executor JVMs with their own "
@@ -180,13 +192,7 @@ def report(r):
              f"per step, SGD; each rank timed its steps after {r['warmup_steps']} warm-up steps; the table gives "
              "the slowest rank's median. Made by `benchmarks/cluster_engines/spark_steps.py` "
              "(command in its docstring; raw numbers in benchmarks/results/cluster_engines.json).", "",
-             "| launch path | backend | median step (ms), slowest rank | per rank | steps | job wall time (s) |",
-             "| --- | --- | --- | --- | --- | --- |"]
-    for name, run in r["runs"].items():
-        path, backend = name.rsplit(" ", 1)
-        per_rank = ", ".join(f"{m:.2f}" for m in run["median_step_ms_per_rank"])
-        lines.append(f"| `{path}` | {backend} | {run['median_step_ms_slowest_rank']:.2f} | {per_rank} | "
-                     f"{run['steps']} | {run['wall_seconds']:.0f} |")
+             *step_table(r["runs"])]
     lines += ["", "The job wall time includes Spark scheduling the barrier stage, torchrun (TorchDistributor) or "
               "Horovod's driver and task services (horovod.spark.run), process start and imports.",
               "Horovod-gloo is the peer of benchmarks/peers (Horovod 0.28.1 built with PyTorch and gloo) with "
