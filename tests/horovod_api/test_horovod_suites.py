@@ -126,9 +126,12 @@ SUITES = {
 # `bash scripts/test.sh -m horovod_suites_wide`), 5.4 min of the 13.6 the suites took on
 # 2026-11-29 (test_tensorflow.py alone 130-143 s per Keras). Kept in the default run: the first
 # run of each file, the torch suite at np=3 (odd sizes), process sets at np=4 under Keras 2 and at
-# np=2 under Keras 3.
+# np=2 under Keras 3. The process-set suites that run at np=4 in the default run are wide at np=2:
+# at np=4 their sets have 1 to 4 members (a set of one rank beside a set of the others, as at np=2),
+# and each launch costs 4-5 s of CPU per TensorFlow rank start.
 WIDE = {"torch-np4", "tensorflow-keras3", "tensorflow_process_sets-keras2-np2",
-        "tensorflow_process_sets-keras3-np4"}
+        "tensorflow_process_sets-keras3-np4", "process_sets_static-np2", "tensorflow_process_sets_dynamic-np2",
+        "tensorflow2_keras_process_sets-np2"}
 
 
 def _param(name, *values, **kwargs):
