@@ -18,11 +18,12 @@ from hvd_herring.torch.distributed.process_group import HerringProcessGroup
 
 BACKEND = "herring"
 
-# OMP_NUM_THREADS and torch's intra-op threads when this module was first imported. Ray's
-# worker_process_setup_hook (docs/ray.md) imports it when a worker process starts, before Ray sets
-# OMP_NUM_THREADS to the CPUs of the task or actor the worker runs: torch, imported here, then sized
-# its pool to every core of the machine, and every rank of a host ran that many OpenMP threads
-# (`_threads_the_environment_asked_for`).
+# OMP_NUM_THREADS and torch's intra-op threads when this module was first imported. A program that
+# imports it (or torch) before OMP_NUM_THREADS is set, as Ray's worker_process_setup_hook did with
+# `register` when a worker process started (before Ray sets it to the CPUs of the task or actor the
+# worker runs), has a pool of every core of the machine, and every rank of a host ran that many
+# OpenMP threads (`_threads_the_environment_asked_for`; hvd_herring.ray.worker_setup waits for
+# torch's import instead).
 _OMP_AT_IMPORT = os.environ.get("OMP_NUM_THREADS")
 _THREADS_AT_IMPORT = torch.get_num_threads()
 

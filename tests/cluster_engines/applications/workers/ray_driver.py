@@ -12,6 +12,8 @@ through the launch paths Ray users have:
   elastic_kill_host  on a Ray cluster of two hosts (ENGINE_TEST_RAY_ADDRESS, tests/cluster_engines/applications/test_ray.py's
                  simulated hosts), min 1 worker, the actor on host ENGINE_TEST_KILL_HOST SIGKILLs
                  itself at step 2: the survivors' results
+  setup_hook     a Ray task that uses no torch: whether its worker process imported torch (the
+                 setup hook must not) and whether the hook waits for torch's import to register
   train_herring  Ray Train TorchTrainer with TorchConfig(backend="herring"): every rank's weights
   train_gloo     the same with "gloo" (the peer)
 
@@ -40,8 +42,7 @@ def ray_train_loop(config):
     from engine_training import ddp_training, write_json
     import torch
     out = ddp_training()
-    # The hook imported torch before Ray set OMP_NUM_THREADS for this actor (the test checks that
-    # herring's backend applied it anyway).
+    # torch's intra-op threads against Ray's OMP_NUM_THREADS for this actor (the test checks they agree).
     out.update(torch_threads=torch.get_num_threads(), omp_num_threads=os.environ.get("OMP_NUM_THREADS"))
     write_json(os.path.join(config["out_dir"], f"rank{out['rank']}.json"), out)
 
@@ -71,6 +72,15 @@ def run_scenario(name, work_dir):
         kwargs = dict(kill, kill_step=2, kill_marker=os.path.join(work_dir, "killed"), error_dir=work_dir) \
             if kill else {}
         return executor.run(functools.partial(horovod_elastic_train, **kwargs))   # run() takes no kwargs
+    if name == "setup_hook":
+        import ray
+
+        @ray.remote
+        def probe():
+            from hvd_herring.ray.worker_setup import _RegisterAfterTorchImport
+            return {"torch_imported": "torch" in sys.modules,
+                    "waits_for_torch": any(isinstance(f, _RegisterAfterTorchImport) for f in sys.meta_path)}
+        return ray.get(probe.remote())
     if name.startswith("train_"):
         from ray.train import RunConfig, ScalingConfig
         from ray.train.torch import TorchConfig, TorchTrainer
@@ -100,14 +110,14 @@ def main():
     out_path, scenarios = sys.argv[1], sys.argv[2:]
     import ray
     # Ray Train calls init_process_group before the training function runs: every worker process
-    # registers the "herring" backend at start-up (the hook imports nothing else).
+    # registers the "herring" backend when it imports torch (docs/ray.md).
     # address="local": a cluster of its own, even where another Ray cluster on the machine left
     # /tmp/ray/ray_current_cluster behind (ray.init() would connect to that one).
     # ENGINE_TEST_RAY_ADDRESS: a running cluster to join instead (its nodes bring their CPUs).
     address = os.environ.get("ENGINE_TEST_RAY_ADDRESS")
     own = {} if address else {"num_cpus": NUM_PROC + 1, "include_dashboard": False}
     ray.init(address=address or "local", log_to_driver=True,
-             runtime_env={"worker_process_setup_hook": "hvd_herring.torch.distributed.register"}, **own)
+             runtime_env={"worker_process_setup_hook": "hvd_herring.ray.worker_setup.register_backend"}, **own)
     work_dirs = {}
 
     def run(name):
