@@ -11,15 +11,14 @@ untimed steps, the slowest rank's median), over 300 steps by default: Ray Train 
 of its own while the first steps run (on 2 cores the first 50 steps are slower under either
 backend), and the median of 300 is the steady state's. Ray runs as docs/ray.md says: a local cluster
 whose worker processes register the backend when they import torch (worker_process_setup_hook:
-hvd_herring.ray.worker_setup.register_backend), 1 CPU per Ray Train worker. The gloo workers set
-torch's threads to OMP_NUM_THREADS by hand, as herring's backend does when it starts (needed only
-where torch was imported before Ray set the variable)."""
+hvd_herring.ray.worker_setup.register_backend), 1 CPU per Ray Train worker: a worker imports torch
+after Ray set OMP_NUM_THREADS for its actor, so gloo's and herring's workers alike train with the
+threads Ray meant them to (recorded per rank)."""
 
 import argparse
 import json
 import os
 import platform
-import statistics
 import sys
 import tempfile
 import time
@@ -32,7 +31,7 @@ FIRST_STEPS = 50  # the start-up window reported apart: the slowest rank's media
 
 
 def first_steps_ms(per_rank_times):
-    return max(statistics.median(t[:FIRST_STEPS]) for t in per_rank_times) * 1e3
+    return summary([t[:FIRST_STEPS] for t in per_rank_times])["median_step_ms_slowest_rank"]
 
 
 def ray_train_loop(config):
@@ -40,8 +39,6 @@ def ray_train_loop(config):
     import torch
     import torch.distributed as dist
     threads_before = torch.get_num_threads()
-    if dist.get_backend() == "gloo" and os.environ.get("OMP_NUM_THREADS", "").isdigit():
-        torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))  # what herring's backend does itself
     rank = dist.get_rank()
     model = torch.nn.parallel.DistributedDataParallel(_mlp())
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
