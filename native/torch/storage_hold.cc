@@ -1,6 +1,8 @@
 #include "torch/storage_hold.h"
 
 #include <ATen/MapAllocator.h>
+#include <torch/csrc/Exceptions.h>
+#include <torch/csrc/autograd/python_variable.h>
 
 #include <algorithm>
 #include <atomic>

@@ -13,7 +13,10 @@
 // TensorFlow kernels find it. The dtype table comes from Python (set_dtype_codes), so the
 // mapping of torch's dtypes to the engine's is written once. Errors are raised as _native raises
 // them (hvd_herring._native.error_for), so callers catch the same exceptions on either path.
-#include <torch/extension.h>
+#include <ATen/core/grad_mode.h>
+#include <ATen/ops/empty_like.h>
+#include <torch/csrc/autograd/python_variable.h>
+#include <torch/csrc/utils/pybind.h>  // pybind11 with torch's type casters (at::Tensor arguments)
 
 #include <array>
 #include <cstdint>
