@@ -3,7 +3,6 @@ one-line .pth file that makes HOROVOD_BACKEND=herring take effect in every inter
 
 import os
 import shutil
-import subprocess
 import sys
 import sysconfig
 
@@ -12,6 +11,8 @@ from setuptools.command.build_ext import build_ext
 from setuptools.command.build_py import build_py
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, ROOT)  # the build's own helper, tools/native_build.py (not part of the package)
+from tools import native_build  # noqa: E402
 PTH = "hvd_herring_switch.pth"
 TF_OPS = "libherring_tensorflow.so"  # built only when TensorFlow is importable
 
@@ -61,25 +62,15 @@ class CMakeBuild(build_ext):
     (HERRING_SOURCE_TREE_COPY=0: in the wheel only, as scripts/build_wheel.sh builds)."""
 
     def build_extension(self, ext):
-        build_dir = os.environ.get("HERRING_CMAKE_BUILD_DIR", os.path.join(ROOT, "build", "cmake"))
-        os.makedirs(build_dir, exist_ok=True)
-        cfg = ["-DPython3_EXECUTABLE=" + sys.executable, "-DCMAKE_BUILD_TYPE=Release"]
-        if os.environ.get("HERRING_SANITIZE") == "1":
-            cfg.append("-DHERRING_SANITIZE=ON")
-        for knob in ("HERRING_TENSORFLOW", "HERRING_TORCH", "HERRING_NATIVE_TESTS"):  # AUTO (default), ON or OFF
-            if os.environ.get(knob):
-                cfg.append(f"-D{knob}={os.environ[knob]}")
-        subprocess.check_call(["cmake", ROOT] + cfg, cwd=build_dir)
+        build_dir = native_build.build_dir()
+        cache = native_build.configure(sys.executable)
         # The TensorFlow op library and the torch calls exist only where CMake found their framework.
-        with open(os.path.join(build_dir, "CMakeCache.txt")) as f:
-            cache = f.read()
         with_tf = "HERRING_TENSORFLOW_OPS_BUILT:INTERNAL=ON" in cache
         with_torch = "HERRING_TORCH_CALLS_BUILT:INTERNAL=ON" in cache
         with_tests = "HERRING_NATIVE_TESTS_BUILT:INTERNAL=ON" in cache  # GTest found (or not wanted)
         targets = (["_native"] + (["herring_native_tests"] if with_tests else [])
                    + (["herring_tensorflow"] if with_tf else []) + (["_torch_native"] if with_torch else []))
-        jobs = str(os.cpu_count() or 2)
-        subprocess.check_call(["cmake", "--build", ".", "--target", *targets, "-j", jobs], cwd=build_dir)
+        native_build.build(targets)
         suffix = sysconfig.get_config_var("EXT_SUFFIX")
         dest = self.get_ext_fullpath(ext.name)
         os.makedirs(os.path.dirname(dest), exist_ok=True)

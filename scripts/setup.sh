@@ -88,6 +88,14 @@ have_req=$(cat "$STAMPS/requirements" 2>/dev/null || true)
 # A stamp from before the profiles (the hash alone) is the full profile's.
 if [ "$have_req" = "${full_req#full }" ]; then have_req="$full_req"; echo "$full_req" > "$STAMPS/requirements"; fi
 if [ "$have_req" != "$full_req" ] && { [ "$PROFILE" = full ] || [ "$have_req" != "$demo_req" ]; }; then
+  # The core needs no framework: it compiles (CMake, both cores) while pip installs them (mostly one
+  # core), and step 4 then compiles only the framework parts. CMake needs pybind11 to configure.
+  pip_quiet install -q "$(grep -E '^pybind11([<>=!~ ;]|$)' requirements/base.txt)"
+  core_log="$STAMPS/core-build.log"
+  say "compiling the core meanwhile (log: $core_log)"
+  "$PY" tools/native_build.py core >"$core_log" 2>&1 &
+  core_build=$!
+  trap 'kill "$core_build" 2>/dev/null || true' EXIT
   if [ "$PROFILE" = demo ]; then
     say "installing the demo's packages from requirements/base.txt: $DEMO_PACKAGES"
     pins=$(mktemp)
@@ -135,9 +143,14 @@ if ! stamp_ok horovod "0.28.1"; then
   echo "0.28.1" > "$STAMPS/horovod"
 fi
 
+if [ -n "${core_build:-}" ]; then
+  wait "$core_build" || { tail -40 "$core_log" >&2; echo "[setup] compiling the core failed (log: $core_log)" >&2; exit 1; }
+  trap - EXIT
+fi
+
 # 4. This package, rebuilt when its sources, the packages it builds against or the profile change
 #    (CMake keeps build/cmake: incremental). The stamp: "<profile> <hash>".
-src_hash=$( (cat "$STAMPS/requirements"; cat setup.py pyproject.toml CMakeLists.txt hvd_herring_switch.pth scripts/setup.sh \
+src_hash=$( (cat "$STAMPS/requirements"; cat setup.py tools/native_build.py pyproject.toml CMakeLists.txt hvd_herring_switch.pth scripts/setup.sh \
            $(find native hvd_herring -type f \( -name '*.cc' -o -name '*.h' -o -name '*.py' \) ! -name '_build_info.py' | sort)) \
            | sha256sum | cut -d' ' -f1)
 if ! stamp_ok package "$venv_profile $src_hash"; then
