@@ -15,6 +15,13 @@ sys.path[1:1] = [os.path.join(TESTS, "harness")] + sorted(
 
 import machine_share  # noqa: E402 - from the harness, on the path just above
 
+# One intra-op thread per process, as torchrun, Ray and Spark give their ranks: the suite runs 2 to 8
+# ranks beside another file's job on 2 cores, and torch's OpenMP threads spin while they wait for
+# work, so every rank's second thread took the CPU its neighbours needed (measured: a 3-rank job of
+# small collectives used 21.7 CPU-s with the default 2 threads per rank and 10.2 with 1; Horovod's
+# torch suite at np=3, 50.6 and 36.9). Every launch inherits it; a test that needs more sets its own.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 # Tiers follow folders. The default run (what CI runs) is everything but the separate tiers below.
 # The fast tier (`bash scripts/test.sh --fast`, a few minutes) is the native unit tests and layers,
 # the switch and one multi-process smoke per framework and launch path: files of several areas, so
@@ -34,6 +41,8 @@ SEPARATE_TIERS = {
     "sanitizers": ("native/sanitizers", "the native core under AddressSanitizer and UBSan"),
     "horovod_suites_wide": (None, "Horovod's suites at the rank counts and Keras versions past each suite's "
                                   "run in the default tier (marked in horovod_api/test_horovod_suites.py)"),
+    "elastic_wide": (None, "elastic scenarios under TensorFlow whose worker paths another TensorFlow "
+                           "scenario of the default tier takes (marked in elastic/test_elastic_workers.py)"),
 }
 
 

@@ -153,6 +153,18 @@ DRIVER_SCENARIO_FRAMEWORKS = ["torch"]
 # broadcast to the newcomers). add_remove's host removal takes the same interrupt path; it runs
 # under torch and TF2.
 KERAS = ["keras3", "keras2"]
+# TensorFlow in two scenarios whose worker paths another TF scenario of the default tier takes: the
+# elastic_wide tier (tests/conftest.py) runs them. add_remove (a host joins, then rank 0's host is
+# removed): the tf.function test below grows the job (the state broadcast to newcomers) and shrinks
+# it (a worker removed at a commit), and kill_then_replace loses rank 0's host. kill_rank0: the
+# survivors restore the last commit at a collective whose peer is gone, as in kill_then_replace;
+# rank 0's loss itself is the engine's and the driver's, the same under torch. About 40 CPU-s each.
+ELASTIC_WIDE = {("add_remove", "tf"), ("kill_rank0", "tf")}
+
+
+def frameworks_of(scenario, frameworks):
+    return [pytest.param(f, marks=[pytest.mark.elastic_wide] if (scenario, f) in ELASTIC_WIDE else [])
+            for f in frameworks]
 
 
 def hosts_of(rounds):
@@ -169,7 +181,7 @@ def hosts_of(rounds):
     return out
 
 
-@pytest.mark.parametrize("framework", FRAMEWORKS)
+@pytest.mark.parametrize("framework", frameworks_of("add_remove", FRAMEWORKS))
 def test_hosts_added_then_removed(framework):
     o = outcome(framework, "add_remove")
     assert o.run.returncode == 0, o.output[-5000:]
@@ -211,7 +223,7 @@ def test_worker_killed_then_replacement_joins(framework):
     o.check_weights()
 
 
-@pytest.mark.parametrize("framework", FRAMEWORKS)
+@pytest.mark.parametrize("framework", frameworks_of("kill_rank0", FRAMEWORKS))
 def test_rank0_killed(framework):
     o = outcome(framework, "kill_rank0")
     assert o.run.returncode == 0, o.output[-5000:]

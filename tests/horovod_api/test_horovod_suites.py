@@ -106,18 +106,18 @@ SUITES = {
     "tensorflow_keras-keras2": Suite("test_tensorflow_keras.py", 2, KERAS2, framework="tensorflow"),
     "tensorflow-keras3": Suite("test_tensorflow.py", 2, known=TF_KERAS3_KNOWN, framework="tensorflow"),
     "timeline-np2": Suite("test_timeline.py", 2),
-    # Process sets (issue 25), at np=2 and np=4 (the dynamic suite's tests need np >= 3).
+    # Process sets (issue 25), at np=2 and np=3 (the dynamic suite's tests need np >= 3).
     **{f"process_sets_static-np{n}": Suite("test_process_sets_static.py", n, framework="tensorflow")
-       for n in (2, 4)},
+       for n in (2, 3)},
     **{f"tensorflow_process_sets-keras2-np{n}": Suite("test_tensorflow_process_sets.py", n, KERAS2,
-                                                      TF_PROCESS_SETS_KNOWN, "tensorflow") for n in (2, 4)},
+                                                      TF_PROCESS_SETS_KNOWN, "tensorflow") for n in (2, 3)},
     **{f"tensorflow_process_sets-keras3-np{n}": Suite("test_tensorflow_process_sets.py", n,
                                                       known=TF_PROCESS_SETS_KNOWN, framework="tensorflow")
-       for n in (2, 4)},
+       for n in (2, 3)},
     **{f"tensorflow_process_sets_dynamic-np{n}": Suite("test_tensorflow_process_sets_dynamic.py", n, KERAS2,
-                                                       framework="tensorflow") for n in (2, 4)},
+                                                       framework="tensorflow") for n in (2, 3)},
     **{f"tensorflow2_keras_process_sets-np{n}": Suite("test_tensorflow2_keras_process_sets.py", n, KERAS2,
-                                                      framework="tensorflow") for n in (2, 4)},
+                                                      framework="tensorflow") for n in (2, 3)},
 }
 
 
@@ -125,12 +125,13 @@ SUITES = {
 # ranks or under the other Keras, form the separate tier horovod_suites_wide (tests/conftest.py:
 # `bash scripts/test.sh -m horovod_suites_wide`), 5.4 min of the 13.6 the suites took on
 # 2026-11-29 (test_tensorflow.py alone 130-143 s per Keras). Kept in the default run: the first
-# run of each file, the torch suite at np=3 (odd sizes), process sets at np=4 under Keras 2 and at
-# np=2 under Keras 3. The process-set suites that run at np=4 in the default run are wide at np=2:
-# at np=4 their sets have 1 to 4 members (a set of one rank beside a set of the others, as at np=2),
-# and each launch costs 4-5 s of CPU per TensorFlow rank start.
+# run of each file, the torch suite at np=3 (odd sizes), process sets at np=3 under Keras 2 and at
+# np=2 under Keras 3. The process-set suites that run at np=3 in the default run are wide at np=2:
+# at np=3 their sets have 1 to 3 members (a set of one rank beside a set of the others, as at np=2,
+# and the even and odd ranks' sets of unequal sizes), and each launch costs 4-5 s of CPU per
+# TensorFlow rank start (np=3 instead of 4: since 2026-12-07, a rank start less per suite).
 WIDE = {"torch-np4", "tensorflow-keras3", "tensorflow_process_sets-keras2-np2",
-        "tensorflow_process_sets-keras3-np4", "process_sets_static-np2", "tensorflow_process_sets_dynamic-np2",
+        "tensorflow_process_sets-keras3-np3", "process_sets_static-np2", "tensorflow_process_sets_dynamic-np2",
         "tensorflow2_keras_process_sets-np2"}
 
 
