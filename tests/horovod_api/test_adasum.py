@@ -57,7 +57,14 @@ MUST_PASS = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(ADASUM_SUITES))
+# Wide (tests/conftest.py: the horovod_suites_wide tier): TensorFlow's at np=4. Adasum's combining
+# at 4 ranks is the engine's, the same for either framework (torch's suite and the worker above run
+# it at np=4); TensorFlow's front is the np=2 run's. 49 s of a TF launch at 4 ranks in CI.
+ADASUM_WIDE = {"adasum_tensorflow-np4"}
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=[pytest.mark.horovod_suites_wide] if n in ADASUM_WIDE else [])
+                                  for n in sorted(ADASUM_SUITES)])
 def test_horovods_adasum_suite_under_mpirun(name, capsys):
     suite = ADASUM_SUITES[name]
     _require_suite(suite)

@@ -130,8 +130,10 @@ SUITES = {
 # at np=3 their sets have 1 to 3 members (a set of one rank beside a set of the others, as at np=2,
 # and the even and odd ranks' sets of unequal sizes), and each launch costs 4-5 s of CPU per
 # TensorFlow rank start (np=3 instead of 4: since 2026-12-07, a rank start less per suite).
+# test_tensorflow_process_sets.py uses no Keras: under Keras 3 it runs the code it runs under Keras 2
+# (the default run's, at np=3), so both of its Keras 3 runs are wide.
 WIDE = {"torch-np4", "tensorflow-keras3", "tensorflow_process_sets-keras2-np2",
-        "tensorflow_process_sets-keras3-np3", "process_sets_static-np2", "tensorflow_process_sets_dynamic-np2",
+        "tensorflow_process_sets-keras3-np2", "tensorflow_process_sets-keras3-np3", "process_sets_static-np2", "tensorflow_process_sets_dynamic-np2",
         "tensorflow2_keras_process_sets-np2"}
 
 
