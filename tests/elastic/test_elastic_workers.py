@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 import launch
+from tiers import param_in_tier
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "workers"))
 import elastic_common as common  # noqa: E402
@@ -163,8 +164,7 @@ ELASTIC_WIDE = {("add_remove", "tf"), ("kill_rank0", "tf")}
 
 
 def frameworks_of(scenario, frameworks):
-    return [pytest.param(f, marks=[pytest.mark.elastic_wide] if (scenario, f) in ELASTIC_WIDE else [])
-            for f in frameworks]
+    return [param_in_tier("elastic_wide", ELASTIC_WIDE, (scenario, f), f) for f in frameworks]
 
 
 def hosts_of(rounds):

@@ -11,6 +11,7 @@ import pytest
 
 import checks
 import launch
+from tiers import param_in_tier
 from test_horovod_suites import RANK_WORKER, SUITES_DIR, _outcomes, _require_suite, Suite
 
 WORKER = os.path.join("tests", "horovod_api", "workers", "adasum_worker.py")
@@ -63,8 +64,7 @@ MUST_PASS = {
 ADASUM_WIDE = {"adasum_tensorflow-np4"}
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=[pytest.mark.horovod_suites_wide] if n in ADASUM_WIDE else [])
-                                  for n in sorted(ADASUM_SUITES)])
+@pytest.mark.parametrize("name", [param_in_tier("horovod_suites_wide", ADASUM_WIDE, n, n) for n in sorted(ADASUM_SUITES)])
 def test_horovods_adasum_suite_under_mpirun(name, capsys):
     suite = ADASUM_SUITES[name]
     _require_suite(suite)

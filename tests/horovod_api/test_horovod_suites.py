@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import pytest
 
 import launch
+from tiers import param_in_tier
 
 SUITES_DIR = os.environ.get("HERRING_HOROVOD_TESTS") or os.path.join(
     os.path.dirname(launch.ROOT), "shared", "horovod-tests")
@@ -138,8 +139,7 @@ WIDE = {"torch-np4", "tensorflow-keras3", "tensorflow_process_sets-keras2-np2",
 
 
 def _param(name, *values, **kwargs):
-    marks = [pytest.mark.horovod_suites_wide] if name in WIDE else []
-    return pytest.param(*values, marks=marks, **kwargs)
+    return param_in_tier("horovod_suites_wide", WIDE, name, *values, **kwargs)
 
 
 def _outcomes(results_dir, np):
