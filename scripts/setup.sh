@@ -93,9 +93,11 @@ if [ "$have_req" != "$full_req" ] && { [ "$PROFILE" = full ] || [ "$have_req" !=
   pip_quiet install -q "$(grep -E '^pybind11([<>=!~ ;]|$)' requirements/base.txt)"
   core_log="$STAMPS/core-build.log"
   say "compiling the core meanwhile (log: $core_log)"
-  "$PY" tools/native_build.py core >"$core_log" 2>&1 &
+  # In a session of its own (setsid: its pid is its process group's id), so that a failed or
+  # interrupted set-up ends the whole build (cmake, make, the compilers), not only the script.
+  setsid "$PY" tools/native_build.py core >"$core_log" 2>&1 &
   core_build=$!
-  trap 'kill "$core_build" 2>/dev/null || true' EXIT
+  trap 'kill -- -"$core_build" 2>/dev/null || true' EXIT
   if [ "$PROFILE" = demo ]; then
     say "installing the demo's packages from requirements/base.txt: $DEMO_PACKAGES"
     pins=$(mktemp)
