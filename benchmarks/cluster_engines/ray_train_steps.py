@@ -3,7 +3,7 @@ with "gloo", and under TorchDistributor with both, in the same run: the Ray Trai
 docs/benchmarks_cluster_engines.md, beside spark_steps.py's.
 
     HERRING_IFACE=lo .venv/bin/python -m benchmarks.cluster_engines.ray_train_steps \
-        [--np 2] [--steps 300] [--out benchmarks/results/cluster_engines_ray_train.json] \
+        [--np 2] [--steps 300] [--rounds 5] [--out benchmarks/results/cluster_engines_ray_train.json] \
         [--doc docs/benchmarks_cluster_engines.md]
 
 Same model, rows and timing as spark_steps.py (an MLP of 2.1 M parameters, 64 rows per rank, WARMUP
@@ -13,18 +13,19 @@ backend), and the median of 300 is the steady state's. Ray runs as docs/ray.md s
 whose worker processes register the backend when they import torch (worker_process_setup_hook:
 hvd_herring.ray.worker_setup.register_backend), 1 CPU per Ray Train worker: a worker imports torch
 after Ray set OMP_NUM_THREADS for its actor, so gloo's and herring's workers alike train with the
-threads Ray meant them to (recorded per rank)."""
+threads Ray meant them to (recorded per rank). The four jobs take turns over --rounds rounds, with
+both clusters up throughout, and the median over rounds counts: see report()'s "Why rounds"."""
 
 import argparse
 import json
 import os
 import platform
+import statistics
 import sys
 import tempfile
 import time
 
-from benchmarks.cluster_engines.spark_steps import (WARMUP, _batch, _mlp, _spark, _timed_steps, ddp_steps, step_table,
-                                                    summary)
+from benchmarks.cluster_engines.spark_steps import WARMUP, _batch, _mlp, _spark, _timed_steps, ddp_steps, summary
 
 BEGIN, END = "<!-- ray_train:begin -->", "<!-- ray_train:end -->"
 FIRST_STEPS = 50  # the start-up window reported apart: the slowest rank's median of its first timed steps
@@ -63,10 +64,44 @@ def ray_train(backend, np_, steps):
     return ranks
 
 
+CONFIGS = ("Ray Train gloo", "Ray Train herring", "TorchDistributor gloo", "TorchDistributor herring")
+
+
+def run_config(name, np_, steps):
+    """One job of `name` (a CONFIGS entry): its summary, wall time and start-up window."""
+    path, backend = name.rsplit(" ", 1)
+    t0 = time.time()
+    if path == "Ray Train":
+        ranks = ray_train(backend, np_, steps)
+        times = [r["times"] for r in ranks]
+        extra = dict(torch_threads=[r["torch_threads"] for r in ranks],
+                     torch_threads_at_start=[r["torch_threads_at_start"] for r in ranks])
+    else:
+        from pyspark.ml.torch.distributor import TorchDistributor
+        times = TorchDistributor(num_processes=np_, local_mode=False, use_gpu=False).run(ddp_steps, backend, steps)
+        extra = {}
+    return dict(summary(times), wall_seconds=time.time() - t0, first_steps_ms=first_steps_ms(times), **extra)
+
+
+def combine_rounds(rounds):
+    """Per configuration: the median over rounds of each round's slowest-rank median, and every round's."""
+    runs = {}
+    for name in CONFIGS:
+        per_round = [rnd[name] for rnd in rounds]
+        runs[name] = {"median_step_ms_slowest_rank": statistics.median(r["median_step_ms_slowest_rank"]
+                                                                       for r in per_round),
+                      "per_round_ms": [r["median_step_ms_slowest_rank"] for r in per_round],
+                      "steps": per_round[0]["steps"],
+                      "wall_seconds": statistics.mean(r["wall_seconds"] for r in per_round),
+                      "first_steps_ms": statistics.median(r["first_steps_ms"] for r in per_round)}
+    return runs
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--np", type=int, default=2)
     ap.add_argument("--steps", type=int, default=300)
+    ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--out", default="benchmarks/results/cluster_engines_ray_train.json")
     ap.add_argument("--doc", default="docs/benchmarks_cluster_engines.md")
     args = ap.parse_args()
@@ -76,39 +111,28 @@ def main():
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
     import ray
-    runs = {}
+    # Both clusters stay up for the whole run and the four jobs take turns, the order rotated every
+    # round: a shared machine's speed drifts over tens of seconds, so jobs run one after the other
+    # once each would compare moments as much as launch paths.
     ray.init(address="local", num_cpus=args.np + 1, include_dashboard=False, log_to_driver=False,
              runtime_env={"worker_process_setup_hook": "hvd_herring.ray.worker_setup.register_backend"})
-    try:
-        for backend in ("gloo", "herring"):
-            t0 = time.time()
-            ranks = ray_train(backend, args.np, args.steps)
-            times = [r["times"] for r in ranks]
-            runs[f"Ray Train {backend}"] = dict(summary(times), wall_seconds=time.time() - t0,
-                                                first_steps_ms=first_steps_ms(times),
-                                                torch_threads=[r["torch_threads"] for r in ranks],
-                                                torch_threads_at_start=[r["torch_threads_at_start"] for r in ranks])
-            print(f"Ray Train {backend}: {runs[f'Ray Train {backend}']['median_step_ms_slowest_rank']:.2f} ms/step",
-                  flush=True)
-    finally:
-        ray.shutdown()
-    from pyspark.ml.torch.distributor import TorchDistributor
     spark = _spark(args.np, "cluster-engines-bench-ray")
+    rounds = []
     try:
-        for backend in ("gloo", "herring"):
-            t0 = time.time()
-            per_rank = TorchDistributor(num_processes=args.np, local_mode=False, use_gpu=False).run(
-                ddp_steps, backend, args.steps)
-            runs[f"TorchDistributor {backend}"] = dict(summary(per_rank), wall_seconds=time.time() - t0,
-                                                       first_steps_ms=first_steps_ms(per_rank))
-            print(f"TorchDistributor {backend}: "
-                  f"{runs[f'TorchDistributor {backend}']['median_step_ms_slowest_rank']:.2f} ms/step", flush=True)
+        for i in range(args.rounds):
+            order = CONFIGS[i % len(CONFIGS):] + CONFIGS[:i % len(CONFIGS)]
+            rnd = {}
+            for name in order:
+                rnd[name] = run_config(name, args.np, args.steps)
+                print(f"round {i + 1}: {name}: {rnd[name]['median_step_ms_slowest_rank']:.2f} ms/step", flush=True)
+            rounds.append(rnd)
     finally:
         spark.stop()
+        ray.shutdown()
     result = {"np": args.np, "model_parameters": sum(p.numel() for p in _mlp().parameters()), "rows_per_rank": 64,
               "warmup_steps": WARMUP, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
               "cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
-              "load_at_start": load_at_start, "runs": runs}
+              "load_at_start": load_at_start, "rounds": rounds, "runs": combine_rounds(rounds)}
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(result, f, indent=1)
@@ -123,31 +147,62 @@ def main():
         f.write(doc)
 
 
+def rounds_table(runs):
+    lines = ["| launch path | backend | median step (ms), slowest rank: median over rounds | each round | "
+             "steps per round | job wall time (s), mean |", "| --- | --- | --- | --- | --- | --- |"]
+    for name, run in runs.items():
+        path, backend = name.rsplit(" ", 1)
+        lines.append(f"| `{path}` | {backend} | {run['median_step_ms_slowest_rank']:.2f} | "
+                     f"{', '.join(f'{m:.2f}' for m in run['per_round_ms'])} | {run['steps']} | "
+                     f"{run['wall_seconds']:.0f} |")
+    return lines
+
+
+def _ratios(runs, rounds, a, b):
+    """a / b from the medians over rounds, and round by round."""
+    overall = runs[a]["median_step_ms_slowest_rank"] / runs[b]["median_step_ms_slowest_rank"]
+    each = ", ".join(f"{rnd[a]['median_step_ms_slowest_rank'] / rnd[b]['median_step_ms_slowest_rank']:.2f}"
+                     for rnd in rounds)
+    return f"{a} / {b}: {overall:.2f}x (round by round: {each})"
+
+
 def report(r):
+    runs, rounds = r["runs"], r["rounds"]
     lines = [BEGIN, "## Ray Train beside TorchDistributor", "",
              f"One run of `benchmarks/cluster_engines/ray_train_steps.py` on {r['date']} (CPU {r['cpu']}, "
-             f"{r['cores']} cores shared with other work, load {r['load_at_start']:.1f} at the start): Ray Train's "
-             f"`TorchTrainer` ({r['np']} workers of 1 CPU on a local Ray cluster, the backend registered through "
-             "`worker_process_setup_hook` as docs/ray.md says) with `gloo` and `herring`, then `TorchDistributor` "
-             f"(`local-cluster[{r['np']},1,1024]`) with both. Same job as above ({r['model_parameters'] / 1e6:.1f} M "
+             f"{r['cores']} cores shared with other work, load {r['load_at_start']:.1f} at the start), "
+             f"{len(rounds)} rounds: in each, four jobs one after the other, the order rotated every round: Ray "
+             f"Train's `TorchTrainer` ({r['np']} workers of 1 CPU on a local Ray cluster, the backend registered "
+             "through `worker_process_setup_hook` as docs/ray.md says) with `gloo` and `herring`, and "
+             f"`TorchDistributor` (`local-cluster[{r['np']},1,1024]`) with both; the Ray cluster and the Spark "
+             f"application stay up for the whole run. Same job as above ({r['model_parameters'] / 1e6:.1f} M "
              f"parameters, {r['rows_per_rank']} rows per rank, {r['warmup_steps']} warm-up steps, then "
-             f"{r['runs']['Ray Train herring']['steps']} timed, slowest rank's median); raw numbers in benchmarks/results/cluster_engines_ray_train.json.", "",
-             *step_table(r["runs"])]
-    runs = r["runs"]
-    ms = {name: run["median_step_ms_slowest_rank"] for name, run in runs.items()}
-    lines += ["", f"Ray Train herring / TorchDistributor herring: {ms['Ray Train herring'] / ms['TorchDistributor herring']:.2f}x; "
-              f"Ray Train herring / Ray Train gloo: {ms['Ray Train herring'] / ms['Ray Train gloo']:.2f}x (issue 64 asks for at most 1.2x and under 1x).", "",
-              f"Over each job's first {FIRST_STEPS} timed steps (slowest rank's median, ms): "
-              + ", ".join(f"{name} {run['first_steps_ms']:.2f}" for name, run in runs.items() if "first_steps_ms" in run)
-              + ". Ray Train starts helper actors of its own (a dataset manager, a synchronization actor) while "
-              "the first steps run, under either backend. Until issue 64 the setup hook imported torch in every "
-              "process Ray started (about 3.5 s of CPU each): the first 150 steps then took 44 ms instead of 18-20 "
-              "on herring; hvd_herring.ray.worker_setup.register_backend registers the backend when a process "
-              "imports torch instead (docs/ray.md). Torch threads at the start of the training function, gloo: "
-              f"{runs['Ray Train gloo']['torch_threads_at_start']}, herring: "
-              f"{runs['Ray Train herring']['torch_threads_at_start']} (Ray's OMP_NUM_THREADS: 1 per worker). The "
-              "job wall time includes Ray Train starting its controller and workers (or Spark its barrier stage).",
-              "One run, no repeats, on a machine whose load (other jobs) is given above.", END]
+             f"{runs['Ray Train herring']['steps']} timed); a round's figure is the slowest rank's median step, "
+             "the table gives the median over rounds and each round's; raw numbers in "
+             "benchmarks/results/cluster_engines_ray_train.json.", "",
+             *rounds_table(runs), "",
+             _ratios(runs, rounds, "Ray Train herring", "TorchDistributor herring") + "; "
+             + _ratios(runs, rounds, "Ray Train herring", "Ray Train gloo")
+             + " (issue 64 asks for at most 1.2x and under 1x).", "",
+             "Why rounds: this machine's speed drifts over tens of seconds (a shared 2-core VM). In one "
+             "3000-step TorchDistributor herring job the median of each 100-step window ranged from 14.4 to "
+             "22.8 ms, and three runs of one job per configuration (2026-12-07 22:05-22:13 UTC) measured "
+             "TorchDistributor herring at 22.51, 21.29 and 14.67 ms beside Ray Train herring at 24.59, 22.24 "
+             "and 21.25. In steady steps the CPU goes to the same places under both launchers (15 s sampled "
+             "from /proc): the two ranks' training threads 25.2 CPU-s under Ray Train and 25.8 under "
+             "TorchDistributor, herring's loop threads 2.1 and 2.3, Ray's own processes (raylet, GCS, the Train "
+             "controller and helper actors) 1.0 in all.", "",
+             f"Over each job's first {FIRST_STEPS} timed steps (slowest rank's median, ms; median over rounds): "
+             + ", ".join(f"{name} {run['first_steps_ms']:.2f}" for name, run in runs.items())
+             + ". Ray Train starts helper actors of its own (a dataset manager, a synchronization actor) while "
+             "the first steps run, under either backend. Until issue 64 the setup hook imported torch in every "
+             "process Ray started (about 3.5 s of CPU each): the first 150 steps then took 44 ms instead of 18-20 "
+             "on herring; hvd_herring.ray.worker_setup.register_backend registers the backend when a process "
+             "imports torch instead (docs/ray.md). Torch threads at the start of the training function, gloo: "
+             f"{rounds[0]['Ray Train gloo']['torch_threads_at_start']}, herring: "
+             f"{rounds[0]['Ray Train herring']['torch_threads_at_start']} (Ray's OMP_NUM_THREADS: 1 per worker). "
+             "The job wall time includes Ray Train starting its controller and workers (or Spark its barrier "
+             "stage).", END]
     return "\n".join(lines)
 
 
