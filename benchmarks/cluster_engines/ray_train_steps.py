@@ -20,6 +20,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import statistics
 import sys
 import tempfile
@@ -61,6 +62,7 @@ def ray_train(backend, np_, steps):
     for r in range(np_):
         with open(os.path.join(work_dir, f"rank{r}.json")) as f:
             ranks.append(json.load(f))
+    shutil.rmtree(work_dir, ignore_errors=True)
     return ranks
 
 
