@@ -283,10 +283,13 @@ def spawn(np):
     (torchrun's agent, mp.spawn) would stop the survivors before they report."""
     import subprocess
     import tempfile
-    init = "file://" + tempfile.mktemp(prefix="herring-departures-store-")
-    procs = [subprocess.Popen([sys.executable, __file__, "--rank", str(r), "--np", str(np), "--init", init])
-             for r in range(np)]
-    codes = [p.wait(timeout=4 * TIMEOUT_SECONDS) for p in procs]
+    # torch's FileStore deletes its file when the last rank closes it cleanly; a departed rank never
+    # does, so the directory goes with the job.
+    with tempfile.TemporaryDirectory(prefix="herring-departures-") as store_dir:
+        init = "file://" + os.path.join(store_dir, "store")
+        procs = [subprocess.Popen([sys.executable, __file__, "--rank", str(r), "--np", str(np), "--init", init])
+                 for r in range(np)]
+        codes = [p.wait(timeout=4 * TIMEOUT_SECONDS) for p in procs]
     print(f"exit codes by rank: {codes}", flush=True)
 
 
