@@ -64,7 +64,8 @@ MUST_PASS = {
 ADASUM_WIDE = {"adasum_tensorflow-np4"}
 
 
-@pytest.mark.parametrize("name", [param_in_tier("horovod_suites_wide", ADASUM_WIDE, n, n) for n in sorted(ADASUM_SUITES)])
+@pytest.mark.parametrize("name", [param_in_tier("horovod_suites_wide", ADASUM_WIDE, n, n)
+                                  for n in sorted(ADASUM_SUITES)])
 def test_horovods_adasum_suite_under_mpirun(name, capsys):
     suite = ADASUM_SUITES[name]
     _require_suite(suite)

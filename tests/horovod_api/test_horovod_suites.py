@@ -134,8 +134,8 @@ SUITES = {
 # test_tensorflow_process_sets.py uses no Keras: under Keras 3 it runs the code it runs under Keras 2
 # (the default run's, at np=3), so both of its Keras 3 runs are wide.
 WIDE = {"torch-np4", "tensorflow-keras3", "tensorflow_process_sets-keras2-np2",
-        "tensorflow_process_sets-keras3-np2", "tensorflow_process_sets-keras3-np3", "process_sets_static-np2", "tensorflow_process_sets_dynamic-np2",
-        "tensorflow2_keras_process_sets-np2"}
+        "tensorflow_process_sets-keras3-np2", "tensorflow_process_sets-keras3-np3", "process_sets_static-np2",
+        "tensorflow_process_sets_dynamic-np2", "tensorflow2_keras_process_sets-np2"}
 
 
 def _param(name, *values, **kwargs):
